@@ -1,0 +1,175 @@
+"""Spark SQL as sqlext reads it: sqlglot's Spark dialect plus the syntax Spark has and sqlglot lacks.
+
+Two constructs are added, each as a real expression node so rules can match them:
+
+* table arguments of table-valued functions::
+
+      f(input => TABLE(t) PARTITION BY k ORDER BY ts, x => 'y')
+      f(TABLE(SELECT ...) WITH SINGLE PARTITION)
+
+  parsed into :class:`TableArgument` (Spark's grammar: several partition or sort expressions
+  must be parenthesised, ``PARTITION BY (a, b)``), and
+* the recursion limit of a recursive CTE::
+
+      WITH RECURSIVE r(c) MAX RECURSION LEVEL 50 AS (...)
+
+  kept on the CTE as ``max_recursion_level``.
+
+Everything else is sqlglot's Spark dialect unchanged.
+
+>>> import sqlglot
+>>> sqlglot.parse_one("SELECT * FROM F(input => TABLE(t) PARTITION BY k ORDER BY v)", read=SparkExt).sql(SparkExt)
+'SELECT * FROM F(input => TABLE(t) PARTITION BY k ORDER BY v)'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.tokens import TokenType
+
+
+class TableArgument(exp.Expression):
+    """``TABLE(relation) [WITH SINGLE PARTITION | PARTITION BY ...] [ORDER BY ...]``.
+
+    ``this`` is a :class:`sqlglot.exp.Table` or a query; ``partition_by`` a list of
+    expressions; ``order`` a list of :class:`sqlglot.exp.Ordered`.
+    """
+
+    arg_types = {"this": True, "partition_by": False, "order": False, "single_partition": False}
+
+    @property
+    def relation(self) -> exp.Expression:
+        return self.this
+
+
+class SparkExt(Spark):
+    """Spark dialect that also reads table arguments and ``MAX RECURSION LEVEL``."""
+
+    class Parser(Spark.Parser):
+        def _parse_function_call(self, functions=None, anonymous=False, optional_parens=True, any_token=False):
+            if (
+                self._curr
+                and self._curr.token_type == TokenType.TABLE
+                and self._next
+                and self._next.token_type == TokenType.L_PAREN
+            ):
+                return self._parse_table_argument()
+            return super()._parse_function_call(functions, anonymous, optional_parens, any_token)
+
+        def _parse_table_argument(self) -> TableArgument:
+            token = self._curr
+            self._advance(2)  # TABLE (
+            if self._curr.token_type in self.SUBQUERY_TOKENS or self._curr.token_type == TokenType.WITH:
+                relation = self._parse_statement()
+            else:
+                relation = self._parse_table_parts()
+            self._match_r_paren()
+
+            single = False
+            partition_by: list[exp.Expression] = []
+            order: list[exp.Expression] = []
+            if self._match_text_seq("WITH", "SINGLE", "PARTITION"):
+                single = True
+            elif self._match(TokenType.PARTITION_BY) or self._match_text_seq("DISTRIBUTE", "BY"):
+                partition_by = self._parse_one_or_wrapped(self._parse_disjunction)
+            if self._match(TokenType.ORDER_BY) or self._match_text_seq("SORT", "BY"):
+                order = self._parse_one_or_wrapped(self._parse_ordered)
+
+            node = self.expression(
+                TableArgument(
+                    this=relation,
+                    partition_by=partition_by or None,
+                    order=order or None,
+                    single_partition=single or None,
+                )
+            )
+            return node.update_positions(token)
+
+        def _parse_one_or_wrapped(self, parse_one) -> list[exp.Expression]:
+            # Spark requires parentheses around two or more items, so a comma after a
+            # single item belongs to the enclosing argument list.
+            if self._match(TokenType.L_PAREN):
+                items = self._parse_csv(parse_one)
+                self._match_r_paren()
+                return items
+            item = parse_one()
+            return [item] if item else []
+
+        def _parse_cte(self):
+            index = self._index
+            alias = self._parse_table_alias(self.ID_VAR_TOKENS)
+            if not alias or not alias.this:
+                self.raise_error("Expected CTE to have alias")
+            key_expressions = (
+                self._parse_wrapped_id_vars() if self._match_text_seq("USING", "KEY") else None
+            )
+            level = None
+            if self._match_text_seq("MAX", "RECURSION", "LEVEL"):
+                level = self._parse_number()
+                if level is None:
+                    self.raise_error("Expected a number after MAX RECURSION LEVEL")
+            if not self._match(TokenType.ALIAS):
+                self._retreat(index)
+                return None
+            cte = self.expression(
+                exp.CTE(
+                    this=self._parse_wrapped(self._parse_statement),
+                    alias=alias,
+                    key_expressions=key_expressions,
+                ),
+                comments=self._prev_comments,
+            )
+            if level is not None:
+                cte.set("max_recursion_level", level)
+            if isinstance(cte.this, exp.Values):
+                cte.set("this", self._values_to_select(cte.this))
+            return cte
+
+    class Generator(Spark.Generator):
+        TRANSFORMS = {
+            **Spark.Generator.TRANSFORMS,
+            TableArgument: lambda self, e: self.tableargument_sql(e),
+        }
+
+        def tableargument_sql(self, expression: TableArgument) -> str:
+            relation = expression.this
+            inner = self.sql(relation)
+            sql = f"TABLE({inner})"
+            if expression.args.get("single_partition"):
+                sql += " WITH SINGLE PARTITION"
+            partition = expression.args.get("partition_by") or []
+            if partition:
+                sql += f" PARTITION BY {self._one_or_wrapped(partition)}"
+            order = expression.args.get("order") or []
+            if order:
+                sql += f" ORDER BY {self._one_or_wrapped(order)}"
+            return sql
+
+        def _one_or_wrapped(self, items: list[exp.Expression]) -> str:
+            text = ", ".join(self.sql(item) for item in items)
+            return text if len(items) == 1 else f"({text})"
+
+        def cte_sql(self, expression: exp.CTE) -> str:
+            sql = super().cte_sql(expression)
+            level = expression.args.get("max_recursion_level")
+            if level is None:
+                return sql
+            alias = self.sql(expression, "alias")
+            return f"{alias} MAX RECURSION LEVEL {self.sql(level)}{sql[len(alias):]}"
+
+
+def parse(sql: str) -> list[exp.Expression]:
+    """Parse one or more statements in sqlext's Spark dialect."""
+    return [e for e in SparkExt().parse(sql) if e is not None]
+
+
+def parse_one(sql: str) -> exp.Expression:
+    statements = parse(sql)
+    if len(statements) != 1:
+        raise ValueError(f"expected one statement, got {len(statements)}")
+    return statements[0]
+
+
+def to_sql(expression: exp.Expression, pretty: bool = False) -> str:
+    return expression.sql(dialect=SparkExt, pretty=pretty)

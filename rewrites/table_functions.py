@@ -1,0 +1,189 @@
+"""Finding sqlext table-function calls in a statement and reading their arguments.
+
+Shared by the rules that expand a call into native SQL. A call is a function in a FROM or
+JOIN position; its arguments may be named (``key => 'id'``) or positional, in the order the
+function declares them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from sqlglot import exp
+
+from rewrites.dialect import TableArgument, to_sql
+from sqlext.errors import SqlextError
+
+
+@dataclass
+class Call:
+    function: str
+    node: exp.Expression  # the function expression
+    table: exp.Table  # the FROM item that holds it (alias, joins)
+    tables: dict[str, TableArgument] = field(default_factory=dict)
+    literals: dict[str, Any] = field(default_factory=dict)
+
+
+def find_calls(expression: exp.Expression, function: str) -> list[exp.Table]:
+    """FROM items calling ``function``, innermost first so nested calls expand before outer ones."""
+    found = [
+        table
+        for table in expression.find_all(exp.Table)
+        if isinstance(table.this, (exp.Anonymous, exp.Func)) and _name(table.this) == function
+    ]
+    return sorted(found, key=lambda t: -_depth(t))
+
+
+def read_call(table: exp.Table, function: str, arguments: Sequence[str]) -> Call:
+    node = table.this
+    call = Call(function, node, table)
+    positional = True
+    for index, arg in enumerate(node.expressions):
+        if isinstance(arg, (exp.Kwarg, exp.PropertyEQ)):
+            positional = False
+            name, value = arg.this.name.lower(), arg.expression
+        else:
+            if not positional or index >= len(arguments):
+                raise SqlextError(
+                    "UNKNOWN_ARGUMENT", function=function, argument=f"#{index + 1} ({to_sql(arg)})",
+                    allowed=", ".join(arguments),
+                )
+            name, value = arguments[index], arg
+        if name in call.tables or name in call.literals:
+            raise SqlextError("DUPLICATE_ARGUMENT", function=function, argument=name)
+        if isinstance(value, TableArgument):
+            call.tables[name] = value
+        else:
+            call.literals[name] = literal_value(function, name, value)
+    return call
+
+
+def literal_value(function: str, name: str, value: exp.Expression) -> Any:
+    if isinstance(value, exp.Literal):
+        return value.this if value.is_string else to_sql(value)
+    if isinstance(value, exp.Null):
+        return None
+    if isinstance(value, exp.Boolean):
+        return value.this
+    raise SqlextError(
+        "INVALID_ARGUMENT_TYPE", function=function, argument=name,
+        expected="a constant string", value=to_sql(value), fix=f"Write {name} => '...'.",
+    )
+
+
+def relation_source(argument: TableArgument) -> str:
+    """The table argument's relation as a FROM item."""
+    relation = argument.this
+    if isinstance(relation, exp.Table):
+        return to_sql(relation)
+    return f"({to_sql(relation)})"
+
+
+def partitioning_defaults(function: str, argument: TableArgument, literals: dict, key_argument: str) -> None:
+    """Use ``TABLE(t) PARTITION BY k ORDER BY v`` as key and order when they are not named,
+    and refuse clauses that disagree with the named ones."""
+    partition = argument.args.get("partition_by") or []
+    order = argument.args.get("order") or []
+    if partition:
+        if not all(isinstance(p, exp.Column) for p in partition):
+            raise SqlextError(
+                "CONFLICTING_PARTITIONING", function=function, clause="PARTITION BY",
+                value=", ".join(to_sql(p) for p in partition), argument=key_argument,
+                expected="key columns",
+            )
+        names = [p.name for p in partition]
+        if literals.get(key_argument) is None:
+            literals[key_argument] = ", ".join(names)
+        else:
+            given = [n.strip().strip("`").lower() for n in str(literals[key_argument]).split(",")]
+            if sorted(given) != sorted(n.lower() for n in names):
+                raise SqlextError(
+                    "CONFLICTING_PARTITIONING", function=function, clause="PARTITION BY",
+                    value=", ".join(names), argument=key_argument,
+                    expected=repr(literals[key_argument]),
+                )
+    if order:
+        ordered = order[0]
+        column = ordered.this if isinstance(ordered, exp.Ordered) else ordered
+        if len(order) != 1 or not isinstance(column, exp.Column) or ordered.args.get("desc"):
+            raise SqlextError(
+                "CONFLICTING_PARTITIONING", function=function, clause="ORDER BY",
+                value=", ".join(to_sql(o) for o in order), argument="order_by",
+                expected="one ascending column",
+            )
+        if literals.get("order_by") is None:
+            literals["order_by"] = column.name
+        elif literals["order_by"].strip("`").lower() != column.name.lower():
+            raise SqlextError(
+                "CONFLICTING_PARTITIONING", function=function, clause="ORDER BY",
+                value=column.name, argument="order_by", expected=repr(literals["order_by"]),
+            )
+
+
+def replace_call(table: exp.Table, sql: str) -> None:
+    """Put the native query where the call stood, keeping the call's alias and joins."""
+    from rewrites.dialect import parse_one
+
+    subquery = exp.Subquery(this=parse_one(sql))
+    alias = table.args.get("alias")
+    if alias is not None:
+        subquery.set("alias", alias.copy())
+    for key in ("joins", "laterals", "pivots"):
+        if table.args.get(key):
+            subquery.set(key, table.args[key])
+    table.replace(subquery)
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).upper()
+    return node.sql_name().upper()
+
+
+def _depth(node: exp.Expression) -> int:
+    depth = 0
+    while node.parent is not None:
+        node, depth = node.parent, depth + 1
+    return depth
+
+
+def iter_parents(node: exp.Expression) -> Iterator[exp.Expression]:
+    while node.parent is not None:
+        node = node.parent
+        yield node
+
+
+class SqlValue(str):
+    """A message parameter whose value is computed by SQL at run time."""
+
+
+def raise_error_sql(error_class: str, function: str, **params) -> str:
+    """``raise_error(...)`` carrying a sqlext message; SqlValue parameters are filled in by Spark."""
+    from sqlext.errors import message_text
+
+    sql_params = {name: value for name, value in params.items() if isinstance(value, SqlValue)}
+    markers = {name: f"\x00{i}\x00" for i, name in enumerate(sql_params)}
+    text = message_text(error_class, function, **{**params, **markers})
+    parts = []
+    for piece in text.split("\x00"):
+        if piece.isdigit() and int(piece) < len(sql_params):
+            name = list(sql_params)[int(piece)]
+            parts.append(f"coalesce(cast({sql_params[name]} AS STRING), 'NULL')")
+        elif piece:
+            parts.append(sql_string(piece))
+    return f"raise_error(concat({', '.join(parts)}))"
+
+
+def key_text_sql(keys: Sequence[str]) -> SqlValue:
+    """SQL text naming a row's key, as 'id=7' or 'a=1, b=2'."""
+    parts = [f"concat({sql_string(k + '=')}, coalesce(cast({quote(k)} AS STRING), 'NULL'))" for k in keys]
+    return SqlValue(parts[0] if len(parts) == 1 else f"concat_ws(', ', {', '.join(parts)})")

@@ -1,0 +1,92 @@
+"""sqlext: Kafka Streams table semantics for Spark SQL.
+
+>>> import sqlext
+>>> "CHANGELOG_FILTER" in sqlext.rewrite(
+...     "SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
+True
+
+(Without a session or a schema the input's columns are unknown, so the call is kept for the
+registered table function; with ``schema=`` it is expanded into native SQL.)
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlext.errors import SqlextError
+
+__all__ = ["SqlextError", "install", "rewrite", "sql", "explain"]
+__version__ = "0.1.0"
+
+
+def install(spark):
+    """Register sqlext's table functions on ``spark`` and return it."""
+    from sqlext.session import INSTALLED_FLAG, register_table_functions
+
+    register_table_functions(spark)
+    spark.conf.set(INSTALLED_FLAG, "true")
+    return spark
+
+
+def rewrite(text: str, schema: Mapping | None = None) -> str:
+    """The Spark SQL that would run for ``text`` (one or more statements), without Spark.
+
+    ``schema`` maps table names to their columns (``{"t": ["id", "v", "_commit_version"]}``
+    or ``{"t": {"id": "bigint", ...}}``); calls over relations it does not describe are kept
+    as they are, for the registered table functions.
+    """
+    from rewrites.pipeline import MappingRelations, rewrite_statement
+    from sqlext.statements import split_statements
+
+    relations = MappingRelations(schema)
+    parts = [rewrite_statement(s.text, relations).sql for s in split_statements(text)]
+    return ";\n".join(parts)
+
+
+def explain(text: str, spark=None, schema: Mapping | None = None):
+    """Each statement of ``text`` before and after rewriting, with what every rule did."""
+    from rewrites.pipeline import MappingRelations, rewrite_statement
+    from sqlext.session import SparkRelations
+    from sqlext.statements import split_statements
+
+    relations = SparkRelations(spark) if spark is not None else MappingRelations(schema)
+    return [rewrite_statement(s.text, relations) for s in split_statements(text)]
+
+
+def sql(spark, text: str):
+    """Rewrite ``text`` and run it on ``spark``; returns the DataFrame of the last statement.
+
+    sqlext is installed on the session first if it is not yet.
+    """
+    from sqlext.session import INSTALLED_FLAG
+    from sqlext.statements import split_statements
+
+    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
+        install(spark)
+    frame = None
+    for statement in split_statements(text):
+        frame = run_statement(spark, statement.text)
+    if frame is None:
+        raise SqlextError(
+            "UNSUPPORTED_STATEMENT", function="sqlext sql", reason="the text holds no statement",
+            fix="Pass at least one SQL statement.",
+        )
+    return frame
+
+
+def run_statement(spark, text: str):
+    """Rewrite one statement against the session and hand it to Spark (lazily, as spark.sql)."""
+    from pyspark.errors import PySparkException
+
+    from rewrites.pipeline import rewrite_statement
+    from sqlext.errors import find_in
+    from sqlext.session import SparkRelations
+
+    rewritten = rewrite_statement(text, SparkRelations(spark))
+    try:
+        return spark.sql(rewritten.sql)
+    except PySparkException as error:
+        ours = find_in(error)
+        if ours is not None:
+            raise ours from None
+        raise

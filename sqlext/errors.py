@@ -1,0 +1,133 @@
+"""Every error sqlext raises: one class, UPPER_SNAKE error classes, all message text here.
+
+A message says what is wrong, shows the bad value (and what was available), and says how to
+fix it. Tests assert the error class, never the wording.
+
+>>> str(SqlextError("INVALID_OPTION_VALUE", function="CHANGELOG_FILTER", argument="emit",
+...                 value="'all'", allowed="'changes', 'records', 'final'"))
+"[INVALID_OPTION_VALUE] CHANGELOG_FILTER: emit => 'all' is not a known value. Use one of 'changes', 'records', 'final'."
+"""
+
+from __future__ import annotations
+
+import re
+
+MESSAGES: dict[str, str] = {
+    # arguments of a table function call
+    "MISSING_ARGUMENT": (
+        "{function}: the argument {argument} is required. Add {argument} => {example} to the call."
+    ),
+    "UNKNOWN_ARGUMENT": (
+        "{function}: there is no argument named {argument}; the function takes {allowed}. "
+        "Check the spelling or remove it."
+    ),
+    "DUPLICATE_ARGUMENT": "{function}: the argument {argument} is given twice. Keep one of them.",
+    "INVALID_ARGUMENT_TYPE": "{function}: {argument} must be {expected}; got {value}. {fix}",
+    "INVALID_OPTION_VALUE": (
+        "{function}: {argument} => {value} is not a known value. Use one of {allowed}."
+    ),
+    "CONFLICTING_PARTITIONING": (
+        "{function}: the input's {clause} ({value}) does not match {argument} => {expected}. "
+        "Remove the clause (the function partitions and orders its input itself) or make them agree."
+    ),
+    # columns and expressions
+    "CHANGELOG_MISSING_COLUMN": (
+        "{function}: {side} has no column {column!r}; got {columns}. {fix}"
+    ),
+    "INVALID_SQL_EXPRESSION": (
+        "{function}: {argument} => {value} is not a single SQL expression ({reason}). "
+        "Pass one expression over the input's columns, such as {example}."
+    ),
+    "EXPRESSION_TYPE_MISMATCH": (
+        "{function}: {argument} => {value} has type {actual}, but {expected} is needed. {fix}"
+    ),
+    # data errors found while running
+    "AMBIGUOUS_ORDER": (
+        "{function}: two changes of key {key} share {order_by} = {value}, so their order is unknown. "
+        "Give each change of a key its own {order_by}, or name a finer column with order_by => '...'."
+    ),
+    "NULL_ORDER_VALUE": (
+        "{function}: a change of key {key} has NULL in the ordering column {order_by}. "
+        "Fill the column, or name another with order_by => '...'."
+    ),
+    "NULL_SEQUENCE_VALUE": (
+        "{function}: a change of key {key} has NULL in the sequence_by column {sequence_by}. "
+        "Fill the column, or drop sequence_by."
+    ),
+    "UNKNOWN_CHANGE_TYPE": (
+        "{function}: a change of key {key} has _change_type = {value}; expected one of "
+        "'insert', 'update_preimage', 'update_postimage', 'delete'. Fix the input, or drop the "
+        "_change_type column to read it as an upsert log."
+    ),
+    # statements and the command line
+    "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
+    "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+}
+
+# How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).
+_MESSAGE_START = re.compile(r"\[(?P<cls>[A-Z][A-Z0-9_]+)\] (?P<function>[A-Z][A-Z_]+|sqlext [a-z]+): ")
+
+
+class SqlextError(Exception):
+    """An error with an UPPER_SNAKE class and named parameters.
+
+    ``function`` names what raised it (``CHANGELOG_FILTER``, ``FK_JOIN``, ``sqlext run``).
+    """
+
+    def __init__(self, error_class: str, *, function: str = "sqlext", **params):
+        if error_class not in MESSAGES:
+            raise KeyError(f"unknown sqlext error class {error_class!r}")
+        self.error_class = error_class
+        self.function = function
+        self.params = params
+        message = MESSAGES[error_class].format(function=function, **params)
+        super().__init__(f"[{error_class}] {message}")
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class SqlextSparkError(SqlextError):
+    """A sqlext error that surfaced through Spark while a query ran (for example an ordering
+    tie found by the native plan, or an error from a Python worker)."""
+
+    def __init__(self, error_class: str, text: str, cause: BaseException | None = None):
+        Exception.__init__(self, text)
+        self.error_class = error_class
+        self.function = text.split(":", 1)[0].split("] ", 1)[-1]
+        self.params = {}
+        self.cause = cause
+
+
+def message_text(error_class: str, function: str, **params) -> str:
+    """The full message of an error, for code that must carry it as text (SQL raise_error)."""
+    return str(SqlextError(error_class, function=function, **params))
+
+
+def find_in(exception: BaseException) -> SqlextError | None:
+    """Recover a sqlext error carried inside a Spark exception's text, if there is one."""
+    if isinstance(exception, SqlextError):
+        return exception
+    text = str(exception)
+    for line in text.splitlines():
+        start = line.find("[")
+        while start != -1:
+            match = _MESSAGE_START.match(line, start)
+            if match and match.group("cls") in MESSAGES:
+                message = line[start:]
+                # Spark appends its own context after our text; keep ours only.
+                message = re.split(r"\. SQLSTATE: |\s+SQLSTATE: |\n", message)[0]
+                message = message.rstrip()
+                if not message.endswith("."):
+                    message += "."
+                return SqlextSparkError(match.group("cls"), message, exception)
+            start = line.find("[", start + 1)
+    return None
+
+
+def spark_error_summary(exception: BaseException) -> str:
+    """Spark's own first line of an error, without the JVM stack trace."""
+    text = str(exception).strip()
+    first = text.splitlines()[0] if text else type(exception).__name__
+    return first.split("\n\tat ")[0]

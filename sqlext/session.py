@@ -1,0 +1,80 @@
+"""Session wiring: the embedded local Spark, registering sqlext on a session, and asking a
+session about relations (analysis only, nothing runs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from sqlglot import exp
+
+_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+INSTALLED_FLAG = "spark.sqlext.installed"
+
+
+def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: int = 4):
+    """A builder for the embedded default engine: local Spark, UI off, quiet logs.
+
+    Worker processes use this interpreter, so they see the same pyarrow and sqlext.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    java_options = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}"
+    return (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
+        .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
+    )
+
+
+def local_session(app_name: str = "sqlext", **options):
+    """Start (or reuse) the embedded local session and install sqlext on it."""
+    from sqlext import install
+
+    spark = local_builder(app_name, **options).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return install(spark)
+
+
+def register_table_functions(spark) -> None:
+    from pyspark.sql.functions import udtf
+
+    from udfs.changelog_filter import ChangelogFilterUDTF
+
+    spark.udtf.register("CHANGELOG_FILTER", udtf(ChangelogFilterUDTF, useArrow=True))
+
+
+class SparkRelations:
+    """Relations answered by a Spark session: it analyses queries, never runs them."""
+
+    def __init__(self, spark):
+        self._spark = spark
+
+    def columns(self, query: str, relation: exp.Expression) -> list[str] | None:
+        schema = self._schema(query)
+        return None if schema is None else schema.fieldNames()
+
+    def expression_type(self, query: str, expression: str) -> str | None:
+        schema = self._schema(f"SELECT ({expression}) AS __sx_value FROM ({query})")
+        if schema is None:
+            return None
+        return schema.fields[0].dataType.simpleString()
+
+    def _schema(self, query: str):
+        from pyspark.errors import PySparkException
+
+        try:
+            return self._spark.sql(query).schema
+        except PySparkException:
+            # Let the statement itself report the problem when it runs.
+            return None

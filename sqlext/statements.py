@@ -1,0 +1,93 @@
+"""Splitting a SQL file into statements, remembering where each one starts.
+
+A semicolon ends a statement unless it is inside a string, a quoted identifier or a comment.
+Splitting is textual on purpose: a statement sqlglot cannot read still reaches Spark intact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str
+    line: int  # 1-based line of the statement's first character in its file
+    column: int  # 1-based column of that character
+
+
+def split_statements(source: str) -> list[Statement]:
+    statements: list[Statement] = []
+    start = 0
+    i = 0
+    n = len(source)
+    quote: str | None = None
+    while i < n:
+        ch = source[i]
+        if quote:
+            if ch == "\\" and quote in "'\"":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif source.startswith("--", i):
+            end = source.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        elif source.startswith("/*", i):
+            end = source.find("*/", i + 2)
+            i = n if end == -1 else end + 2
+            continue
+        elif ch == ";":
+            _add(statements, source, start, i)
+            start = i + 1
+        i += 1
+    _add(statements, source, start, n)
+    return statements
+
+
+def _add(statements: list[Statement], source: str, start: int, end: int) -> None:
+    chunk = source[start:end]
+    body = _strip_comments_and_space(chunk)
+    if not body:
+        return
+    offset = start + (len(chunk) - len(chunk.lstrip()))
+    # skip leading comment lines so positions point at the statement itself
+    while True:
+        rest = source[offset:end]
+        if rest.startswith("--"):
+            nl = source.find("\n", offset)
+            offset = end if nl == -1 or nl > end else nl + 1
+        elif rest.startswith("/*"):
+            close = source.find("*/", offset)
+            offset = end if close == -1 else close + 2
+        else:
+            break
+        offset += len(source[offset:end]) - len(source[offset:end].lstrip())
+    text = source[offset:end].strip()
+    line = source.count("\n", 0, offset) + 1
+    column = offset - (source.rfind("\n", 0, offset) + 1) + 1
+    statements.append(Statement(text, line, column))
+
+
+def _strip_comments_and_space(chunk: str) -> str:
+    lines = []
+    in_block = False
+    for raw in chunk.splitlines():
+        line = raw.strip()
+        if in_block:
+            if "*/" in line:
+                in_block = False
+                line = line.split("*/", 1)[1].strip()
+            else:
+                continue
+        if line.startswith("/*") and "*/" not in line:
+            in_block = True
+            continue
+        if line.startswith("/*") and line.endswith("*/"):
+            continue
+        if line and not line.startswith("--"):
+            lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""SQL expressions passed to table functions as strings (predicate, foreign_key).
+
+An expression argument is confined to one scalar expression over the input's columns: it is
+parsed on its own, and anything that could reach beyond the row (a subquery, a second
+statement, an aggregate or window) is refused before Spark sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from rewrites.dialect import SparkExt, to_sql
+from sqlext.errors import SqlextError
+
+
+def parse_expression(function: str, argument: str, text: Any, example: str) -> exp.Expression:
+    def invalid(reason: str) -> SqlextError:
+        return SqlextError(
+            "INVALID_SQL_EXPRESSION", function=function, argument=argument, value=repr(text),
+            reason=reason, example=example,
+        )
+
+    if not isinstance(text, str) or not text.strip():
+        raise invalid("it must be a non-empty string")
+    try:
+        statements = SparkExt().parse(f"SELECT {text}")
+    except (ParseError, TokenError) as error:
+        raise invalid(str(error).splitlines()[0]) from None
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise invalid("it reads as more than one statement")
+    select = statements[0]
+    extra = [k for k, v in select.args.items() if v and k not in ("expressions",)]
+    if extra or len(select.expressions) != 1:
+        raise invalid("it reads as more than one expression")
+    expression = select.expressions[0]
+    if isinstance(expression, exp.Alias):
+        raise invalid("an alias is not allowed")
+    for node in expression.walk():
+        if isinstance(node, (exp.Query, exp.Subquery)):
+            raise invalid("subqueries are not allowed")
+        if isinstance(node, (exp.AggFunc, exp.Window)):
+            raise invalid("aggregates and window functions are not allowed")
+        if isinstance(node, exp.Star):
+            raise invalid("* is not allowed")
+    return expression
+
+
+def referenced_columns(expression: exp.Expression) -> list[str]:
+    return [c.name for c in expression.find_all(exp.Column)]
+
+
+def check_columns(function: str, side: str, expression: exp.Expression, columns: Sequence[str],
+                  argument: str) -> None:
+    lowered = {c.lower() for c in columns}
+    for column in expression.find_all(exp.Column):
+        if column.table:
+            raise SqlextError(
+                "INVALID_SQL_EXPRESSION", function=function, argument=argument,
+                value=repr(to_sql(expression)), reason=f"column {to_sql(column)} is qualified",
+                example="'balance >= 0'",
+            )
+        if column.name.lower() not in lowered:
+            raise SqlextError(
+                "CHANGELOG_MISSING_COLUMN", function=function, side=side, column=column.name,
+                columns=list(columns), fix=f"Refer only to the input's columns in {argument}.",
+            )

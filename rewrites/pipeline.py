@@ -58,6 +58,10 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
         notes.skip("parse", f"sqlglot cannot read this statement ({reason}); it is passed to Spark unchanged")
         return Rewritten(text, text, notes)
     out = rewrite(tree, relations=relations, notes=notes)
+    spoken = {n.rule for n in notes}
+    for rule in RULES:
+        if rule.__name__ not in spoken:
+            notes.skip(rule.__name__, "nothing in this statement for it to rewrite")
     if not notes.fired:
         return Rewritten(text, text, notes)
     return Rewritten(text, to_sql(out), notes)

@@ -1,0 +1,133 @@
+"""The ``sqlext`` command: run SQL files, explain rewrites, run benchmarks.
+
+    sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
+    sqlext explain FILE.sql              each statement before and after rewriting, and why
+    sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from sqlext.errors import SqlextError, find_in, spark_error_summary
+from sqlext.statements import Statement, split_statements
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sqlext", description="Kafka Streams table semantics for Spark SQL")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run SQL files statement by statement, printing results")
+    run.add_argument("files", nargs="+", type=Path)
+    run.add_argument("--limit", type=int, default=200, help="rows to print per result (default 200)")
+
+    explain = commands.add_parser("explain", help="show each statement before and after rewriting")
+    explain.add_argument("file", type=Path)
+    explain.add_argument("--no-spark", action="store_true",
+                         help="do not start Spark (calls over unknown relations stay unexpanded)")
+
+    bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
+    bench.add_argument("what", choices=["filter"])
+    bench.add_argument("--rows", type=int, default=1_000_000, help="number of input changes")
+    bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
+
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args.files, args.limit)
+    if args.command == "explain":
+        return _explain(args.file, args.no_spark)
+    if args.command == "bench":
+        from sqlext.bench import run_benchmark
+
+        return run_benchmark(args.what, rows=args.rows, runs=args.runs)
+    return 2
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise SystemExit(f"sqlext: cannot read {path}: {error.strerror}") from None
+
+
+def _run(files: list[Path], limit: int) -> int:
+    from sqlext.session import local_session
+
+    sources = [(path, _read(path)) for path in files]
+    spark = local_session()
+    for path, source in sources:
+        for statement in split_statements(source):
+            if not _run_one(spark, path, statement, limit):
+                return 1
+    return 0
+
+
+def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
+    from pyspark.errors import PySparkException
+
+    from sqlext import run_statement
+    from sqlext.display import format_table
+
+    first_line = statement.text.splitlines()[0][:100]
+    print(f"-- {path}:{statement.line}: {first_line}")
+    started = time.perf_counter()
+    try:
+        frame = run_statement(spark, statement.text)
+        if frame.columns:
+            rows = frame.limit(limit + 1).collect()
+            print(format_table(frame.columns, [tuple(r) for r in rows[:limit]], truncated=len(rows) > limit))
+        else:
+            print("OK")
+    except SqlextError as error:
+        _report(path, statement, str(error))
+        return False
+    except PySparkException as error:
+        ours = find_in(error)
+        _report(path, statement, str(ours) if ours else spark_error_summary(error))
+        return False
+    print(f"-- {time.perf_counter() - started:.2f} s\n")
+    return True
+
+
+def _report(path: Path, statement: Statement, message: str) -> None:
+    print(f"{path}:{statement.line}:{statement.column}: {message}", file=sys.stderr)
+
+
+def _explain(path: Path, no_spark: bool) -> int:
+    import sqlext
+    from rewrites.dialect import parse_one, to_sql
+
+    source = _read(path)
+    spark = None
+    if not no_spark:
+        from sqlext.session import local_session
+
+        spark = local_session()
+    try:
+        results = sqlext.explain(source, spark=spark)
+    except SqlextError as error:
+        print(f"{path}: {error}", file=sys.stderr)
+        return 1
+    for statement, result in zip(split_statements(source), results):
+        print(f"== {path}:{statement.line}")
+        print("-- before")
+        print(result.original)
+        print("-- after")
+        if result.changed:
+            print(to_sql(parse_one(result.sql), pretty=True))
+        else:
+            print("(unchanged)")
+        print("-- rules")
+        for note in result.notes:
+            print(f"   {note}")
+        if not list(result.notes):
+            print("   no rule applies")
+        print()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

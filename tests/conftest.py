@@ -1,0 +1,37 @@
+"""One Spark session for the whole test run (local[2], UI off, few shuffle partitions)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from sqlext.session import local_session
+
+    session = local_session("sqlext-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def view(spark):
+    """Register rows as a temp view: view(name, rows, schema_ddl) -> name."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    names = []
+
+    def make(name, rows, schema):
+        frame = spark.createDataFrame(rows, schema=_parse_datatype_string(schema))
+        frame.createOrReplaceTempView(name)
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        spark.catalog.dropTempView(name)

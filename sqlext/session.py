@@ -43,7 +43,17 @@ def local_session(app_name: str = "sqlext", **options):
 
     spark = local_builder(app_name, **options).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_query_context_logs()
     return install(spark)
+
+
+def quiet_query_context_logs() -> None:
+    """PySpark logs every failed query with its JVM stack trace before raising it; sqlext
+    reports errors itself, so the embedded session turns those two loggers off."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 def register_table_functions(spark) -> None:

@@ -161,16 +161,19 @@ class ChangelogFilterUDTF:
         self._schema = getattr(analyze_result, "input_arrow_schema", None)
 
     @staticmethod
-    def analyze(input, key=None, predicate=None, order_by=None, emit=None, sequence_by=None):
+    def analyze(*positional, **named):
         from pyspark.sql.types import StringType, StructField, StructType
         from pyspark.sql.udtf import OrderingColumn, PartitioningColumn, SelectedColumn
 
-        given = {"key": key, "predicate": predicate, "order_by": order_by, "emit": emit,
-                 "sequence_by": sequence_by}
+        given = dict(zip(ARGUMENTS, positional))
+        for name, argument in named.items():
+            if name.lower() in given:
+                raise SqlextError("DUPLICATE_ARGUMENT", function=FUNCTION, argument=name)
+            given[name.lower()] = argument
+        check_arguments(FUNCTION, given, ARGUMENTS, REQUIRED)
+        input = given.pop("input")
         arguments = {}
         for name, argument in given.items():
-            if argument is None:
-                continue
             if argument.isTable or not argument.isConstantExpression:
                 raise SqlextError(
                     "INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=name,
@@ -204,7 +207,7 @@ class ChangelogFilterUDTF:
         )
         return result
 
-    def eval(self, input, **_options):
+    def eval(self, input, *_positional, **_named):
         record = input.asDict(recursive=False)
         self._passes.append(record.pop(PASS_COLUMN))
         self._rows.append(record)

@@ -56,6 +56,8 @@ def check_columns(function: str, side: str, expression: exp.Expression, columns:
                   argument: str) -> None:
     lowered = {c.lower() for c in columns}
     for column in expression.find_all(exp.Column):
+        if _bound_by_lambda(column):
+            continue
         if column.table:
             raise SqlextError(
                 "INVALID_SQL_EXPRESSION", function=function, argument=argument,
@@ -67,3 +69,14 @@ def check_columns(function: str, side: str, expression: exp.Expression, columns:
                 "CHANGELOG_MISSING_COLUMN", function=function, side=side, column=column.name,
                 columns=list(columns), fix=f"Refer only to the input's columns in {argument}.",
             )
+
+
+def _bound_by_lambda(column: exp.Column) -> bool:
+    """``x`` in ``exists(items, x -> x > 0)`` is a lambda parameter, not a column."""
+    node = column.parent
+    while node is not None:
+        if isinstance(node, exp.Lambda) and not column.table:
+            if column.name.lower() in {p.name.lower() for p in node.expressions}:
+                return True
+        node = node.parent
+    return False

@@ -1,0 +1,79 @@
+"""The sqlext command as a user runs it: results as tables, rewrites explained, errors with
+file, position and class (never a JVM stack trace)."""
+
+import textwrap
+from pathlib import Path
+
+from sqlext.cli import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "sql_examples" / "changelog_filter.sql"
+
+
+def test_run_prints_results_as_tables(spark, capsys):
+    assert main(["run", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "| id | owner | balance | _change_type     | _commit_version |" in out
+    assert "| 1  | alice | 120     | update_preimage  | 2               |" in out
+    assert "(1 row)" in out  # the final table holds alice alone
+
+
+def test_explain_shows_before_after_and_rules(spark, capsys):
+    assert main(["explain", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "-- before" in out and "-- after" in out
+    assert "fired  changelog_filter_to_sql: CHANGELOG_FILTER (emit => 'changes')" in out
+    assert "LAG(" in out
+    # the CREATE VIEW statement has nothing to rewrite and says so
+    assert "(unchanged)" in out and "nothing in this statement for it to rewrite" in out
+
+
+def test_explain_without_spark_keeps_calls_for_the_registered_function(capsys, tmp_path):
+    sql = tmp_path / "q.sql"
+    sql.write_text("SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
+    assert main(["explain", "--no-spark", str(sql)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped  changelog_filter_to_sql" in out and "columns are unknown" in out
+
+
+def test_bad_statement_reports_file_position_and_class(spark, capsys, tmp_path):
+    sql = tmp_path / "bad.sql"
+    sql.write_text(textwrap.dedent("""\
+        CREATE OR REPLACE TEMP VIEW t AS SELECT 1 AS id, 5 AS v, 1L AS _commit_version;
+
+          SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v >', emit => 'changes');
+        SELECT 'never reached';
+        """))
+    assert main(["run", str(sql)]) == 1
+    captured = capsys.readouterr()
+    assert f"{sql}:3:3: [INVALID_SQL_EXPRESSION] CHANGELOG_FILTER: predicate => 'v >'" in captured.err
+    assert "never reached" not in captured.out
+    assert "Traceback" not in captured.err and "\tat org.apache" not in captured.err
+
+
+def test_spark_errors_are_one_line_with_their_class(spark, capsys, tmp_path):
+    sql = tmp_path / "missing.sql"
+    sql.write_text("SELECT * FROM no_such_table")
+    assert main(["run", str(sql)]) == 1
+    err = capsys.readouterr().err
+    assert f"{sql}:1:1: [TABLE_OR_VIEW_NOT_FOUND]" in err
+    assert "\tat org.apache" not in err and "Traceback" not in err
+
+
+def test_runtime_data_errors_are_reported_by_class(spark, capsys, tmp_path):
+    sql = tmp_path / "tie.sql"
+    sql.write_text(
+        "CREATE OR REPLACE TEMP VIEW tie AS SELECT * FROM VALUES (1, 5, 1L), (1, 6, 1L) AS tie(id, v, _commit_version);\n"
+        "SELECT * FROM CHANGELOG_FILTER(input => TABLE(tie), key => 'id', predicate => 'v > 0')")
+    assert main(["run", str(sql)]) == 1
+    err = capsys.readouterr().err
+    assert f"{sql}:2:1: [AMBIGUOUS_ORDER] CHANGELOG_FILTER: two changes of key id=1" in err
+    assert "\tat org.apache" not in err
+
+
+def test_bench_filter_runs_both_sides_and_reports_a_ratio(spark, capsys):
+    from sqlext.bench import bench_filter
+
+    mine, theirs = bench_filter(spark, rows=5000, runs=1)
+    out = capsys.readouterr().out
+    assert "ratio sqlext/native" in out
+    assert len(mine.seconds) == 1 and len(theirs.seconds) == 1

@@ -56,8 +56,6 @@ class FilterSpec:
         shape = self.shape
         if self.emit == "final":
             return shape.data_columns
-        if self.emit == "records":
-            return shape.key + shape.value_columns + (CHANGE_TYPE, shape.order_by)
         return shape.data_columns + (CHANGE_TYPE, shape.order_by)
 
 
@@ -115,9 +113,8 @@ def _forward(spec: FilterSpec, new: dict, old: dict | None, old_passes: bool, ne
     shape = spec.shape
     order = new[shape.order_by]
     if spec.emit == "records":
-        values = {c: (new[c] if new_passes else None) for c in shape.value_columns}
-        kind = UPSERT if new_passes else DELETE
-        yield {**{k: new[k] for k in shape.key}, **values, CHANGE_TYPE: kind, shape.order_by: order}
+        values = {c: (new[c] if new_passes or c in shape.key else None) for c in shape.data_columns}
+        yield {**values, CHANGE_TYPE: UPSERT if new_passes else DELETE, shape.order_by: order}
         return
     if spec.emit != "changes":
         return

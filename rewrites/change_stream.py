@@ -1,0 +1,107 @@
+"""Native SQL that reads one input as a checked stream of changes (DESIGN.md section 1).
+
+Every table function's expansion starts here. The query returned keeps the input's data
+columns and its ordering column, adds ``__sx_present`` (does the change set the key's row?)
+and any extra columns the caller asks for, drops ``update_preimage`` rows, raises the data
+errors (NULL or tied ordering values, unknown change types, NULL sequence values) with
+``raise_error``, and with ``sequence_by`` drops stale changes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rewrites.table_functions import SqlValue, key_text_sql, quote, raise_error_sql, sql_string
+from udfs.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
+
+
+def window(shape: ChangeShape) -> str:
+    keys = ", ".join(quote(k) for k in shape.key)
+    return f"PARTITION BY {keys} ORDER BY {quote(shape.order_by)}"
+
+
+def present_sql(shape: ChangeShape) -> str:
+    if shape.has_change_type:
+        return f"{quote(CHANGE_TYPE)} IN ({', '.join(sql_string(t) for t in SETS_VALUE)})"
+    tomb = shape.tombstone_columns
+    return "NOT (" + " AND ".join(f"{quote(c)} IS NULL" for c in tomb) + ")" if tomb else "TRUE"
+
+
+def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), window_extra: Sequence[str] = ()) -> str:
+    """The applied changes of ``source``; ``extra`` are ``expr AS name`` over the input row,
+    ``window_extra`` are ``expr AS name`` computed over :func:`window` (after stale changes
+    are dropped), where ``__sx_present`` can be read."""
+    order = quote(shape.order_by)
+    data = [quote(c) for c in shape.data_columns]
+    columns = data + [order, f"({present_sql(shape)}) AS __sx_present", *extra]
+    keep = ""
+    if shape.has_change_type:
+        columns.append(f"{quote(CHANGE_TYPE)} AS __sx_ct")
+        keep = f" WHERE {quote(CHANGE_TYPE)} IS NULL OR {quote(CHANGE_TYPE)} <> {sql_string(PREIMAGE)}"
+    if shape.sequence_by:
+        columns.append(f"{quote(shape.sequence_by)} AS __sx_seq")
+    inputs = f"SELECT {', '.join(columns)} FROM {source}{keep}"
+
+    fn = shape.function
+    key_text = key_text_sql(shape.key)
+    checks = [
+        (f"{order} IS NULL",
+         raise_error_sql("NULL_ORDER_VALUE", fn, key=key_text, order_by=shape.order_by)),
+        (f"{order} = __sx_prev_order",
+         raise_error_sql("AMBIGUOUS_ORDER", fn, key=key_text, order_by=shape.order_by, value=SqlValue(order))),
+    ]
+    if shape.has_change_type:
+        checks.append((
+            f"__sx_ct IS NULL OR __sx_ct NOT IN ({', '.join(sql_string(t) for t in CHANGE_TYPES)})",
+            raise_error_sql("UNKNOWN_CHANGE_TYPE", fn, key=key_text, value=SqlValue("__sx_ct")),
+        ))
+    if shape.sequence_by:
+        checks.append(("__sx_seq IS NULL",
+                       raise_error_sql("NULL_SEQUENCE_VALUE", fn, key=key_text, sequence_by=shape.sequence_by)))
+    check = "CASE " + " ".join(f"WHEN {cond} THEN {err}" for cond, err in checks) + " ELSE TRUE END"
+
+    over = window(shape)
+    marks = [f"LAG({order}) OVER ({over}) AS __sx_prev_order"]
+    if shape.sequence_by:
+        marks.append(f"MAX(__sx_seq) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest")
+        stale = " AND (__sx_latest IS NULL OR __sx_seq >= __sx_latest)"
+        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({check}){stale}"
+        return f"SELECT *, {', '.join(window_extra)} FROM ({checked})" if window_extra else checked
+    # one window pass computes the checks and the caller's window columns together
+    return f"SELECT * FROM (SELECT *, {', '.join(marks + list(window_extra))} FROM ({inputs})) WHERE {check}"
+
+
+def struct_sql(columns: Sequence[str], source: dict[str, str] | None = None) -> str:
+    """``named_struct`` of ``columns``, each read from ``source[name]`` or the column itself."""
+    source = source or {}
+    return "named_struct(" + ", ".join(
+        f"{sql_string(c)}, {source.get(c, quote(c))}" for c in columns) + ")"
+
+
+def minimal_changes_sql(query: str, columns: Sequence[str], order: str) -> str:
+    """The minimal change feed of a result whose rows ``query`` gives as ``__sx_before`` and
+    ``__sx_after`` (structs of ``columns``; NULL where the key has no row), one query row per
+    key and ordering value: nothing, an insert, a delete, or a pre/post pair when the rows
+    differ. Slot 0 forwards the old row, slot 1 the new one."""
+    from udfs.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE
+
+    none = "CAST(array() AS ARRAY<INT>)"
+    slots = (
+        "CASE WHEN __sx_before IS NOT NULL AND __sx_after IS NOT NULL THEN "
+        f"(CASE WHEN __sx_before <=> __sx_after THEN {none} ELSE array(0, 1) END) "
+        f"WHEN __sx_after IS NOT NULL THEN array(1) WHEN __sx_before IS NOT NULL THEN array(0) "
+        f"ELSE {none} END"
+    )
+    images = [
+        f"CASE WHEN __sx_slot = 0 THEN __sx_before.{quote(c)} ELSE __sx_after.{quote(c)} END AS {quote(c)}"
+        for c in columns
+    ]
+    kind = (
+        f"CASE WHEN __sx_slot = 0 THEN (CASE WHEN __sx_after IS NOT NULL THEN {sql_string(PREIMAGE)} "
+        f"ELSE {sql_string(DELETE)} END) ELSE (CASE WHEN __sx_before IS NOT NULL "
+        f"THEN {sql_string(POSTIMAGE)} ELSE {sql_string(INSERT)} END) END AS {quote(CHANGE_TYPE)}"
+    )
+    return (
+        f"SELECT {', '.join(images)}, {kind}, {quote(order)} "
+        f"FROM ({query}) LATERAL VIEW explode({slots}) __sx_slots AS __sx_slot"
+    )

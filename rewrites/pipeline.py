@@ -16,12 +16,14 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from rewrites.changelog_filter_to_sql import changelog_filter_to_sql
+from rewrites.fk_join_to_sql import fk_join_to_sql
 from rewrites.dialect import SparkExt, parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import MappingRelations, Relations
 
 RULES: list[Callable[..., exp.Expression]] = [
     changelog_filter_to_sql,
+    fk_join_to_sql,
 ]
 
 

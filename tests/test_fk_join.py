@@ -1,0 +1,302 @@
+"""FK_JOIN against the seeds' event tables (000, 002) and against a replay of seed 002's
+workflow (tests/fk_reference.py) on random interleavings of left and right changes."""
+
+from collections import Counter
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sqlext
+from fk_reference import TOMBSTONE, replay, result_table_changes
+
+LEFT_CDF = "id STRING, fk BIGINT, note STRING, _change_type STRING, _commit_version BIGINT"
+LEFT_UPSERT = "id STRING, fk BIGINT, note STRING, _commit_version BIGINT"
+RIGHT_CDF = "rid BIGINT, name STRING, _change_type STRING, _commit_version BIGINT"
+RIGHT_UPSERT = "rid BIGINT, name STRING, _commit_version BIGINT"
+SHAPES = ("cdf", "upsert")
+_names = itertools.count()
+
+
+def feed(events, shape, key_column):
+    """Input rows for one side from (version, key, row-or-None) events."""
+    current, rows = {}, []
+    for version, key, row in events:
+        old = current.get(key)
+        if shape == "upsert":
+            values = row if row is not None else {c: None for c in (old or _EMPTY[key_column])}
+            rows.append({key_column: key, **values, "_commit_version": version})
+        elif row is None:
+            if old is not None:
+                rows.append({key_column: key, **old, "_change_type": "delete", "_commit_version": version})
+            else:
+                rows.append({key_column: key, **_EMPTY[key_column], "_change_type": "delete",
+                             "_commit_version": version})
+        elif old is None:
+            rows.append({key_column: key, **row, "_change_type": "insert", "_commit_version": version})
+        else:
+            rows.append({key_column: key, **old, "_change_type": "update_preimage", "_commit_version": version})
+            rows.append({key_column: key, **row, "_change_type": "update_postimage", "_commit_version": version})
+        if row is None:
+            current.pop(key, None)
+        else:
+            current[key] = row
+    return rows
+
+
+_EMPTY = {"id": {"fk": None, "note": None}, "rid": {"name": None}}
+
+
+def fk_join(spark, events, shape, join_type, emit):
+    """Run FK_JOIN over events (version, side, key, row-or-None); rows as dicts."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    left = [(v, k, r) for v, side, k, r in events if side == "left"]
+    right = [(v, k, r) for v, side, k, r in events if side == "right"]
+    n = next(_names)
+    names = {"left": f"fk_left_{n}", "right": f"fk_right_{n}"}
+    spark.createDataFrame(feed(left, shape, "id"),
+                          _parse_datatype_string(LEFT_CDF if shape == "cdf" else LEFT_UPSERT)
+                          ).createOrReplaceTempView(names["left"])
+    spark.createDataFrame(feed(right, shape, "rid"),
+                          _parse_datatype_string(RIGHT_CDF if shape == "cdf" else RIGHT_UPSERT)
+                          ).createOrReplaceTempView(names["right"])
+    query = (f"SELECT * FROM FK_JOIN(left => TABLE({names['left']}), right => TABLE({names['right']}), "
+             f"left_key => 'id', foreign_key => 'fk', right_key => 'rid', join_type => '{join_type}', "
+             f"emit => '{emit}')")
+    try:
+        return [r.asDict() for r in sqlext.sql(spark, query).collect()]
+    finally:
+        for name in names.values():
+            spark.catalog.dropTempView(name)
+
+
+def compact(rows, emit):
+    """(key, fk, right name, kind, version) rows in forwarding order; (key, fk, name) for final."""
+    if emit == "final":
+        return sorted((r["id"], r["fk"], r["name"]) for r in rows)
+    rank = {"update_preimage": 0, "update_postimage": 1}
+    return sorted(((r["id"], r["fk"], r["name"], r["_change_type"], r["_commit_version"]) for r in rows),
+                  key=lambda t: (t[4], t[0], rank.get(t[3], 0)))
+
+
+def L(fk, note="n"):
+    return {"fk": fk, "note": note}
+
+
+def R(name):
+    return {"name": name}
+
+
+# Seed 002's event table (the seed's RHS-0 holds (1, foo) before the first left event).
+SEED_EVENTS = [
+    (1, "right", 1, R("foo")),
+    (2, "left", "k", L(1)),        # publish new event (k,1): normal fk-join
+    (3, "left", "k", L(2)),        # change fk to 2: no right row 2
+    (4, "left", "k", L(3)),        # change fk to 3: no right row 3 (yet)
+    (5, "right", 3, R("bar")),     # publish (3,bar): prefix scan re-emits k
+    (6, "left", "k", None),        # delete k
+    (7, "left", "k", L(1)),        # publish original event again
+    (8, "left", "q", L(10)),       # publish (q,10): no right row 10
+    (9, "right", 10, R("baz")),    # publish (10,baz)
+]
+
+SEED_EXPECTED = {
+    ("inner", "records"): [
+        ("k", 1, "foo", "upsert", 2),
+        ("k", None, None, "delete", 3),   # must indicate a delete: (k,1,foo) no longer valid
+        ("k", None, None, "delete", 4),   # "ideally would not publish a delete" but does
+        ("k", 3, "bar", "upsert", 5),     # prefix scan
+        ("k", None, None, "delete", 6),   # propagate null through the sub-topology
+        ("k", 1, "foo", "upsert", 7),
+        ("q", 10, "baz", "upsert", 9),    # (q,10) alone forwarded nothing for the inner join
+    ],
+    ("left", "records"): [
+        ("k", 1, "foo", "upsert", 2),
+        ("k", 2, None, "upsert", 3),
+        ("k", 3, None, "upsert", 4),
+        ("k", 3, "bar", "upsert", 5),
+        ("k", None, None, "delete", 6),
+        ("k", 1, "foo", "upsert", 7),
+        ("q", 10, None, "upsert", 8),     # the only real difference between inner and left
+        ("q", 10, "baz", "upsert", 9),
+    ],
+    ("inner", "changes"): [
+        ("k", 1, "foo", "insert", 2),
+        ("k", 1, "foo", "delete", 3),
+        ("k", 3, "bar", "insert", 5),
+        ("k", 3, "bar", "delete", 6),
+        ("k", 1, "foo", "insert", 7),
+        ("q", 10, "baz", "insert", 9),
+    ],
+    ("left", "changes"): [
+        ("k", 1, "foo", "insert", 2),
+        ("k", 1, "foo", "update_preimage", 3), ("k", 2, None, "update_postimage", 3),
+        ("k", 2, None, "update_preimage", 4), ("k", 3, None, "update_postimage", 4),
+        ("k", 3, None, "update_preimage", 5), ("k", 3, "bar", "update_postimage", 5),
+        ("k", 3, "bar", "delete", 6),
+        ("k", 1, "foo", "insert", 7),
+        ("q", 10, None, "insert", 8),
+        ("q", 10, None, "update_preimage", 9), ("q", 10, "baz", "update_postimage", 9),
+    ],
+    ("inner", "final"): [("k", 1, "foo"), ("q", 10, "baz")],
+    ("left", "final"): [("k", 1, "foo"), ("q", 10, "baz")],
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("join_type, emit", list(SEED_EXPECTED))
+def test_seed_event_table(spark, shape, join_type, emit):
+    got = compact(fk_join(spark, SEED_EVENTS, shape, join_type, emit), emit)
+    assert got == SEED_EXPECTED[(join_type, emit)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("join_type, emit", [k for k in SEED_EXPECTED if k[1] != "final"])
+def test_seed_event_table_as_a_prefix(spark, shape, join_type, emit):
+    """Each row of the event table on its own: replaying the first n events gives the first
+    part of the expected output (so each line of the table is checked where it happens)."""
+    for n in (2, 3, 4, 5, 6):
+        events = SEED_EVENTS[:n]
+        last = events[-1][0]
+        expected = [r for r in SEED_EXPECTED[(join_type, emit)] if r[4] <= last]
+        assert compact(fk_join(spark, events, shape, join_type, emit), emit) == expected, n
+
+
+NULL_FK_EVENTS = [
+    (1, "right", 1, R("foo")),
+    (2, "left", "a", L(1)),        # joins
+    (3, "left", "a", L(None)),     # fk to NULL: inner retracts, left pads
+    (4, "left", "a", L(1, "x")),   # fk back from NULL: re-created
+    (5, "left", "b", L(None)),     # new row with NULL fk: inner nothing, left padded
+    (6, "left", "b", None),        # delete of a row that never joined: tombstone in records
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_null_foreign_key_both_directions(spark, shape):
+    assert compact(fk_join(spark, NULL_FK_EVENTS, shape, "inner", "changes"), "changes") == [
+        ("a", 1, "foo", "insert", 2),
+        ("a", 1, "foo", "delete", 3),
+        ("a", 1, "foo", "insert", 4),
+    ]
+    assert compact(fk_join(spark, NULL_FK_EVENTS, shape, "left", "changes"), "changes") == [
+        ("a", 1, "foo", "insert", 2),
+        ("a", 1, "foo", "update_preimage", 3), ("a", None, None, "update_postimage", 3),
+        ("a", None, None, "update_preimage", 4), ("a", 1, "foo", "update_postimage", 4),
+        ("b", None, None, "insert", 5),
+        ("b", None, None, "delete", 6),
+    ]
+    assert compact(fk_join(spark, NULL_FK_EVENTS, shape, "inner", "records"), "records") == [
+        ("a", 1, "foo", "upsert", 2),
+        ("a", None, None, "delete", 3),
+        ("a", 1, "foo", "upsert", 4),
+        ("b", None, None, "delete", 6),
+    ]
+
+
+def test_records_tombstone_keeps_key_and_nulls_every_other_column(spark):
+    rows = fk_join(spark, SEED_EVENTS[:3], "cdf", "inner", "records")
+    tombstone = [r for r in rows if r["_change_type"] == "delete"][0]
+    assert tombstone == {"id": "k", "fk": None, "note": None, "rid": None, "name": None,
+                         "_change_type": "delete", "_commit_version": 3}
+
+
+def test_right_change_reemits_every_subscribed_left_row(spark):
+    events = [(1, "left", f"o{i}", L(7)) for i in range(5)] + [(2, "right", 7, R("x")), (3, "right", 7, R("y"))]
+    records = compact(fk_join(spark, events, "upsert", "inner", "records"), "records")
+    assert records == [(f"o{i}", 7, "x", "upsert", 2) for i in range(5)] + \
+                      [(f"o{i}", 7, "y", "upsert", 3) for i in range(5)]
+
+
+def test_column_clash_gets_right_suffix(spark, view):
+    view("cl", [("a", 1, "left-name", 1)], "id STRING, fk BIGINT, name STRING, _commit_version BIGINT")
+    view("cr", [(1, "right-name", 1)], "id BIGINT, name STRING, _commit_version BIGINT")
+    frame = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(cl), right => TABLE(cr), left_key => 'id', "
+                              "foreign_key => 'fk', right_key => 'id', emit => 'final')")
+    assert frame.columns == ["id", "fk", "name", "id_right", "name_right"]
+    assert [tuple(r) for r in frame.collect()] == [("a", 1, "left-name", 1, "right-name")]
+
+
+def test_foreign_key_is_any_expression_over_the_left_row(spark, view):
+    view("el", [("a", "C-7", 1)], "id STRING, ref STRING, _commit_version BIGINT")
+    view("er", [(7, "seven", 1)], "rid BIGINT, name STRING, _commit_version BIGINT")
+    rows = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(el), right => TABLE(er), left_key => 'id', "
+                             "foreign_key => 'CAST(substring(ref, 3) AS BIGINT)', right_key => 'rid', "
+                             "emit => 'final')").collect()
+    assert [tuple(r) for r in rows] == [("a", "C-7", 7, "seven")]
+
+
+# ---- against the reference replay ------------------------------------------------------
+
+def _flatten(key, value):
+    if value is TOMBSTONE:
+        return {"id": key, "fk": None, "note": None, "rid": None, "name": None}
+    left, right = value["left"], value["right"]
+    return {"id": key, "fk": left["fk"], "note": left["note"],
+            "rid": left["fk"] if right is not None else None, "name": right["name"] if right else None}
+
+
+def reference_outputs(events, join_type):
+    run = replay(events, join_type, lambda row: row["fk"])
+    records = [{**_flatten(k, v), "_change_type": "delete" if v is TOMBSTONE else "upsert",
+                "_commit_version": ver} for k, v, ver in run.records]
+    changes_raw, table = result_table_changes(run.records)
+    changes = [{**_flatten(k, v), "_change_type": kind, "_commit_version": ver} for kind, k, v, ver in changes_raw]
+    final = [{k: v for k, v in _flatten(key, value).items()} for key, value in table.items()]
+    return {"records": records, "changes": changes, "final": final}
+
+
+def multiset(rows):
+    return Counter(tuple(sorted(r.items())) for r in rows)
+
+
+# random interleavings: left keys a..d, right keys 1..3, fk changes, NULL fks, deletes, re-inserts
+left_event = st.tuples(st.just("left"), st.sampled_from("abcd"),
+                       st.one_of(st.none(), st.builds(L, st.one_of(st.none(), st.integers(1, 3)),
+                                                     st.sampled_from(["n", "m"]))))
+right_event = st.tuples(st.just("right"), st.integers(1, 3),
+                        st.one_of(st.none(), st.builds(R, st.sampled_from(["x", "y"]))))
+event_lists = st.lists(st.one_of(left_event, right_event), max_size=24).flatmap(
+    lambda evs: st.lists(st.integers(0, 2), min_size=len(evs), max_size=len(evs)).map(
+        # versions ascend, sometimes shared by a left and a right change (never by one key)
+        lambda gaps: _versioned(evs, gaps)))
+
+
+def _versioned(events, gaps):
+    out, version, used = [], 0, set()
+    for (side, key, row), gap in zip(events, gaps):
+        version += gap
+        if (version, side, key) in used or gap == 0 and out and out[-1][1] == side:
+            version += 1
+        used.add((version, side, key))
+        out.append((version, side, key, row))
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=event_lists, join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(SHAPES))
+def test_matches_reference_replay(spark, events, join_type, shape):
+    expected = reference_outputs(events, join_type)
+    for emit in ("records", "changes", "final"):
+        got = fk_join(spark, events, shape, join_type, emit)
+        assert multiset(got) == multiset(expected[emit]), emit
+        if emit == "records":  # and in forwarding order where the order is defined
+            assert compact(got, emit) == compact(expected[emit], emit)
+
+
+@pytest.mark.parametrize("join_type", ["inner", "left"])
+def test_final_equals_plain_join_of_final_tables(spark, view, join_type):
+    events = [(1, "right", 1, R("x")), (2, "left", "a", L(1)), (3, "left", "b", L(2)), (4, "right", 2, R("y")),
+              (5, "left", "c", L(None)), (6, "right", 2, None), (7, "left", "d", L(3)), (8, "left", "b", L(1))]
+    got = fk_join(spark, events, "cdf", join_type, "final")
+    left_final, right_final = {}, {}
+    for version, side, key, row in events:
+        (left_final if side == "left" else right_final)[key] = row
+    view("lf", [(k, r["fk"], r["note"]) for k, r in left_final.items() if r], "id STRING, fk BIGINT, note STRING")
+    view("rf", [(k, r["name"]) for k, r in right_final.items() if r], "rid BIGINT, name STRING")
+    join = "JOIN" if join_type == "inner" else "LEFT JOIN"
+    plain = spark.sql(f"SELECT lf.id, lf.fk, lf.note, rf.rid, rf.name FROM lf {join} rf ON lf.fk = rf.rid").collect()
+    assert multiset(got) == multiset([r.asDict() for r in plain])
+    assert len(got) == (2 if join_type == "inner" else 4)

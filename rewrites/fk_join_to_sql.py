@@ -109,9 +109,6 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str) -> str:
     ctes = [
         f"__sx_lc AS ({left_changes})",
         f"__sx_rc AS (SELECT *, CASE WHEN __sx_present THEN {right_row} END AS __sx_rrow FROM ({right_changes}))",
-        # left rows subscribed to a right key: present, with a foreign key, over [from, to)
-        f"__sx_ls AS (SELECT {keys}, {left_row} AS __sx_lrow, __sx_fk, {order} AS __sx_from, "
-        f"__sx_next AS __sx_to, __sx_had_row FROM __sx_lc WHERE __sx_present AND __sx_fk IS NOT NULL)",
     ]
     result = _result_sql(spec)
 
@@ -125,37 +122,45 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str) -> str:
             f"ON __sx_l.__sx_fk = __sx_r.{rkey}))"
         )
 
-    # each subscribed left change joins the right row of the interval covering its version
-    asof = (
-        f"SELECT __sx_ls.*, __sx_ri.__sx_rrow FROM __sx_ls LEFT JOIN "
-        f"(SELECT {rkey} AS __sx_rk, {order} AS __sx_rfrom, __sx_next AS __sx_rto, __sx_rrow FROM __sx_rc) __sx_ri "
-        f"ON __sx_ls.__sx_fk = __sx_ri.__sx_rk AND __sx_ri.__sx_rfrom <= __sx_ls.__sx_from "
-        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_ls.__sx_from < __sx_ri.__sx_rto)"
-    )
-    # left changes not subscribed anywhere: deletes, and rows without a foreign key
-    unsubscribed = (
-        f"SELECT {keys}, {order} AS __sx_from, CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow, "
-        f"__sx_had_row FROM __sx_lc WHERE NOT (__sx_present AND __sx_fk IS NOT NULL)"
-    )
-    # each right change reaches the left rows subscribed to it at that moment (the prefix
-    # scan); in records mode also those whose next change has the same version, since the
-    # right change is forwarded first
+    # One join finds, for every left change, the right intervals of its foreign key that
+    # overlap the left row's own interval [from, to): the one covering `from` gives the right
+    # row the change joins (as-of); each one starting inside is a right change reaching this
+    # subscribed row (the prefix scan). A virtual interval before a right key's first change
+    # (right row absent) makes "covering `from`" always exist once the key has any change.
+    # In records mode a right change at the left row's next version still reaches it, since
+    # the right change is forwarded first.
     upper = "<" if spec.emit == "changes" else "<="
-    scanned = "" if spec.emit == "changes" else " WHERE __sx_present OR __sx_had_row"
-    induced = (
-        f"SELECT __sx_ls.{keys.replace(', ', ', __sx_ls.')}, __sx_r.{order} AS __sx_at, __sx_ls.__sx_lrow, "
-        f"__sx_r.__sx_rrow FROM (SELECT {rkey}, {order}, __sx_rrow FROM __sx_rc{scanned}) __sx_r "
-        f"JOIN __sx_ls ON __sx_ls.__sx_fk = __sx_r.{rkey} AND __sx_ls.__sx_from < __sx_r.{order} "
-        f"AND (__sx_ls.__sx_to IS NULL OR __sx_r.{order} {upper} __sx_ls.__sx_to)"
+    right_intervals = (
+        f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
+        f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
+        f"CASE WHEN __sx_slot = 0 THEN NULL ELSE __sx_rrow END AS __sx_rrow, "
+        f"__sx_slot = 1 AND (__sx_present OR __sx_had_row) AS __sx_reaches "
+        f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_prev_order IS NULL THEN array(0, 1) ELSE array(1) END) "
+        f"__sx_slots AS __sx_slot"
+    )
+    matched = (
+        f"SELECT __sx_l.*, __sx_ri.* FROM "
+        f"(SELECT {keys}, {order} AS __sx_from, __sx_next AS __sx_to, __sx_had_row, __sx_fk, "
+        f"__sx_present AND __sx_fk IS NOT NULL AS __sx_subscribed, "
+        f"CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow FROM __sx_lc) __sx_l "
+        f"LEFT JOIN ({right_intervals}) __sx_ri "
+        f"ON __sx_l.__sx_subscribed AND __sx_l.__sx_fk = __sx_ri.__sx_rk "
+        f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_l.__sx_to IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_to) "
+        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto)"
     )
     is_left = "TRUE" if spec.join_type == "left" else "FALSE"
-    # records: when each kind of event forwards a record (1) or nothing (NULL)
-    subscribed_emits = f"CASE WHEN __sx_rrow IS NOT NULL OR {is_left} OR __sx_had_row THEN 1 END"
-    unsubscribed_emits = f"CASE WHEN (__sx_lrow IS NOT NULL AND {is_left}) OR __sx_had_row THEN 1 END"
+    asof = "__sx_rk IS NULL OR __sx_rfrom IS NULL OR __sx_rfrom <= __sx_from"
+    # records: an as-of event forwards the joined or padded row, or a tombstone where the key
+    # had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, left deletes); a right change
+    # forwards to every row it reaches
+    emits = (
+        f"CASE WHEN NOT ({asof}) THEN (CASE WHEN __sx_reaches THEN 1 END) "
+        f"WHEN __sx_lrow IS NOT NULL AND (__sx_rrow IS NOT NULL OR {is_left}) THEN 1 "
+        f"WHEN __sx_had_row THEN 1 END"
+    )
     events = (
-        f"SELECT {keys}, __sx_from AS __sx_v, __sx_lrow, __sx_rrow, {subscribed_emits} AS __sx_emit FROM ({asof}) "
-        f"UNION ALL SELECT {keys}, __sx_from, __sx_lrow, NULL, {unsubscribed_emits} FROM ({unsubscribed}) "
-        f"UNION ALL SELECT {keys}, __sx_at, __sx_lrow, __sx_rrow, 1 FROM ({induced})"
+        f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS __sx_v, __sx_lrow, __sx_rrow, "
+        f"{emits} AS __sx_emit FROM ({matched})"
     )
     if spec.emit == "changes":
         diff = (

@@ -2,6 +2,7 @@
 session, checks that both give the same rows, and reports median times and their ratio.
 
     sqlext bench filter --rows 10000000 --runs 3
+    sqlext bench fk --left 5000000 --right 500000 --runs 3
 """
 
 from __future__ import annotations
@@ -129,10 +130,93 @@ def bench_filter(spark, rows: int, runs: int) -> tuple[Timing, Timing]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_benchmark(what: str, rows: int, runs: int) -> int:
+FK_SQLEXT = """
+SELECT * FROM FK_JOIN(
+  left => TABLE(bench_orders), right => TABLE(bench_customers),
+  left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id',
+  join_type => 'inner', emit => '{emit}')
+"""
+
+# The plain snapshot join: the final table of each side (latest change per key, deletes
+# dropped), joined.
+FK_SNAPSHOT = """
+WITH orders AS (
+  SELECT order_id, customer_id, amount FROM (
+    SELECT *, row_number() OVER (PARTITION BY order_id ORDER BY _commit_version DESC) AS rn
+    FROM bench_orders WHERE _change_type <> 'update_preimage')
+  WHERE rn = 1 AND _change_type <> 'delete'),
+customers AS (
+  SELECT id, name, tier FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _commit_version DESC) AS rn
+    FROM bench_customers WHERE _change_type <> 'update_preimage')
+  WHERE rn = 1 AND _change_type <> 'delete')
+SELECT o.order_id, o.customer_id, o.amount, c.id, c.name, c.tier
+FROM orders o JOIN customers c ON o.customer_id = c.id
+"""
+
+
+def make_fk_inputs(spark, left: int, right: int, directory: str) -> None:
+    """Orders (left) and customers (right) change feeds, written once as Parquet.
+
+    Customers: right/5 keys, about 5 changes each. Orders: left/5 keys, about 5 changes each,
+    each change picking its customer from a Zipf-like (log-uniform) distribution, so that
+    customer 1 is referenced by about 6% of all order changes. Versions are unique per key.
+    """
+    customers = max(1, right // 5)
+    orders = max(1, left // 5)
+    spread = max(1, left // max(1, right))
+    kinds = """CASE WHEN id < {keys} THEN 'insert'
+                    WHEN pmod(hash(id, 11), 10) = 0 THEN 'delete'
+                    WHEN pmod(hash(id, 11), 10) = 1 THEN 'insert'
+                    ELSE 'update_postimage' END AS _change_type"""
+    spark.range(right).selectExpr(
+        f"id % {customers} + 1 AS id",
+        "concat('customer-', CAST(pmod(hash(id, 3), 100000) AS STRING)) AS name",
+        "CAST(pmod(hash(id, 5), 4) AS INT) AS tier",
+        kinds.format(keys=customers),
+        f"id * {spread} AS _commit_version",
+    ).write.mode("overwrite").parquet(f"{directory}/customers")
+    spark.range(left).selectExpr(
+        f"id % {orders} AS order_id",
+        f"CAST(floor(exp((pmod(hash(id, 17), 1000000) / 1000000.0) * ln({customers}))) AS BIGINT) AS customer_id",
+        "CAST(pmod(hash(id, 19), 100000) AS BIGINT) AS amount",
+        kinds.format(keys=orders),
+        "id AS _commit_version",
+    ).write.mode("overwrite").parquet(f"{directory}/orders")
+    spark.read.parquet(f"{directory}/customers").createOrReplaceTempView("bench_customers")
+    spark.read.parquet(f"{directory}/orders").createOrReplaceTempView("bench_orders")
+
+
+def bench_fk(spark, left: int, right: int, runs: int) -> tuple[Timing, Timing]:
+    import sqlext
+
+    directory = tempfile.mkdtemp(prefix="sqlext-bench-")
+    try:
+        make_fk_inputs(spark, left, right, directory)
+        final = sqlext.sql(spark, FK_SQLEXT.format(emit="final"))
+        if fingerprint(spark, final) != fingerprint(spark, spark.sql(FK_SNAPSHOT)):
+            raise SystemExit("bench fk: FK_JOIN emit => 'final' differs from the snapshot join")
+        mine, theirs = Timing("sqlext", []), Timing("native", [])
+        changes = lambda: sqlext.sql(spark, FK_SQLEXT.format(emit="changes"))  # noqa: E731
+        snapshot = lambda: spark.sql(FK_SNAPSHOT)  # noqa: E731
+        time_query(spark, changes, 1)
+        time_query(spark, snapshot, 1)
+        for _ in range(runs):
+            mine.seconds += time_query(spark, changes, 1)
+            theirs.seconds += time_query(spark, snapshot, 1)
+        report(f"FK_JOIN emit => 'changes' ({left:,} left and {right:,} right changes, Zipf foreign keys) "
+               f"against the snapshot join of the final tables ({runs} runs each)", mine, theirs)
+        return mine, theirs
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0) -> int:
     from sqlext.session import local_session
 
     spark = local_session("sqlext-bench")
     if what == "filter":
         bench_filter(spark, rows, runs)
+    elif what == "fk":
+        bench_fk(spark, left, right, runs)
     return 0

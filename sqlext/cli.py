@@ -3,6 +3,7 @@
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
     sqlext explain FILE.sql              each statement before and after rewriting, and why
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
+    sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter"])
-    bench.add_argument("--rows", type=int, default=1_000_000, help="number of input changes")
+    bench.add_argument("what", choices=["filter", "fk"])
+    bench.add_argument("--rows", type=int, default=1_000_000, help="filter: number of input changes")
+    bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
+    bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
     bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
 
     args = parser.parse_args(argv)
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 
-        return run_benchmark(args.what, rows=args.rows, runs=args.runs)
+        return run_benchmark(args.what, rows=args.rows, runs=args.runs, left=args.left, right=args.right)
     return 2
 
 

@@ -30,45 +30,48 @@ def present_sql(shape: ChangeShape) -> str:
 def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), window_extra: Sequence[str] = ()) -> str:
     """The applied changes of ``source``; ``extra`` are ``expr AS name`` over the input row,
     ``window_extra`` are ``expr AS name`` computed over :func:`window` (after stale changes
-    are dropped), where ``__sx_present`` can be read."""
+    are dropped), where ``__sx_present`` can be read.
+
+    Checks that need one row run before the shuffle (so ``_change_type`` never travels);
+    only the tie check needs the previous change of the key."""
     order = quote(shape.order_by)
     data = [quote(c) for c in shape.data_columns]
     columns = data + [order, f"({present_sql(shape)}) AS __sx_present", *extra]
-    keep = ""
-    if shape.has_change_type:
-        columns.append(f"{quote(CHANGE_TYPE)} AS __sx_ct")
-        keep = f" WHERE {quote(CHANGE_TYPE)} IS NULL OR {quote(CHANGE_TYPE)} <> {sql_string(PREIMAGE)}"
-    if shape.sequence_by:
-        columns.append(f"{quote(shape.sequence_by)} AS __sx_seq")
-    inputs = f"SELECT {', '.join(columns)} FROM {source}{keep}"
-
     fn = shape.function
     key_text = key_text_sql(shape.key)
-    checks = [
+    row_checks = [
         (f"{order} IS NULL",
          raise_error_sql("NULL_ORDER_VALUE", fn, key=key_text, order_by=shape.order_by)),
-        (f"{order} = __sx_prev_order",
-         raise_error_sql("AMBIGUOUS_ORDER", fn, key=key_text, order_by=shape.order_by, value=SqlValue(order))),
     ]
+    keep = ""
     if shape.has_change_type:
-        checks.append((
-            f"__sx_ct IS NULL OR __sx_ct NOT IN ({', '.join(sql_string(t) for t in CHANGE_TYPES)})",
-            raise_error_sql("UNKNOWN_CHANGE_TYPE", fn, key=key_text, value=SqlValue("__sx_ct")),
+        ct = quote(CHANGE_TYPE)
+        row_checks.append((
+            f"{ct} IS NULL OR {ct} NOT IN ({', '.join(sql_string(t) for t in CHANGE_TYPES)})",
+            raise_error_sql("UNKNOWN_CHANGE_TYPE", fn, key=key_text, value=SqlValue(ct)),
         ))
+        keep = f"({ct} IS NULL OR {ct} <> {sql_string(PREIMAGE)}) AND "
     if shape.sequence_by:
-        checks.append(("__sx_seq IS NULL",
-                       raise_error_sql("NULL_SEQUENCE_VALUE", fn, key=key_text, sequence_by=shape.sequence_by)))
-    check = "CASE " + " ".join(f"WHEN {cond} THEN {err}" for cond, err in checks) + " ELSE TRUE END"
+        row_checks.append((f"{quote(shape.sequence_by)} IS NULL", raise_error_sql(
+            "NULL_SEQUENCE_VALUE", fn, key=key_text, sequence_by=shape.sequence_by)))
+    inputs = f"SELECT {', '.join(columns)} FROM {source} WHERE {keep}{_checks(row_checks)}"
+    tie = _checks([(f"{order} = __sx_prev_order", raise_error_sql(
+        "AMBIGUOUS_ORDER", fn, key=key_text, order_by=shape.order_by, value=SqlValue(order)))])
 
     over = window(shape)
     marks = [f"LAG({order}) OVER ({over}) AS __sx_prev_order"]
     if shape.sequence_by:
-        marks.append(f"MAX(__sx_seq) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest")
-        stale = " AND (__sx_latest IS NULL OR __sx_seq >= __sx_latest)"
-        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({check}){stale}"
+        seq = quote(shape.sequence_by)
+        marks.append(f"MAX({seq}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest")
+        stale = f" AND (__sx_latest IS NULL OR {seq} >= __sx_latest)"
+        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({tie}){stale}"
         return f"SELECT *, {', '.join(window_extra)} FROM ({checked})" if window_extra else checked
-    # one window pass computes the checks and the caller's window columns together
-    return f"SELECT * FROM (SELECT *, {', '.join(marks + list(window_extra))} FROM ({inputs})) WHERE {check}"
+    # one window pass computes the tie check and the caller's window columns together
+    return f"SELECT * FROM (SELECT *, {', '.join(marks + list(window_extra))} FROM ({inputs})) WHERE {tie}"
+
+
+def _checks(checks: Sequence[tuple[str, str]]) -> str:
+    return "CASE " + " ".join(f"WHEN {cond} THEN {err}" for cond, err in checks) + " ELSE TRUE END"
 
 
 def struct_sql(columns: Sequence[str], source: dict[str, str] | None = None) -> str:

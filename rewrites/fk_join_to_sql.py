@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
+from rewrites.change_stream import checked_changes, minimal_changes_sql, struct_sql, window
 from rewrites.notes import Notes
 from rewrites.relations import Relations, standalone_query
 from rewrites.table_functions import (
@@ -41,6 +41,10 @@ from udfs.changes import CHANGE_TYPE, DELETE, UPSERT
 from udfs.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
+
+# Right inputs up to this estimated size have their per-key histories broadcast: the left
+# change stream then keeps its order through the join and needs no second shuffle.
+BROADCAST_HISTORY_BYTES = 256 * 1024 * 1024
 
 
 def fk_join_to_sql(
@@ -83,13 +87,15 @@ def fk_join_to_sql(
                 relations.expression_type(queries["right"], quote(spec.right_key)),
             )
         sources = {side: relation_source(call.tables[side]) for side in ("left", "right")}
-        replace_call(table, native_sql(spec, sources["left"], sources["right"]))
+        right_size = relations.size_in_bytes(queries["right"]) if relations is not None else None
+        broadcast = right_size is not None and right_size <= BROADCAST_HISTORY_BYTES
+        replace_call(table, native_sql(spec, sources["left"], sources["right"], broadcast))
         notes.fire(RULE, f"{FUNCTION} ({spec.join_type}, emit => '{spec.emit}') expanded into "
                          "native window functions and joins")
     return expression
 
 
-def native_sql(spec: FkJoinSpec, left_source: str, right_source: str) -> str:
+def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast: bool = False) -> str:
     left, right = spec.left, spec.right
     order = quote(left.order_by)
     rkey = quote(spec.right_key)
@@ -103,92 +109,92 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str) -> str:
     left_row = struct_sql(left.data_columns)
     right_row = struct_sql([right_names[c] for c in right.data_columns],
                            {right_names[c]: quote(c) for c in right.data_columns})
-    left_changes = checked_changes(
-        left, left_source,
-        extra=[f"({spec.foreign_key}) AS __sx_fk"],
-        window_extra=[m.format(o=order, w=window(left)) for m in marks],
+    # rows and foreign keys are built after the shuffle, from the columns it carries anyway
+    left_checked = checked_changes(left, left_source, window_extra=[m.format(o=order, w=window(left)) for m in marks] + [
+        f"LAG(CASE WHEN __sx_present THEN {left_row} END) OVER ({window(left)}) AS __sx_prev_lrow",
+        f"LAG(CASE WHEN __sx_present THEN ({spec.foreign_key}) END) OVER ({window(left)}) AS __sx_prev_fk",
+    ])
+    left_changes = (f"SELECT *, ({spec.foreign_key}) AS __sx_fk, "
+                    f"CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow FROM ({left_checked})")
+    right_checked = checked_changes(right, right_source, window_extra=[m.format(o=order, w=window(right)) for m in marks] + [
+        f"LAG(CASE WHEN __sx_present THEN {right_row} END) OVER ({window(right)}) AS __sx_rprev",
+    ])
+    right_changes = f"SELECT *, CASE WHEN __sx_present THEN {right_row} END AS __sx_rrow FROM ({right_checked})"
+    # Right intervals [from, to) of each right key's row (r; p is the row before), plus a
+    # virtual interval before the key's first change, where the right row is absent, so that
+    # some interval covers every version once a key has any change. from NULL = the start.
+    intervals = (
+        f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
+        f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
+        f"CASE WHEN __sx_slot = 0 THEN NULL ELSE __sx_rrow END AS __sx_r, "
+        f"CASE WHEN __sx_slot = 0 THEN NULL ELSE __sx_rprev END AS __sx_p, "
+        f"__sx_slot = 1 AND (__sx_present OR __sx_had_row) AS __sx_reach "
+        f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_prev_order IS NULL THEN array(0, 1) ELSE array(1) END) "
+        f"__sx_slots AS __sx_slot"
     )
-    right_changes = checked_changes(
-        right, right_source,
-        extra=[f"CASE WHEN {present_sql(right)} THEN {right_row} END AS __sx_rrow"],
-        window_extra=[m.format(o=order, w=window(right)) for m in marks]
-        + [f"LAG(__sx_rrow) OVER ({window(right)}) AS __sx_rprev"],
-    )
-    ctes = [f"__sx_lc AS ({left_changes})", f"__sx_rc AS ({right_changes})"]
+    ctes = [f"__sx_lc AS ({left_changes})", f"__sx_rc AS ({right_changes})", f"__sx_ri AS ({intervals})"]
     result = _result_sql(spec)
 
     if spec.emit == "final":
         join = "JOIN" if spec.join_type == "inner" else "LEFT JOIN"
         return (
-            f"WITH {', '.join(ctes)} SELECT __sx_res.* FROM (SELECT {result('__sx_lrow', '__sx_rrow')} AS __sx_res "
-            f"FROM (SELECT __sx_l.__sx_lrow, __sx_r.__sx_rrow "
-            f"FROM (SELECT *, {left_row} AS __sx_lrow FROM __sx_lc WHERE __sx_last AND __sx_present) __sx_l "
+            f"WITH {', '.join(ctes[:2])} SELECT __sx_res.* FROM (SELECT {result('__sx_l.__sx_lrow', '__sx_r.__sx_rrow')} "
+            f"AS __sx_res FROM (SELECT * FROM __sx_lc WHERE __sx_last AND __sx_present) __sx_l "
             f"{join} (SELECT * FROM __sx_rc WHERE __sx_last AND __sx_present) __sx_r "
-            f"ON __sx_l.__sx_fk = __sx_r.{rkey}))"
+            f"ON __sx_l.__sx_fk = __sx_r.{rkey})"
         )
 
-    # Each right key's history: its changes in order, f = version, t = next version,
-    # r = row after (NULL: none), p = row before, reach = not the delete of an absent row.
-    history = (
-        f"SELECT {rkey} AS __sx_rk, array_sort(collect_list(named_struct('f', {order}, 't', __sx_next, "
-        f"'r', __sx_rrow, 'p', __sx_rprev, 'reach', __sx_present OR __sx_had_row))) AS __sx_hist "
-        f"FROM __sx_rc GROUP BY {rkey}"
-    )
-    joined = (
-        f"SELECT __sx_l.*, __sx_h.__sx_hist FROM "
-        f"(SELECT {keys}, {order} AS __sx_from, __sx_next AS __sx_to, __sx_had_row, __sx_fk, "
-        f"__sx_present AND __sx_fk IS NOT NULL AS __sx_subscribed, "
-        f"CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow FROM __sx_lc) __sx_l "
-        f"LEFT JOIN ({history}) __sx_h ON __sx_l.__sx_subscribed AND __sx_l.__sx_fk = __sx_h.__sx_rk"
-    )
-    # the right row in effect at the left change (right changes at its version come first)
-    asof = ("try_element_at(filter(__sx_hist, x -> x.f <= __sx_from AND (x.t IS NULL OR __sx_from < x.t)), 1).r")
-    # right changes inside the left row's interval; in records mode one at the next left
-    # version still reaches the row, being forwarded first
+    hint = "/*+ BROADCAST(__sx_ri) */ " if broadcast else ""
+    subscribed = "__sx_lrow IS NOT NULL AND __sx_fk IS NOT NULL"
     upper = "<" if spec.emit == "changes" else "<="
-    reaching = f"filter(__sx_hist, x -> x.f > __sx_from AND (__sx_to IS NULL OR x.f {upper} __sx_to) AND x.reach)"
-    located = f"SELECT *, {asof} AS __sx_asof, {reaching} AS __sx_reaching FROM ({joined})"
-    after = result("__sx_lrow", "__sx_asof")
+    # One equi-join on the foreign key (with a range condition) finds, for each left change,
+    # the right interval covering its version (the as-of right row; right changes at the
+    # same version come first) and each right change inside the left row's own interval
+    # [version, next version): the seed's prefix scan, reaching this subscribed row. In
+    # records mode a right change at the next left version still reaches the row, being
+    # forwarded first. A right key with very many subscribers is a skewed partition of an
+    # ordinary join (split by Spark, or avoided by broadcasting the right intervals).
+    matched = (
+        f"SELECT {hint}__sx_l.*, __sx_ri.* FROM (SELECT *, {order} AS __sx_from FROM {{left}}) __sx_l "
+        f"LEFT JOIN __sx_ri ON {subscribed} AND __sx_l.__sx_fk = __sx_ri.__sx_rk "
+        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
+        f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
+        f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next) AND __sx_ri.__sx_reach))"
+    )
+    asof = "__sx_rk IS NULL OR __sx_rfrom IS NULL OR __sx_rfrom <= __sx_from"
 
     if spec.emit == "changes":
-        closing_right = ("CASE WHEN coalesce(size(__sx_reaching), 0) > 0 "
-                         "THEN try_element_at(__sx_reaching, -1).r ELSE __sx_asof END")
-        induced = (f"transform(__sx_reaching, x -> named_struct('v', x.f, 'before', {result('__sx_lrow', 'x.p')}, "
-                   f"'after', {result('__sx_lrow', 'x.r')}))")
-        first = "named_struct('v', __sx_from, 'before', __sx_before0, 'after', __sx_after0)"
-        stepped = (
-            f"SELECT *, LAG(__sx_close) OVER (PARTITION BY {keys} ORDER BY __sx_from) AS __sx_before0 FROM "
-            f"(SELECT *, {after} AS __sx_after0, {result('__sx_lrow', closing_right)} AS __sx_close, "
-            f"{induced} AS __sx_induced FROM ({located}))"
+        # the row before a left change: the previous left row with the right row in effect
+        # just before this version, looked up at the previous foreign key
+        before = (
+            f"SELECT {hint}__sx_lc.*, __sx_ri.__sx_r AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
+            f"ON __sx_lc.__sx_prev_fk = __sx_ri.__sx_rk "
+            f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom < __sx_lc.{order}) "
+            f"AND (__sx_ri.__sx_rto IS NULL OR __sx_ri.__sx_rto >= __sx_lc.{order})"
         )
         events = (
-            f"SELECT {keys}, __sx_e.v AS {order}, __sx_e.before AS __sx_before, __sx_e.after AS __sx_after "
-            f"FROM ({stepped}) LATERAL VIEW explode(CASE WHEN __sx_induced IS NULL THEN array({first}) "
-            f"ELSE concat(array({first}), __sx_induced) END) __sx_events AS __sx_e"
+            f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
+            f"CASE WHEN {asof} THEN {result('__sx_prev_lrow', '__sx_rbefore')} "
+            f"ELSE {result('__sx_lrow', '__sx_p')} END AS __sx_before, "
+            f"{result('__sx_lrow', '__sx_r')} AS __sx_after "
+            f"FROM ({matched.format(left=f'({before})')})"
         )
         return f"WITH {', '.join(ctes)} " + minimal_changes_sql(events, spec.data_columns, left.order_by)
 
-    # emit => 'records': the left change's own record (joined, padded for a left join, or a
-    # tombstone where the key had a row: PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE and left
-    # deletes), then one record per right change reaching the row
+    # emit => 'records': a left change forwards the joined row, the padded row (left join) or
+    # a tombstone where the key had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, deletes);
+    # each right change reaching a subscribed row forwards it
     is_left = "TRUE" if spec.join_type == "left" else "FALSE"
-    own = (
-        f"named_struct('v', __sx_from, 'res', {after}, 'emit', "
-        f"(__sx_lrow IS NOT NULL AND (__sx_asof IS NOT NULL OR {is_left})) OR __sx_had_row)"
-    )
-    induced = f"transform(__sx_reaching, x -> named_struct('v', x.f, 'res', {result('__sx_lrow', 'x.r')}, 'emit', TRUE))"
-    events = (
-        f"SELECT {keys}, __sx_e.v AS __sx_v, __sx_e.res AS __sx_res FROM ({located}) "
-        f"LATERAL VIEW explode(CASE WHEN __sx_reaching IS NULL THEN array({own}) "
-        f"ELSE concat(array({own}), {induced}) END) __sx_events AS __sx_e WHERE __sx_e.emit"
-    )
+    emits = (f"NOT ({asof}) OR (__sx_lrow IS NOT NULL AND (__sx_r IS NOT NULL OR {is_left})) "
+             f"OR __sx_had_row")
     columns = [
         quote(c) if c in left.key else f"__sx_res.{quote(c)} AS {quote(c)}" for c in spec.data_columns
     ]
     kind = f"CASE WHEN __sx_res IS NULL THEN {sql_string(DELETE)} ELSE {sql_string(UPSERT)} END"
     return (
-        f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {kind} AS {quote(CHANGE_TYPE)}, "
-        f"__sx_v AS {order} FROM ({events})"
+        f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {kind} AS {quote(CHANGE_TYPE)}, {order} FROM ("
+        f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
+        f"{result('__sx_lrow', '__sx_r')} AS __sx_res FROM ({matched.format(left='__sx_lc')}) WHERE {emits})"
     )
 
 

@@ -22,6 +22,9 @@ class Relations(Protocol):
     def expression_type(self, query: str, expression: str) -> str | None:
         """Spark's type name of ``expression`` evaluated over the rows of ``query``."""
 
+    def size_in_bytes(self, query: str) -> int | None:
+        """Spark's estimate of the size of ``query``'s result, if it has one."""
+
 
 class MappingRelations:
     """Relations known from a mapping ``{table: {column: type}}`` (or ``{table: [columns]}``).
@@ -45,6 +48,9 @@ class MappingRelations:
         return None
 
     def expression_type(self, query: str, expression: str) -> str | None:
+        return None
+
+    def size_in_bytes(self, query: str) -> int | None:
         return None
 
 

@@ -80,6 +80,15 @@ class SparkRelations:
             return None
         return schema.fields[0].dataType.simpleString()
 
+    def size_in_bytes(self, query: str) -> int | None:
+        from pyspark.errors import PySparkException
+
+        try:
+            frame = self._spark.sql(query)
+            return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        except (PySparkException, AttributeError, ValueError):
+            return None  # no estimate (for example on a Spark Connect session)
+
     def _schema(self, query: str):
         from pyspark.errors import PySparkException
 

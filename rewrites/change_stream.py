@@ -85,26 +85,41 @@ def minimal_changes_sql(query: str, columns: Sequence[str], order: str) -> str:
     """The minimal change feed of a result whose rows ``query`` gives as ``__sx_before`` and
     ``__sx_after`` (structs of ``columns``; NULL where the key has no row), one query row per
     key and ordering value: nothing, an insert, a delete, or a pre/post pair when the rows
-    differ. Slot 0 forwards the old row, slot 1 the new one."""
+    differ."""
+    return minimal_changes_from_parts_sql(
+        query,
+        [(c, f"__sx_before.{quote(c)}", f"__sx_after.{quote(c)}") for c in columns],
+        before_present="__sx_before IS NOT NULL",
+        after_present="__sx_after IS NOT NULL",
+        same="__sx_before <=> __sx_after",
+        order=order,
+    )
+
+
+def minimal_changes_from_parts_sql(query: str, columns: Sequence[tuple[str, str, str]], before_present: str,
+                                   after_present: str, same: str, order: str) -> str:
+    """:func:`minimal_changes_sql` for a result row the query does not build as one struct:
+    ``columns`` are (name, SQL of its value before, SQL of its value after); the three
+    conditions say whether the key has a row before, after, and whether the rows are equal
+    (only read when both are there). Slot 0 forwards the old row, slot 1 the new one."""
     from udfs.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE
 
     none = "CAST(array() AS ARRAY<INT>)"
     slots = (
-        "CASE WHEN __sx_before IS NOT NULL AND __sx_after IS NOT NULL THEN "
-        f"(CASE WHEN __sx_before <=> __sx_after THEN {none} ELSE array(0, 1) END) "
-        f"WHEN __sx_after IS NOT NULL THEN array(1) WHEN __sx_before IS NOT NULL THEN array(0) "
-        f"ELSE {none} END"
+        f"CASE WHEN __sx_had AND __sx_has THEN (CASE WHEN {same} THEN {none} ELSE array(0, 1) END) "
+        f"WHEN __sx_has THEN array(1) WHEN __sx_had THEN array(0) ELSE {none} END"
     )
     images = [
-        f"CASE WHEN __sx_slot = 0 THEN __sx_before.{quote(c)} ELSE __sx_after.{quote(c)} END AS {quote(c)}"
-        for c in columns
+        f"CASE WHEN __sx_slot = 0 THEN {before} ELSE {after} END AS {quote(name)}"
+        for name, before, after in columns
     ]
     kind = (
-        f"CASE WHEN __sx_slot = 0 THEN (CASE WHEN __sx_after IS NOT NULL THEN {sql_string(PREIMAGE)} "
-        f"ELSE {sql_string(DELETE)} END) ELSE (CASE WHEN __sx_before IS NOT NULL "
+        f"CASE WHEN __sx_slot = 0 THEN (CASE WHEN __sx_has THEN {sql_string(PREIMAGE)} "
+        f"ELSE {sql_string(DELETE)} END) ELSE (CASE WHEN __sx_had "
         f"THEN {sql_string(POSTIMAGE)} ELSE {sql_string(INSERT)} END) END AS {quote(CHANGE_TYPE)}"
     )
     return (
         f"SELECT {', '.join(images)}, {kind}, {quote(order)} "
-        f"FROM ({query}) LATERAL VIEW explode({slots}) __sx_slots AS __sx_slot"
+        f"FROM (SELECT *, {before_present} AS __sx_had, {after_present} AS __sx_has FROM ({query})) "
+        f"LATERAL VIEW explode({slots}) __sx_slots AS __sx_slot"
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.change_stream import checked_changes, minimal_changes_sql, struct_sql, window
+from rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, struct_sql, window
 from rewrites.notes import Notes
 from rewrites.relations import Relations, standalone_query
 from rewrites.table_functions import (
@@ -172,14 +172,25 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
             f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom < __sx_lc.{order}) "
             f"AND (__sx_ri.__sx_rto IS NULL OR __sx_ri.__sx_rto >= __sx_lc.{order})"
         )
+        # the result rows are compared and forwarded part by part (left row, right row), so
+        # no combined row is built for the ten-odd million events of a large feed
         events = (
             f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
-            f"CASE WHEN {asof} THEN {result('__sx_prev_lrow', '__sx_rbefore')} "
-            f"ELSE {result('__sx_lrow', '__sx_p')} END AS __sx_before, "
-            f"{result('__sx_lrow', '__sx_r')} AS __sx_after "
+            f"CASE WHEN {asof} THEN __sx_prev_lrow ELSE __sx_lrow END AS __sx_bl, "
+            f"CASE WHEN {asof} THEN __sx_rbefore ELSE __sx_p END AS __sx_br, "
+            f"__sx_lrow AS __sx_al, __sx_r AS __sx_ar "
             f"FROM ({matched.format(left=f'({before})')})"
         )
-        return f"WITH {', '.join(ctes)} " + minimal_changes_sql(events, spec.data_columns, left.order_by)
+        is_left = spec.join_type == "left"
+        parts = [(c, f"__sx_bl.{quote(c)}", f"__sx_al.{quote(c)}") for c in left.data_columns]
+        parts += [(n, f"__sx_br.{quote(n)}", f"__sx_ar.{quote(n)}") for n in right_names.values()]
+        return f"WITH {', '.join(ctes)} " + minimal_changes_from_parts_sql(
+            events, parts,
+            before_present="__sx_bl IS NOT NULL" + ("" if is_left else " AND __sx_br IS NOT NULL"),
+            after_present="__sx_al IS NOT NULL" + ("" if is_left else " AND __sx_ar IS NOT NULL"),
+            same="__sx_bl <=> __sx_al AND __sx_br <=> __sx_ar",
+            order=left.order_by,
+        )
 
     # emit => 'records': a left change forwards the joined row, the padded row (left join) or
     # a tombstone where the key had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, deletes);

@@ -111,13 +111,13 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
                            {right_names[c]: quote(c) for c in right.data_columns})
     # rows and foreign keys are built after the shuffle, from the columns it carries anyway
     left_checked = checked_changes(left, left_source, window_extra=[m.format(o=order, w=window(left)) for m in marks] + [
-        f"LAG(CASE WHEN __sx_present THEN {left_row} END) OVER ({window(left)}) AS __sx_prev_lrow",
+        f"{_previous_row(left.data_columns, window(left))} AS __sx_prev_lrow",
         f"LAG(CASE WHEN __sx_present THEN ({spec.foreign_key}) END) OVER ({window(left)}) AS __sx_prev_fk",
     ])
     left_changes = (f"SELECT *, ({spec.foreign_key}) AS __sx_fk, "
                     f"CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow FROM ({left_checked})")
     right_checked = checked_changes(right, right_source, window_extra=[m.format(o=order, w=window(right)) for m in marks] + [
-        f"LAG(CASE WHEN __sx_present THEN {right_row} END) OVER ({window(right)}) AS __sx_rprev",
+        f"{_previous_row(right.data_columns, window(right), right_names)} AS __sx_rprev",
     ])
     right_changes = f"SELECT *, CASE WHEN __sx_present THEN {right_row} END AS __sx_rrow FROM ({right_checked})"
     # Right intervals [from, to) of each right key's row (r; p is the row before), plus a
@@ -207,6 +207,14 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
         f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
         f"{result('__sx_lrow', '__sx_r')} AS __sx_res FROM ({matched.format(left='__sx_lc')}) WHERE {emits})"
     )
+
+
+def _previous_row(columns, over: str, names: dict | None = None) -> str:
+    """The previous change's row as a struct (NULL if it removed the row), built from LAGs of
+    single columns so that Spark does not build and shuffle a struct for every change."""
+    names = names or {}
+    fields = ", ".join(f"{sql_string(names.get(c, c))}, LAG({quote(c)}) OVER ({over})" for c in columns)
+    return f"CASE WHEN LAG(__sx_present) OVER ({over}) THEN named_struct({fields}) END"
 
 
 def _result_sql(spec: FkJoinSpec):

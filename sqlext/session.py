@@ -30,6 +30,9 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
+        # split a skewed join partition (a right row with very many subscribed left rows)
+        # sooner than Spark's 256 MB default
+        .config("spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes", "64m")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")

@@ -300,3 +300,27 @@ def test_final_equals_plain_join_of_final_tables(spark, view, join_type):
     plain = spark.sql(f"SELECT lf.id, lf.fk, lf.note, rf.rid, rf.name FROM lf {join} rf ON lf.fk = rf.rid").collect()
     assert multiset(got) == multiset([r.asDict() for r in plain])
     assert len(got) == (2 if join_type == "inner" else 4)
+
+
+def test_hot_right_key_is_not_funnelled_into_one_task(spark, tmp_path):
+    """A right row with many subscribers: the left rows keep their own partitioning (the right
+    intervals of a right input Spark knows to be small are broadcast), so no exchange gathers
+    them by foreign key, and nothing is collected to the driver."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    for name, rows, schema in [
+        ("hot_orders", [(f"o{i}", 1, "n", i) for i in range(2000)],
+         "id STRING, fk BIGINT, note STRING, _commit_version BIGINT"),
+        ("hot_customers", [(1, "x", 0), (1, "y", 5000)], "rid BIGINT, name STRING, _commit_version BIGINT"),
+    ]:
+        spark.createDataFrame(rows, _parse_datatype_string(schema)).write.parquet(str(tmp_path / name))
+        spark.read.parquet(str(tmp_path / name)).createOrReplaceTempView(name)
+    frame = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(hot_orders), right => TABLE(hot_customers), "
+                              "left_key => 'id', foreign_key => 'fk', right_key => 'rid')")
+    rows = frame.collect()
+    plan = frame._jdf.queryExecution().executedPlan().toString()  # the final adaptive plan
+    assert "isFinalPlan=true" in plan and "BroadcastHashJoin" in plan
+    assert "hashpartitioning(__sx_fk" not in plan and "hashpartitioning(fk" not in plan
+    # every order joined at insert, then re-emitted as a pre/post pair by the rename at 5000
+    assert len(rows) == 2000 * 3
+    assert {r._change_type for r in rows} == {"insert", "update_preimage", "update_postimage"}

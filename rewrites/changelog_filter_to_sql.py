@@ -26,12 +26,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.notes import Notes
-from rewrites.relations import Relations, standalone_query
 from rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
-from rewrites.table_functions import (
-    find_calls, partitioning_defaults, quote, read_call, relation_source, replace_call, sql_string,
-)
+from rewrites.notes import Notes
+from rewrites.relations import Relations
+from rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
 from udfs.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
 from udfs.changes import CHANGE_TYPE, DELETE, UPSERT
 
@@ -44,34 +42,17 @@ def changelog_filter_to_sql(
     notes = notes if notes is not None else Notes()
     for table in find_calls(expression, FUNCTION):
         call = read_call(table, FUNCTION, ARGUMENTS)
-        argument = call.tables.get("input")
-        if argument is None:
-            from sqlext.errors import SqlextError
-
-            raise SqlextError(
-                "MISSING_ARGUMENT", function=FUNCTION, argument="input", example="TABLE(my_changes)"
-            )
-        partitioning_defaults(FUNCTION, argument, call.literals, "key")
-        for name in call.tables:
-            if name != "input":
-                from sqlext.errors import SqlextError
-
-                raise SqlextError(
-                    "INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=name,
-                    expected="a constant string", value="a table", fix=f"Write {name} => '...'.",
-                )
-        query = standalone_query(argument)
-        columns = relations.columns(query, argument.this) if relations is not None else None
-        if columns is None:
+        source = table_inputs(call, {"input": "key"}, relations)["input"]
+        if source.columns is None:
             notes.skip(RULE, f"{FUNCTION}: the input's columns are unknown here, so the call is left "
                              "to the registered table function")
             continue
+        columns, query = source.columns, source.query
         spec = filter_spec(call.literals, columns)
-        if relations is not None:
-            actual = relations.expression_type(query, spec.predicate)
-            if actual is not None and actual.lower() not in ("boolean", "void"):
-                raise not_boolean(spec.predicate, actual.upper())
-        replace_call(table, native_sql(spec, relation_source(argument)))
+        actual = relations.expression_type(query, spec.predicate)
+        if actual is not None and actual.lower() not in ("boolean", "void"):
+            raise not_boolean(spec.predicate, actual.upper())
+        replace_call(table, native_sql(spec, source.source))
         notes.fire(RULE, f"{FUNCTION} (emit => '{spec.emit}') expanded into a native window query")
     return expression
 

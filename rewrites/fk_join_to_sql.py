@@ -32,19 +32,16 @@ from sqlglot import exp
 
 from rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, struct_sql, window
 from rewrites.notes import Notes
-from rewrites.relations import Relations, standalone_query
-from rewrites.table_functions import (
-    find_calls, partitioning_defaults, quote, read_call, relation_source, replace_call, sql_string,
-)
-from sqlext.errors import SqlextError
+from rewrites.relations import Relations
+from rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
 from udfs.changes import CHANGE_TYPE, DELETE, UPSERT
 from udfs.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
 
-# Right inputs up to this estimated size have their per-key histories broadcast: the left
-# change stream then keeps its order through the join and needs no second shuffle.
-BROADCAST_HISTORY_BYTES = 256 * 1024 * 1024
+# Right inputs up to this estimated size have their intervals broadcast: the left change
+# stream then never moves by foreign key.
+BROADCAST_RIGHT_BYTES = 256 * 1024 * 1024
 
 
 def fk_join_to_sql(
@@ -53,43 +50,21 @@ def fk_join_to_sql(
     notes = notes if notes is not None else Notes()
     for table in find_calls(expression, FUNCTION):
         call = read_call(table, FUNCTION, ARGUMENTS)
-        for side in ("left", "right"):
-            if side not in call.tables:
-                if side in call.literals:
-                    raise SqlextError(
-                        "INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=side, expected="a table argument",
-                        value=repr(call.literals[side]), fix=f"Write {side} => TABLE(my_changes).",
-                    )
-                raise SqlextError("MISSING_ARGUMENT", function=FUNCTION, argument=side,
-                                  example=f"TABLE({side}_changes)")
-        for name in call.tables:
-            if name not in ("left", "right"):
-                raise SqlextError(
-                    "INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=name, expected="a constant string",
-                    value="a table", fix=f"Write {name} => '...'.",
-                )
-        partitioning_defaults(FUNCTION, call.tables["left"], call.literals, "left_key")
-        partitioning_defaults(FUNCTION, call.tables["right"], call.literals, "right_key")
-        queries = {side: standalone_query(call.tables[side]) for side in ("left", "right")}
-        columns = {
-            side: relations.columns(queries[side], call.tables[side].this) if relations is not None else None
-            for side in ("left", "right")
-        }
-        if columns["left"] is None or columns["right"] is None:
+        inputs = table_inputs(call, {"left": "left_key", "right": "right_key"}, relations)
+        if inputs["left"].columns is None or inputs["right"].columns is None:
             notes.skip(RULE, f"{FUNCTION}: the inputs' columns are unknown here (FK_JOIN runs only "
                              "through sqlext.sql or the sqlext CLI, which ask the session)")
             continue
-        spec = fk_join_spec(call.literals, columns["left"], columns["right"])
-        if relations is not None:
-            check_foreign_key_type(
-                spec,
-                relations.expression_type(queries["left"], spec.foreign_key),
-                relations.expression_type(queries["right"], quote(spec.right_key)),
-            )
-        sources = {side: relation_source(call.tables[side]) for side in ("left", "right")}
-        right_size = relations.size_in_bytes(queries["right"]) if relations is not None else None
-        broadcast = right_size is not None and right_size <= BROADCAST_HISTORY_BYTES
-        replace_call(table, native_sql(spec, sources["left"], sources["right"], broadcast))
+        left, right = inputs["left"], inputs["right"]
+        spec = fk_join_spec(call.literals, left.columns, right.columns)
+        check_foreign_key_type(
+            spec,
+            relations.expression_type(left.query, spec.foreign_key),
+            relations.expression_type(right.query, quote(spec.right_key)),
+        )
+        right_size = relations.size_in_bytes(right.query)
+        broadcast = right_size is not None and right_size <= BROADCAST_RIGHT_BYTES
+        replace_call(table, native_sql(spec, left.source, right.source, broadcast))
         notes.fire(RULE, f"{FUNCTION} ({spec.join_type}, emit => '{spec.emit}') expanded into "
                          "native window functions and joins")
     return expression

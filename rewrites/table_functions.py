@@ -187,3 +187,43 @@ def key_text_sql(keys: Sequence[str]) -> SqlValue:
     """SQL text naming a row's key, as 'id=7' or 'a=1, b=2'."""
     parts = [f"concat({sql_string(k + '=')}, coalesce(cast({quote(k)} AS STRING), 'NULL'))" for k in keys]
     return SqlValue(parts[0] if len(parts) == 1 else f"concat_ws(', ', {', '.join(parts)})")
+
+
+@dataclass
+class TableInput:
+    argument: TableArgument
+    query: str  # SELECT * FROM the relation, with the CTEs it reads
+    columns: list[str] | None  # None: unknown here
+    source: str  # the relation as a FROM item
+
+
+def table_inputs(call: Call, keys: dict[str, str], relations) -> dict[str, TableInput]:
+    """The call's table arguments, ``keys`` naming each one and the argument that holds its
+    key. Checks that exactly these are tables, applies ``PARTITION BY``/``ORDER BY`` clauses,
+    and asks ``relations`` for their columns."""
+    from rewrites.relations import standalone_query
+
+    function = call.function
+    for name in keys:
+        if name not in call.tables:
+            if name in call.literals:
+                raise SqlextError(
+                    "INVALID_ARGUMENT_TYPE", function=function, argument=name, expected="a table argument",
+                    value=repr(call.literals[name]), fix=f"Write {name} => TABLE(my_changes).",
+                )
+            raise SqlextError("MISSING_ARGUMENT", function=function, argument=name,
+                              example=f"TABLE({name}_changes)" if name != "input" else "TABLE(my_changes)")
+    for name in call.tables:
+        if name not in keys:
+            raise SqlextError(
+                "INVALID_ARGUMENT_TYPE", function=function, argument=name, expected="a constant string",
+                value="a table", fix=f"Write {name} => '...'.",
+            )
+    inputs = {}
+    for name, key_argument in keys.items():
+        argument = call.tables[name]
+        partitioning_defaults(function, argument, call.literals, key_argument)
+        query = standalone_query(argument)
+        columns = relations.columns(query, argument.this) if relations is not None else None
+        inputs[name] = TableInput(argument, query, columns, relation_source(argument))
+    return inputs

@@ -282,8 +282,16 @@ def test_matches_reference_replay(spark, events, join_type, shape):
     for emit in ("records", "changes", "final"):
         got = fk_join(spark, events, shape, join_type, emit)
         assert multiset(got) == multiset(expected[emit]), emit
-        if emit == "records":  # and in forwarding order where the order is defined
-            assert compact(got, emit) == compact(expected[emit], emit)
+        if emit == "records":  # and in forwarding order where ORDER BY version, key defines it
+            assert _ordered(got) == _ordered(expected[emit])
+
+
+def _ordered(records):
+    """Records in forwarding order, leaving out a key's records at a version where it has two
+    (a right change and a left change at one version: both are there, by the multiset check,
+    but ORDER BY version, key cannot tell them apart)."""
+    counts = Counter((r["_commit_version"], r["id"]) for r in records)
+    return compact([r for r in records if counts[(r["_commit_version"], r["id"])] == 1], "records")
 
 
 @pytest.mark.parametrize("join_type", ["inner", "left"])

@@ -141,9 +141,12 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     if spec.emit == "changes":
         # the row before a left change: the previous left row with the right row in effect
         # just before this version, looked up at the previous foreign key
+        # (when the foreign key did not change, that row comes from the as-of interval
+        # instead: its row, or the row before it if the right key changed at this version)
+        same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_lrow IS NOT NULL"
         before = (
             f"SELECT {hint}__sx_lc.*, __sx_ri.__sx_r AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
-            f"ON __sx_lc.__sx_prev_fk = __sx_ri.__sx_rk "
+            f"ON NOT ({same_fk}) AND __sx_lc.__sx_prev_fk = __sx_ri.__sx_rk "
             f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom < __sx_lc.{order}) "
             f"AND (__sx_ri.__sx_rto IS NULL OR __sx_ri.__sx_rto >= __sx_lc.{order})"
         )
@@ -152,7 +155,8 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
         events = (
             f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
             f"CASE WHEN {asof} THEN __sx_prev_lrow ELSE __sx_lrow END AS __sx_bl, "
-            f"CASE WHEN {asof} THEN __sx_rbefore ELSE __sx_p END AS __sx_br, "
+            f"CASE WHEN NOT ({asof}) THEN __sx_p WHEN NOT ({same_fk}) THEN __sx_rbefore "
+            f"WHEN __sx_rfrom = __sx_from THEN __sx_p ELSE __sx_r END AS __sx_br, "
             f"__sx_lrow AS __sx_al, __sx_r AS __sx_ar "
             f"FROM ({matched.format(left=f'({before})')})"
         )

@@ -332,3 +332,19 @@ def test_hot_right_key_is_not_funnelled_into_one_task(spark, tmp_path):
     # every order joined at insert, then re-emitted as a pre/post pair by the rename at 5000
     assert len(rows) == 2000 * 3
     assert {r._change_type for r in rows} == {"insert", "update_preimage", "update_postimage"}
+
+
+@pytest.mark.parametrize("join_type", ["inner", "left"])
+def test_value_update_and_right_change_at_one_version(spark, join_type):
+    """The foreign key stays, the left row and its right row change in the same commit: one
+    net update from (old left, old right) to (new left, new right)."""
+    events = [(1, "right", 1, R("x")), (2, "left", "a", L(1, "n")),
+              (3, "right", 1, R("y")), (3, "left", "a", L(1, "m")), (4, "left", "a", L(1, "o"))]
+    expected = reference_outputs(events, join_type)
+    for emit in ("changes", "records"):
+        assert multiset(fk_join(spark, events, "cdf", join_type, emit)) == multiset(expected[emit]), emit
+    assert compact(fk_join(spark, events, "cdf", join_type, "changes"), "changes") == [
+        ("a", 1, "x", "insert", 2),
+        ("a", 1, "x", "update_preimage", 3), ("a", 1, "y", "update_postimage", 3),
+        ("a", 1, "y", "update_preimage", 4), ("a", 1, "y", "update_postimage", 4),
+    ]

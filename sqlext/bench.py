@@ -158,9 +158,10 @@ FROM orders o JOIN customers c ON o.customer_id = c.id
 def make_fk_inputs(spark, left: int, right: int, directory: str) -> None:
     """Orders (left) and customers (right) change feeds, written once as Parquet.
 
-    Customers: right/5 keys, about 5 changes each. Orders: left/5 keys, about 5 changes each,
-    each change picking its customer from a Zipf-like (log-uniform) distribution, so that
-    customer 1 is referenced by about 6% of all order changes. Versions are unique per key.
+    Customers: right/5 keys, about 5 changes each. Orders: left/5 keys, about 5 changes each.
+    An order's customer is drawn once from a Zipf-like (log-uniform) distribution, so that
+    customer 1 holds about 6% of all orders; one change in ten reassigns the order to another
+    customer drawn the same way (the next change returns it). Versions are unique per key.
     """
     customers = max(1, right // 5)
     orders = max(1, left // 5)
@@ -178,7 +179,8 @@ def make_fk_inputs(spark, left: int, right: int, directory: str) -> None:
     ).write.mode("overwrite").parquet(f"{directory}/customers")
     spark.range(left).selectExpr(
         f"id % {orders} AS order_id",
-        f"CAST(floor(exp((pmod(hash(id, 17), 1000000) / 1000000.0) * ln({customers}))) AS BIGINT) AS customer_id",
+        f"CAST(floor(exp((pmod(hash(CASE WHEN pmod(hash(id, 23), 10) = 0 THEN id ELSE -1 - id % {orders} END, 17), "
+        f"1000000) / 1000000.0) * ln({customers}))) AS BIGINT) AS customer_id",
         "CAST(pmod(hash(id, 19), 100000) AS BIGINT) AS amount",
         kinds.format(keys=orders),
         "id AS _commit_version",

@@ -122,6 +122,9 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     hint = "/*+ BROADCAST(__sx_ri) */ " if broadcast else ""
     subscribed = "__sx_lrow IS NOT NULL AND __sx_fk IS NOT NULL"
     upper = "<" if spec.emit == "changes" else "<="
+    # (records skip the delete of an absent right row; in changes mode it changes nothing,
+    # and leaving the test out lets both joins share one broadcast of the intervals)
+    reach = "" if spec.emit == "changes" else " AND __sx_ri.__sx_reach"
     # One equi-join on the foreign key (with a range condition) finds, for each left change,
     # the right interval covering its version (the as-of right row; right changes at the
     # same version come first) and each right change inside the left row's own interval
@@ -134,21 +137,23 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
         f"LEFT JOIN __sx_ri ON {subscribed} AND __sx_l.__sx_fk = __sx_ri.__sx_rk "
         f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
         f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
-        f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next) AND __sx_ri.__sx_reach))"
+        f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next){reach}))"
     )
     asof = "__sx_rk IS NULL OR __sx_rfrom IS NULL OR __sx_rfrom <= __sx_from"
 
     if spec.emit == "changes":
         # the row before a left change: the previous left row with the right row in effect
-        # just before this version, looked up at the previous foreign key
-        # (when the foreign key did not change, that row comes from the as-of interval
-        # instead: its row, or the row before it if the right key changed at this version)
+        # just before this version, at the previous foreign key: the interval covering this
+        # version gives its row, or the row before it if the right key changed at this
+        # version. When the foreign key did not change, the as-of interval joined below is
+        # that interval, and this lookup is skipped.
         same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_lrow IS NOT NULL"
         before = (
-            f"SELECT {hint}__sx_lc.*, __sx_ri.__sx_r AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
+            f"SELECT {hint}__sx_lc.*, CASE WHEN __sx_ri.__sx_rfrom = __sx_lc.{order} THEN __sx_ri.__sx_p "
+            f"ELSE __sx_ri.__sx_r END AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
             f"ON NOT ({same_fk}) AND __sx_lc.__sx_prev_fk = __sx_ri.__sx_rk "
-            f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom < __sx_lc.{order}) "
-            f"AND (__sx_ri.__sx_rto IS NULL OR __sx_ri.__sx_rto >= __sx_lc.{order})"
+            f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_lc.{order}) "
+            f"AND (__sx_ri.__sx_rto IS NULL OR __sx_lc.{order} < __sx_ri.__sx_rto)"
         )
         # the result rows are compared and forwarded part by part (left row, right row), so
         # no combined row is built for the ten-odd million events of a large feed

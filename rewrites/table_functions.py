@@ -8,7 +8,7 @@ function declares them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from sqlglot import exp
 
@@ -154,12 +154,6 @@ def _depth(node: exp.Expression) -> int:
     while node.parent is not None:
         node, depth = node.parent, depth + 1
     return depth
-
-
-def iter_parents(node: exp.Expression) -> Iterator[exp.Expression]:
-    while node.parent is not None:
-        node = node.parent
-        yield node
 
 
 class SqlValue(str):

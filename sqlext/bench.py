@@ -94,7 +94,11 @@ def fingerprint(spark, frame):
 def compare(spark, name: str, ours, native, runs: int) -> tuple[Timing, Timing]:
     if fingerprint(spark, ours()) != fingerprint(spark, native()):
         raise SystemExit(f"bench {name}: sqlext and the native formulation return different rows")
-    # one warm-up each, then alternate so that drift in the machine hits both sides alike
+    return alternate(spark, ours, native, runs)
+
+
+def alternate(spark, ours, native, runs: int) -> tuple[Timing, Timing]:
+    """One warm-up each, then alternate, so that drift in the machine hits both sides alike."""
     time_query(spark, ours, 1)
     time_query(spark, native, 1)
     mine, theirs = Timing("sqlext", []), Timing("native", [])
@@ -198,14 +202,12 @@ def bench_fk(spark, left: int, right: int, runs: int) -> tuple[Timing, Timing]:
         final = sqlext.sql(spark, FK_SQLEXT.format(emit="final"))
         if fingerprint(spark, final) != fingerprint(spark, spark.sql(FK_SNAPSHOT)):
             raise SystemExit("bench fk: FK_JOIN emit => 'final' differs from the snapshot join")
-        mine, theirs = Timing("sqlext", []), Timing("native", [])
-        changes = lambda: sqlext.sql(spark, FK_SQLEXT.format(emit="changes"))  # noqa: E731
-        snapshot = lambda: spark.sql(FK_SNAPSHOT)  # noqa: E731
-        time_query(spark, changes, 1)
-        time_query(spark, snapshot, 1)
-        for _ in range(runs):
-            mine.seconds += time_query(spark, changes, 1)
-            theirs.seconds += time_query(spark, snapshot, 1)
+        mine, theirs = alternate(
+            spark,
+            lambda: sqlext.sql(spark, FK_SQLEXT.format(emit="changes")),
+            lambda: spark.sql(FK_SNAPSHOT),
+            runs,
+        )
         report(f"FK_JOIN emit => 'changes' ({left:,} left and {right:,} right changes, Zipf foreign keys) "
                f"against the snapshot join of the final tables ({runs} runs each)", mine, theirs)
         return mine, theirs

@@ -37,6 +37,7 @@ from udfs.changes import (
     CHANGE_TYPE, DELETE, EMIT_MODES, INSERT, POSTIMAGE, PREIMAGE, UPSERT, ChangeShape,
     change_shape, changes_by_key, check_arguments, check_option,
 )
+from rewrites.table_functions import quote
 from udfs.expressions import check_columns, parse_expression
 
 FUNCTION = "CHANGELOG_FILTER"
@@ -195,9 +196,9 @@ class ChangelogFilterUDTF:
 
         result = _FilterAnalyzeResult(
             schema=StructType(out_fields),
-            partitionBy=[PartitioningColumn(_quote(k)) for k in spec.shape.key],
-            orderBy=[OrderingColumn(_quote(spec.shape.order_by))],
-            select=[SelectedColumn(_quote(c)) for c in schema.fieldNames()]
+            partitionBy=[PartitioningColumn(quote(k)) for k in spec.shape.key],
+            orderBy=[OrderingColumn(quote(spec.shape.order_by))],
+            select=[SelectedColumn(quote(c)) for c in schema.fieldNames()]
             + [SelectedColumn(spec.predicate, PASS_COLUMN)],
             spec=spec,
             input_arrow_schema=to_arrow_schema(schema),
@@ -216,10 +217,6 @@ class ChangelogFilterUDTF:
         result = changelog_filter(self._spec, table, self._passes)
         for row in result.to_pylist():
             yield tuple(row.values())
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass

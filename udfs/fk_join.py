@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError
 from udfs.changes import (
-    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, split_columns,
+    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
 from udfs.expressions import check_columns, parse_expression
 
@@ -100,7 +100,6 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     check_columns(FUNCTION, "left", foreign_key, left_columns, "foreign_key")
     join_type = check_option(FUNCTION, "join_type", args.get("join_type", "inner"), JOIN_TYPES)
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    split_columns(FUNCTION, "right_key", args.get("right_key"))
     from rewrites.dialect import to_sql
 
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)

@@ -18,7 +18,7 @@ them it leaves the call unchanged (Spark then runs the registered table function
 >>> from rewrites.dialect import parse_one, to_sql
 >>> tree = parse_one("SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
 >>> out = changelog_filter_to_sql(tree, relations=MappingRelations({"t": ["id", "v", "_commit_version"]}))
->>> "LAG(" in to_sql(out) and "CHANGELOG_FILTER" not in to_sql(out)
+>>> "LAG(" in to_sql(out) and "CHANGELOG_FILTER(" not in to_sql(out)
 True
 """
 

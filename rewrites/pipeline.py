@@ -15,8 +15,11 @@ from typing import Callable
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from rewrites.band_self_join_to_window import band_self_join_to_window
 from rewrites.changelog_filter_to_sql import changelog_filter_to_sql
 from rewrites.fk_join_to_sql import fk_join_to_sql
+from rewrites.merge_duplicate_sources import merge_duplicate_sources
+from rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from rewrites.dialect import SparkExt, parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import MappingRelations, Relations
@@ -24,6 +27,11 @@ from rewrites.relations import MappingRelations, Relations
 RULES: list[Callable[..., exp.Expression]] = [
     changelog_filter_to_sql,
     fk_join_to_sql,
+    # self-joins: name a relation written twice once, then the aggregate form before the
+    # band form (a band feeding an aggregate needs no pairs at all)
+    merge_duplicate_sources,
+    self_join_aggregate_to_window,
+    band_self_join_to_window,
 ]
 
 

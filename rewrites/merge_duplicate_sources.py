@@ -1,0 +1,74 @@
+"""Rule: two identical subqueries joined with each other become one CTE read twice.
+
+Seed 001 merges duplicate source nodes of a topology so that a stream joined with itself
+is recognised as a self-join. The SQL counterpart: in ``FROM (q) a JOIN (q) b`` both sides
+are the same relation, written twice. Naming it once (``WITH s AS (q) ... FROM s a JOIN s b``)
+lets the self-join rules that follow see one relation, as they already do for a table, view
+or CTE named on both sides.
+
+Why the result is the same: a CTE read twice is the query evaluated for each reference, as
+the two subqueries were. Only deterministic subqueries are merged (``rand()`` evaluated once
+or twice gives different rows), and only for inner joins, the joins the self-join rules
+rewrite.
+
+>>> from rewrites.dialect import parse_one, to_sql
+>>> q = parse_one("SELECT a.k FROM (SELECT k, ts FROM e WHERE v > 0) a JOIN (SELECT k, ts FROM e WHERE v > 0) b ON a.k = b.k")
+>>> to_sql(merge_duplicate_sources(q))
+'WITH __sqlext_source_1 AS (SELECT k, ts FROM e WHERE v > 0) SELECT a.k FROM __sqlext_source_1 AS a JOIN __sqlext_source_1 AS b ON a.k = b.k'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from rewrites.dialect import to_sql
+from rewrites.notes import Notes
+from rewrites.self_joins import has_non_deterministic
+
+RULE = "merge_duplicate_sources"
+PREFIX = "__sqlext_source_"
+
+
+def merge_duplicate_sources(expression: exp.Expression, notes: Notes | None = None) -> exp.Expression:
+    notes = notes if notes is not None else Notes()
+    used = {t.name for t in expression.find_all(exp.Table) if t.name.startswith(PREFIX)}
+    for select in list(expression.find_all(exp.Select)):
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_")
+        if len(joins) != 1 or from_ is None:
+            continue
+        join = joins[0]
+        left, right = from_.this, join.this
+        if not (isinstance(left, exp.Subquery) and isinstance(right, exp.Subquery)):
+            continue
+        if to_sql(left.this) != to_sql(right.this):
+            notes.skip(RULE, "the two joined subqueries differ, so they are two relations")
+            continue
+        if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER", "CROSS"):
+            notes.skip(RULE, "identical subqueries under an outer join are left as written")
+            continue
+        if has_non_deterministic(left.this):
+            notes.skip(RULE, "the subqueries call a non-deterministic function; each side keeps its own")
+            continue
+        if left.args.get("pivots") or right.args.get("pivots") or not left.alias or not right.alias:
+            continue
+        name = _fresh(used)
+        used.add(name)
+        cte = exp.CTE(this=left.this.copy(), alias=exp.TableAlias(this=exp.to_identifier(name)))
+        with_ = select.args.get("with_")
+        if with_ is None:
+            select.set("with_", exp.With(expressions=[cte]))
+        else:
+            with_.append("expressions", cte)
+        for side in (left, right):
+            side.replace(exp.Table(this=exp.to_identifier(name), alias=side.args["alias"].copy()))
+        notes.fire(RULE, f"the two identical subqueries joined as {left.alias} and {right.alias} "
+                         f"now read one CTE, {name}")
+    return expression
+
+
+def _fresh(used: set[str]) -> str:
+    n = 1
+    while f"{PREFIX}{n}" in used:
+        n += 1
+    return f"{PREFIX}{n}"

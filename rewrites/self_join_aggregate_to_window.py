@@ -1,0 +1,212 @@
+"""Rule: a self-join feeding an aggregate becomes a window aggregate (running totals and kin).
+
+``SELECT a.id, SUM(b.v) FROM t a JOIN t b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id``
+sums, for every row ``a``, the rows of its key up to its time: the window frame
+``PARTITION BY k ORDER BY ts RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``. The rewrite
+computes each row's partial aggregate over its frame in one sorted pass, then combines the
+partials of the rows of each group (``SUM`` of partial sums and counts, ``MIN`` of minima,
+``MAX`` of maxima, ``AVG`` as sum over count). Bounded bands (``b.ts BETWEEN a.ts - X AND
+a.ts``), strict bounds on discrete types (``b.ts < a.ts``: the previous rows) and plain
+equi-self-joins (the whole key) are frames too.
+
+Why the result is the same: the join's pairs grouped by columns of ``a`` are, row ``a`` by
+row ``a``, exactly the frames of those rows, so combining per-row partials over the group
+gives the aggregate over the group's pairs, duplicates of ``a`` included (each duplicate
+contributes its own frame, as it contributed its own pairs). Conditions on ``b`` alone
+become conditions inside each partial (``SUM(IF(cond, v, NULL))``), conditions on ``a`` alone
+filter the rows after the window, and a row with no partner at all (which the inner join
+drops) is removed by a partner count. The rule fires only when every condition of the join
+is one of these: a condition relating the two sides otherwise cannot be a frame. It leaves
+``SUM``/``AVG`` of non-integral values alone (floating-point sums in another order differ in
+their last digits; decimal sums of sums widen the type) and aggregates with ``DISTINCT``.
+
+>>> from rewrites.dialect import parse_one, to_sql
+>>> from rewrites.relations import MappingRelations
+>>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
+>>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
+SELECT a.id, SUM(a.__sqlext_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, COUNT(*) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_pairs, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a WHERE a.__sqlext_pairs > 0 GROUP BY a.id
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from rewrites.dialect import parse_one, to_sql
+from rewrites.notes import Notes
+from rewrites.relations import Relations, standalone_query
+from rewrites.self_joins import INTEGRAL, SelfJoin, and_all, match_self_join
+
+RULE = "self_join_aggregate_to_window"
+PAIRS = "__sqlext_pairs"
+PARTIAL = "__sqlext_agg_"
+AGGREGATES = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
+
+
+def self_join_aggregate_to_window(
+    expression: exp.Expression, relations: Relations | None = None, notes: Notes | None = None
+) -> exp.Expression:
+    notes = notes if notes is not None else Notes()
+    for select in list(expression.find_all(exp.Select)):
+        if not select.args.get("joins"):
+            continue
+        aggregates = [f for f in select.find_all(exp.AggFunc) if _in_scope(f, select)]
+        if not aggregates:
+            continue
+        join = match_self_join(select, relations)
+        if isinstance(join, str):
+            notes.skip(RULE, join)
+            continue
+        reason = _why_not(select, join, aggregates, relations)
+        if reason:
+            notes.skip(RULE, reason)
+            continue
+        _keep_output_names(select, relations)
+        _rewrite(select, join, [f for f in select.find_all(exp.AggFunc) if _in_scope(f, select)])
+        notes.fire(RULE, f"self-join of {join.source_sql()} feeding {len(aggregates)} aggregate(s) "
+                         f"is now a window aggregate over {join.window_sql()}")
+    return expression
+
+
+def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], relations) -> str | None:
+    a, b = join.left, join.right
+    if join.rest:
+        return f"the condition {to_sql(join.rest[0])} relates the two sides in a way a window frame cannot"
+    if join.band is not None and not join.band.exact:
+        return f"a strict bound on {join.band.column!r} ({join.band.column_type}) is not a window frame edge"
+    group = select.args.get("group")
+    if group is not None and (group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")):
+        return "GROUPING SETS, ROLLUP and CUBE are left as written"
+    if any(_in_scope(w, select) for w in select.find_all(exp.Window)):
+        return "the query has window functions of its own"
+    for aggregate in aggregates:
+        if not isinstance(aggregate, AGGREGATES):
+            return f"{aggregate.sql_name()} is not one of SUM, COUNT, MIN, MAX, AVG"
+        argument = aggregate.this
+        if isinstance(argument, exp.Distinct) or aggregate.args.get("distinct"):
+            return f"{to_sql(aggregate)} aggregates distinct values"
+        if isinstance(argument, exp.Star) and isinstance(aggregate, exp.Count):
+            continue
+        sides = {c.table.lower() for c in argument.find_all(exp.Column)}
+        if sides != {b}:
+            return f"{to_sql(aggregate)} does not aggregate columns of {b} alone"
+        if isinstance(aggregate, (exp.Sum, exp.Avg)):
+            kind = relations.expression_type(join.query, to_sql(_unqualified(argument)))
+            if kind is None or kind.split("(")[0].lower() not in INTEGRAL:
+                return f"{to_sql(aggregate)} sums {kind or 'values of unknown type'}, not integers"
+    outside = _outside_aggregates(select)
+    for column in outside:
+        if column.table.lower() != a:
+            return f"{to_sql(column)} is used outside an aggregate but is not a column of {a}"
+    return None
+
+
+def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) -> None:
+    window = join.window_sql()
+    condition = and_all([_unqualified(c) for c in join.right_only])
+    pairs = f"{_partial('COUNT', exp.Literal.number(1), condition, star=condition is None)} OVER {window}"
+    computed = {pairs: PAIRS}
+    partials = [f"{pairs} AS {PAIRS}"]
+    replacements = []
+    for aggregate in aggregates:
+        argument = aggregate.this
+        star = isinstance(argument, exp.Star)
+        value = exp.Literal.number(1) if star else _unqualified(argument)
+        names = []
+        kinds = {exp.Sum: ["SUM"], exp.Count: ["COUNT"], exp.Min: ["MIN"], exp.Max: ["MAX"],
+                 exp.Avg: ["SUM", "COUNT"]}[type(aggregate)]
+        for kind in kinds:
+            partial = f"{_partial(kind, value, condition, star and condition is None)} OVER {window}"
+            if partial not in computed:  # the same partial twice is computed once
+                computed[partial] = PAIRS if not computed else f"{PARTIAL}{len(computed)}"
+                partials.append(f"{partial} AS {computed[partial]}")
+            names.append(f"{join.left}.{computed[partial]}")
+        replacements.append((aggregate, _combine(type(aggregate), names)))
+    inner = parse_one(
+        f"SELECT {', '.join(_quoted(join.columns))}, {', '.join(partials)} "
+        f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
+    )
+    for aggregate, combined in replacements:
+        aggregate.replace(parse_one(combined))
+    where = and_all([parse_one(f"{join.left}.{PAIRS} > 0")] + join.left_only)
+    select.set("joins", None)
+    select.set("from_", exp.From(this=exp.Subquery(
+        this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
+    select.set("where", exp.Where(this=where))
+
+
+def _keep_output_names(select: exp.Select, relations: Relations) -> None:
+    """Alias each unaliased projection that holds an aggregate with the name Spark gives it
+    in the original query, so the rewritten query's columns are named the same."""
+    unnamed = [i for i, p in enumerate(select.expressions)
+               if not isinstance(p, exp.Alias) and p.find(exp.AggFunc) is not None]
+    if not unnamed:
+        return
+    names = relations.columns(standalone_query(select), select) or []
+    for i in unnamed:
+        projection = select.expressions[i]
+        name = names[i] if i < len(names) and names[i] else _spark_name(projection)
+        projection.replace(exp.alias_(projection.copy(), name, quoted=True))
+
+
+def _spark_name(node: exp.Expression) -> str:
+    """The name Spark gives an unaliased expression, for the simple shapes it can be read off:
+    function names in lower case, column qualifiers dropped, ``count(*)`` as ``count(1)``."""
+    node = _unqualified(node)
+    for column in node.find_all(exp.Column):
+        column.this.set("quoted", False)
+    for count in node.find_all(exp.Count):
+        if isinstance(count.this, exp.Star):
+            count.set("this", exp.Literal.number(1))
+    text = to_sql(node)
+    for aggregate in AGGREGATES:
+        name = aggregate.__name__.upper()
+        text = text.replace(f"{name}(", f"{name.lower()}(")
+    return text
+
+
+def _partial(kind: str, value: exp.Expression, condition: exp.Expression | None, star: bool) -> str:
+    if star:
+        return f"{kind}(*)"
+    if condition is not None:
+        return f"{kind}(IF({to_sql(condition)}, {to_sql(value)}, NULL))"
+    return f"{kind}({to_sql(value)})"
+
+
+def _combine(kind: type, names: list[str]) -> str:
+    if kind is exp.Count:
+        return f"COALESCE(SUM({names[0]}), 0)"
+    if kind is exp.Avg:
+        return f"SUM({names[0]}) / NULLIF(SUM({names[1]}), 0)"
+    return f"{kind.__name__.upper()}({names[0]})"
+
+
+def _unqualified(node: exp.Expression) -> exp.Expression:
+    node = node.copy()
+    for column in list(node.find_all(exp.Column)):
+        column.set("table", None)
+        column.this.set("quoted", True)
+    return node
+
+
+def _quoted(columns: list[str]) -> list[str]:
+    from rewrites.table_functions import quote
+
+    return [quote(c) for c in columns]
+
+
+def _in_scope(node: exp.Expression, select: exp.Select) -> bool:
+    """``node`` belongs to ``select`` itself, not to a subquery inside it."""
+    return node.find_ancestor(exp.Select) is select
+
+
+def _outside_aggregates(select: exp.Select) -> list[exp.Column]:
+    columns = []
+    for part in [*select.expressions, select.args.get("group"), select.args.get("having"),
+                 select.args.get("order")]:
+        if part is None:
+            continue
+        for column in part.find_all(exp.Column):
+            if column.find_ancestor(exp.AggFunc) is None and column.find_ancestor(exp.Select) is select:
+                if column.table:
+                    columns.append(column)
+    return columns

@@ -1,0 +1,482 @@
+"""Recognising an inner join of one relation with itself, for the self-join rules.
+
+Both rules (:mod:`rewrites.self_join_aggregate_to_window`, :mod:`rewrites.band_self_join_to_window`)
+start from the same reading of a ``SELECT``: two FROM items that are the same relation (the
+same table, view or CTE: :mod:`rewrites.merge_duplicate_sources` has already turned identical
+subqueries into one CTE), joined on equal key columns, optionally within a band of one
+ordering column::
+
+    FROM t a JOIN t b ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL 10 MINUTES AND a.ts + INTERVAL 5 MINUTES
+
+For an inner join the ON and WHERE conditions are one conjunction, so both are read. Each
+conjunct is sorted into: key equalities (``a.k = b.k``, ``a.k <=> b.k``), bounds of ``b.ts``
+relative to ``a.ts`` (``b.ts <= a.ts + c``, ``BETWEEN``, either side written first), conditions
+on one side only, and the rest. The band becomes a window frame over ``PARTITION BY keys ORDER
+BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds exactly the rows ``b`` with
+``a.ts + lower <= b.ts <= a.ts + upper`` for the current row ``a``.
+
+What a window does not do and a join does is dropping NULL keys and NULL times (``=`` and
+``<=`` are never true on NULL); :func:`not_null_filter` adds that back.
+
+>>> from rewrites.dialect import parse_one
+>>> from rewrites.relations import MappingRelations
+>>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 2")
+>>> join = match_self_join(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))
+>>> join.keys, join.band.frame_sql()
+([('k', False)], 'RANGE BETWEEN 5 PRECEDING AND 2 FOLLOWING')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from sqlglot import exp
+
+from rewrites.dialect import to_sql
+from rewrites.relations import Relations, standalone_query
+from rewrites.table_functions import quote
+
+# Spark functions whose value changes from one evaluation to the next: a rewrite that changes
+# how often or in which order they run changes the rows.
+NON_DETERMINISTIC = {
+    "rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id", "spark_partition_id",
+    "input_file_name", "input_file_block_start", "input_file_block_length", "randstr", "uniform",
+    "try_reflect", "reflect", "java_method",
+}
+
+INTEGRAL = {"tinyint", "smallint", "int", "bigint", "byte", "short", "integer", "long"}
+FRACTIONAL = {"float", "double", "real"}
+TIMESTAMPS = {"timestamp", "timestamp_ntz", "timestamp_ltz"}
+
+_MICROS = {
+    "microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
+    "hour": 3600 * 10**6, "day": 86400 * 10**6, "week": 7 * 86400 * 10**6,
+}
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A constant distance: ``kind`` is 'number' (value a Decimal) or 'interval' (microseconds);
+    zero has kind None and is comparable with both."""
+
+    kind: str | None
+    value: Decimal | int
+
+    def __add__(self, other: "Offset") -> "Offset":
+        kind = _common_kind(self, other)
+        return Offset(kind, self.value + other.value)
+
+    def __neg__(self) -> "Offset":
+        return Offset(self.kind, -self.value)
+
+    def sql(self) -> str:
+        magnitude = abs(self.value)
+        if self.kind == "interval":
+            # always in seconds: Spark wants both edges of a frame of one interval type
+            seconds = Decimal(magnitude) / Decimal(10**6)
+            return f"INTERVAL '{seconds.normalize():f}' SECOND"
+        return f"{magnitude:f}" if isinstance(magnitude, Decimal) else str(magnitude)
+
+
+ZERO = Offset(None, 0)
+
+
+class NotComparable(ValueError):
+    pass
+
+
+def _common_kind(a: Offset, b: Offset) -> str | None:
+    if a.kind and b.kind and a.kind != b.kind:
+        raise NotComparable(f"{a.kind} and {b.kind}")
+    return a.kind or b.kind
+
+
+@dataclass
+class Bound:
+    offset: Offset
+    strict: bool
+    conjunct: exp.Expression
+
+
+@dataclass
+class Band:
+    """``a.column + lower <= b.column <= a.column + upper`` (None: unbounded on that side)."""
+
+    column: str
+    column_type: str | None
+    lower: Bound | None = None
+    upper: Bound | None = None
+    exact: bool = True  # the frame holds exactly the band's rows (no edge is strict)
+    conjuncts_used: list[exp.Expression] = field(default_factory=list)
+
+    def frame_sql(self) -> str:
+        return f"RANGE BETWEEN {_frame_bound(self.lower, 'PRECEDING')} AND {_frame_bound(self.upper, 'FOLLOWING')}"
+
+
+def _frame_bound(bound: Bound | None, unbounded: str) -> str:
+    if bound is None:
+        return f"UNBOUNDED {unbounded}"
+    if bound.offset.value == 0:
+        return "CURRENT ROW"
+    return f"{bound.offset.sql()} {'PRECEDING' if bound.offset.value < 0 else 'FOLLOWING'}"
+
+
+@dataclass
+class SelfJoin:
+    """An inner join of ``source`` with itself, read off one SELECT."""
+
+    select: exp.Select
+    left: str  # alias of the side the window's current row stands for
+    right: str  # alias of the side the window frame collects
+    source: exp.Table  # the relation, without its alias
+    columns: list[str]
+    query: str  # SELECT * FROM source, with the CTEs it needs, for type questions
+    keys: list[tuple[str, bool]]  # (column, null-safe)
+    band: Band | None
+    left_only: list[exp.Expression] = field(default_factory=list)
+    right_only: list[exp.Expression] = field(default_factory=list)
+    rest: list[exp.Expression] = field(default_factory=list)  # relate both sides otherwise
+    key_conjuncts: list[exp.Expression] = field(default_factory=list)
+
+    def partition_sql(self) -> str:
+        return ", ".join(quote(k) for k in self.keys_names)
+
+    @property
+    def keys_names(self) -> list[str]:
+        return [k for k, _ in self.keys]
+
+    def window_sql(self) -> str:
+        spec = f"PARTITION BY {self.partition_sql()}"
+        if self.band is not None:
+            spec += f" ORDER BY {quote(self.band.column)} {self.band.frame_sql()}"
+        return f"({spec})"
+
+    def not_null_filter(self) -> str:
+        """Rows a join on these conditions can never pair: NULL in a key compared with ``=``
+        or in the band's column."""
+        columns = [k for k, null_safe in self.keys if not null_safe]
+        if self.band is not None and self.band.column not in columns:
+            columns.append(self.band.column)
+        return " AND ".join(f"{quote(c)} IS NOT NULL" for c in columns) or "TRUE"
+
+    def source_sql(self) -> str:
+        return to_sql(self.source)
+
+
+def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin | str:
+    """The self-join read off ``select``, or the reason it is not one a rule may touch."""
+    joins = select.args.get("joins") or []
+    if len(joins) != 1:
+        return "no join" if not joins else "more than one join"
+    join = joins[0]
+    if select.args.get("laterals"):
+        return "the query already has a LATERAL VIEW"
+    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER", "CROSS"):
+        kind = " ".join(filter(None, [join.args.get("side"), join.args.get("kind")])).upper()
+        return f"{kind} JOIN keeps unmatched rows, which a window over one relation does not produce"
+    if join.args.get("using") or join.args.get("method"):
+        return "the join uses USING or a join method"
+    left, right = select.args["from_"].this, join.this
+    if not isinstance(left, exp.Table) or not isinstance(right, exp.Table):
+        return "the two sides are not the same relation (different subqueries)"
+    if isinstance(left.this, (exp.Anonymous, exp.Func)) or isinstance(right.this, (exp.Anonymous, exp.Func)):
+        return "a side is a table function"
+    if _unaliased(left) != _unaliased(right):
+        return f"the two sides read different relations ({to_sql(_unaliased(left))}, {to_sql(_unaliased(right))})"
+    a, b = left.alias_or_name.lower(), right.alias_or_name.lower()
+    if a == b:
+        return "the two sides have the same name"
+    if has_non_deterministic(select):
+        return "the query calls a non-deterministic function"
+    if select.find(exp.Hint) is not None:
+        return "the query has hints naming the join's sides"
+    if relations is None:
+        return "the relation's columns are unknown here"
+    source = _unaliased(left)
+    query = standalone_query(left)
+    columns = relations.columns(query, _resolve(left))
+    if not columns:
+        return f"the columns of {to_sql(source)} are unknown here"
+
+    conjuncts = _conjuncts(join.args.get("on")) + _conjuncts(select.args.get("where"))
+    sides = {}
+    for conjunct in conjuncts:
+        touched = _sides(conjunct, a, b)
+        if touched is None:
+            return f"the condition {to_sql(conjunct)} names a column without its side's alias"
+        sides[id(conjunct)] = touched
+
+    keys, key_conjuncts, candidates, left_only, right_only = [], [], [], [], []
+    for conjunct in conjuncts:
+        touched = sides[id(conjunct)]
+        key = _key_equality(conjunct, a, b)
+        if key is not None and key[0] not in [k for k, _ in keys]:
+            keys.append(key)
+            key_conjuncts.append(conjunct)
+        elif touched == {a, b}:
+            candidates.append(conjunct)
+        elif touched == {b}:
+            right_only.append(conjunct)
+        else:
+            left_only.append(conjunct)
+    if not keys:
+        return "the two sides are not joined on equal key columns"
+
+    bounds: dict[str, list[tuple[str, Bound]]] = {}
+    rest = []
+    for conjunct in candidates:
+        found = _bounds(conjunct, a, b)
+        if found is None:
+            rest.append(conjunct)
+            continue
+        for column, direction, bound in found:
+            bounds.setdefault(column, []).append((direction, bound))
+    band = None
+    if bounds:
+        column = max(bounds, key=lambda c: len({d for d, _ in bounds[c]}))
+        column_type = relations.expression_type(query, quote(column))
+        band = _band(column, (column_type or "").lower() or None, bounds.pop(column))
+        if isinstance(band, str):
+            return band
+        rest.extend(bound.conjunct for pairs in bounds.values() for _, bound in pairs)
+    return SelfJoin(
+        select, a, b, source, list(columns), query, keys, band,
+        left_only=left_only, right_only=right_only, rest=_unique(rest), key_conjuncts=key_conjuncts,
+    )
+
+
+def _band(column: str, column_type: str | None, pairs: list[tuple[str, Bound]]) -> Band | str:
+    """The tightest lower and upper bound of ``column``, as inclusive frame edges."""
+    if column_type is None:
+        return f"the type of the band column {column!r} is unknown here"
+    band = Band(column, column_type)
+    for direction, bound in pairs:
+        inclusive = _inclusive(bound, column_type, direction == "lower")
+        if inclusive is None:
+            return f"the band on {column!r} has an offset its type ({column_type}) cannot take"
+        band.conjuncts_used.append(bound.conjunct)
+        current = getattr(band, direction)
+        if current is not None:
+            try:
+                _common_kind(inclusive.offset, current.offset)
+            except NotComparable as error:
+                return f"the band on {column!r} mixes offsets that cannot be compared ({error})"
+            sign = 1 if direction == "lower" else -1
+            if sign * inclusive.offset.value < sign * current.offset.value or (
+                inclusive.offset.value == current.offset.value and not inclusive.strict
+            ):
+                continue
+        setattr(band, direction, inclusive)
+    band.exact = not any(b.strict for b in (band.lower, band.upper) if b is not None)
+    if band.lower and band.upper:
+        try:
+            _common_kind(band.lower.offset, band.upper.offset)
+        except NotComparable as error:
+            return f"the band on {column!r} mixes offsets that cannot be compared ({error})"
+        if band.lower.offset.value > band.upper.offset.value:
+            return f"the band on {column!r} is empty (its lower bound is above its upper bound)"
+    return band
+
+
+def _inclusive(bound: Bound, column_type: str, lower: bool) -> Bound | None:
+    """The bound as an inclusive frame edge for ``column_type``, or None when the type cannot
+    take the offset. A strict bound on a discrete type moves by one step and becomes exact;
+    on a continuous type it stays strict (the frame then holds the edge too)."""
+    kind = bound.offset.kind
+    base = column_type.split("(")[0]
+    if base in INTEGRAL or base == "date":
+        if kind == "interval" or bound.offset.value != int(bound.offset.value):
+            return None
+        step, value = Offset("number", 1), Offset(kind, int(bound.offset.value))
+    elif base in TIMESTAMPS:
+        if kind == "number":
+            return None
+        step, value = Offset("interval", 1), bound.offset
+    elif base in FRACTIONAL or base == "decimal":
+        if kind == "interval":
+            return None
+        step, value = None, bound.offset
+    else:  # strings and other ordered types: only "b.x <= a.x" style bounds
+        if bound.offset.value != 0:
+            return None
+        step, value = None, bound.offset
+    if not bound.strict:
+        return Bound(value, False, bound.conjunct)
+    if step is None:
+        return Bound(value, True, bound.conjunct)
+    return Bound(value + (step if lower else -step), False, bound.conjunct)
+
+
+def _bounds(conjunct: exp.Expression, a: str, b: str) -> list[tuple[str, str, Bound]] | None:
+    """``(column, 'lower'|'upper', bound)`` for a comparison of one column across the sides."""
+    if isinstance(conjunct, exp.Between):
+        low = _bounds(exp.GTE(this=conjunct.this, expression=conjunct.args["low"]), a, b)
+        high = _bounds(exp.LTE(this=conjunct.this, expression=conjunct.args["high"]), a, b)
+        if low is None or high is None:
+            return None
+        return [(c, d, Bound(x.offset, x.strict, conjunct)) for c, d, x in low + high]
+    ops = {exp.LTE: ("upper", False), exp.LT: ("upper", True), exp.GTE: ("lower", False),
+           exp.GT: ("lower", True), exp.EQ: ("both", False)}
+    if type(conjunct) not in ops:
+        return None
+    direction, strict = ops[type(conjunct)]
+    left, right = _offset_column(conjunct.this), _offset_column(conjunct.expression)
+    if left is None or right is None:
+        return None
+    (lq, lc, lo), (rq, rc, ro) = left, right
+    if lc != rc or {lq, rq} != {a, b}:
+        return None
+    try:
+        if lq == b:  # b.c + lo OP a.c + ro  =>  b.c OP a.c + (ro - lo)
+            offset = ro + -lo
+        else:  # a.c + lo OP b.c + ro  =>  b.c OP' a.c + (lo - ro)
+            offset = lo + -ro
+            direction = {"upper": "lower", "lower": "upper", "both": "both"}[direction]
+    except NotComparable:
+        return None
+    return [(lc, d, Bound(offset, strict, conjunct))
+            for d in (["lower", "upper"] if direction == "both" else [direction])]
+
+
+def _offset_column(node: exp.Expression) -> tuple[str, str, Offset] | None:
+    """``q.c``, ``q.c + k``, ``q.c - k``, ``k + q.c`` as (q, c, offset)."""
+    node = node.unnest()
+    if isinstance(node, exp.Column) and node.table:
+        return node.table.lower(), node.name, ZERO
+    if isinstance(node, (exp.Add, exp.Sub)):
+        this, other = node.this.unnest(), node.expression.unnest()
+        if isinstance(node, exp.Add) and not isinstance(this, exp.Column):
+            this, other = other, this
+        if not (isinstance(this, exp.Column) and this.table):
+            return None
+        offset = constant_offset(other)
+        if offset is None:
+            return None
+        return this.table.lower(), this.name, -offset if isinstance(node, exp.Sub) else offset
+    return None
+
+
+def constant_offset(node: exp.Expression) -> Offset | None:
+    """A number or a day-time interval literal (``INTERVAL 10 MINUTES``, ``INTERVAL '1.5' SECOND``)."""
+    node = node.unnest()
+    if isinstance(node, exp.Neg):
+        inner = constant_offset(node.this)
+        return -inner if inner is not None else None
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return Offset("number", Decimal(node.this))
+        except ArithmeticError:
+            return None
+    if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal) and node.unit is not None:
+        unit = node.unit.name.lower().rstrip("s")
+        if unit not in _MICROS:
+            return None
+        try:
+            amount = Decimal(node.this.this)
+        except ArithmeticError:
+            return None
+        micros = amount * _MICROS[unit]
+        if micros != int(micros):
+            return None
+        return Offset("interval", int(micros))
+    return None
+
+
+def _key_equality(conjunct: exp.Expression, a: str, b: str) -> tuple[str, bool] | None:
+    if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+        return None
+    left, right = conjunct.this.unnest(), conjunct.expression.unnest()
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return None
+    if left.name != right.name or {left.table.lower(), right.table.lower()} != {a, b}:
+        return None
+    return left.name, isinstance(conjunct, exp.NullSafeEQ)
+
+
+def _sides(node: exp.Expression, a: str, b: str) -> set[str] | None:
+    touched = set()
+    for column in node.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        qualifier = column.table.lower()
+        if qualifier not in (a, b):
+            return None
+        touched.add(qualifier)
+    return touched
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    if isinstance(node, exp.Where):
+        node = node.this
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _unaliased(table: exp.Table) -> exp.Table:
+    copy = table.copy()
+    copy.set("alias", None)
+    for key in ("joins", "laterals", "pivots"):
+        copy.set(key, None)
+    return copy
+
+
+def _resolve(table: exp.Table) -> exp.Expression:
+    """The CTE's query when ``table`` names a CTE in scope, else the table itself."""
+    if table.db:
+        return _unaliased(table)
+    node = table.parent
+    while node is not None:
+        with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
+        if isinstance(with_, exp.With):
+            for cte in with_.expressions:
+                if cte.alias_or_name.lower() == table.name.lower() and table not in list(cte.walk()):
+                    return cte.this
+        node = node.parent
+    return _unaliased(table)
+
+
+def has_non_deterministic(node: exp.Expression) -> bool:
+    for func in node.find_all(exp.Func):
+        name = (func.name if isinstance(func, exp.Anonymous) else func.sql_name()).lower()
+        if name in NON_DETERMINISTIC or isinstance(func, (exp.Rand, exp.Randn)):
+            return True
+    return False
+
+
+def _unique(items: list[exp.Expression]) -> list[exp.Expression]:
+    out: list[exp.Expression] = []
+    for item in items:
+        if not any(item is x for x in out):
+            out.append(item)
+    return out
+
+
+def qualified_columns(alias: str, columns: list[str]) -> list[exp.Column]:
+    return [exp.column(c, table=alias, quoted=True) for c in columns]
+
+
+def expand_stars(select: exp.Select, join: SelfJoin) -> None:
+    """Spell out ``*``, ``a.*`` and ``b.*`` in the projection, in the order Spark expands them,
+    so the rewritten FROM clause's helper columns never show."""
+    projections = []
+    for projection in select.expressions:
+        if isinstance(projection, exp.Star):
+            projections += qualified_columns(join.left, join.columns) + qualified_columns(join.right, join.columns)
+        elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star):
+            alias = projection.table.lower()
+            projections += qualified_columns(join.left if alias == join.left else join.right, join.columns)
+        else:
+            projections.append(projection)
+    select.set("expressions", projections)
+
+
+def and_all(conditions: list[exp.Expression]) -> exp.Expression | None:
+    conditions = [c.copy() for c in conditions]
+    if not conditions:
+        return None
+    return exp.and_(*conditions) if len(conditions) > 1 else conditions[0]

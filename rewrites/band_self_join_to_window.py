@@ -20,7 +20,7 @@ the join applied it.
 >>> from rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
 >>> print(to_sql(band_self_join_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))))
-SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`, `k` AS `k`, `ts` AS `ts`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sqlext_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sqlext_band) b AS `id`, `k`, `ts`
+SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sqlext_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sqlext_band) b AS `id`
 """
 
 from __future__ import annotations
@@ -52,17 +52,22 @@ def band_self_join_to_window(
             notes.skip(RULE, "the self-join has no band on an ordering column; its output is every "
                              "pair of a key, which the join already produces with one shuffle")
             continue
-        columns = ", ".join(quote(c) for c in join.columns)
-        inner = parse_one(
-            f"SELECT {columns}, COLLECT_LIST(STRUCT({columns})) OVER {join.window_sql()} AS {BAND} "
-            f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
-        )
         kept = join.left_only + join.right_only + join.rest
         if not join.band.exact:
             kept += join.band.conjuncts_used
         where = and_all(_conjuncts_in_order(select, kept))
         expand_stars(select, join)
         select.set("joins", None)
+        select.set("where", exp.Where(this=where) if where is not None else None)
+        # the frame carries only the columns of b the query reads (Spark cannot prune a struct
+        # inside collect_list); at least one, so that every pair is still there to count
+        used = {c.name.lower() for c in select.find_all(exp.Column) if c.table.lower() == join.right}
+        collected = [c for c in join.columns if c.lower() in used] or join.columns[:1]
+        columns = ", ".join(quote(c) for c in join.columns)
+        inner = parse_one(
+            f"SELECT {columns}, COLLECT_LIST(STRUCT({', '.join(quote(c) for c in collected)})) "
+            f"OVER {join.window_sql()} AS {BAND} FROM {join.source_sql()} WHERE {join.not_null_filter()}"
+        )
         select.set("from_", exp.From(this=exp.Subquery(
             this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
         select.set("laterals", [exp.Lateral(
@@ -70,10 +75,9 @@ def band_self_join_to_window(
             view=True,
             alias=exp.TableAlias(
                 this=exp.to_identifier(join.right),
-                columns=[exp.to_identifier(c, quoted=True) for c in join.columns],
+                columns=[exp.to_identifier(c, quoted=True) for c in collected],
             ),
         )])
-        select.set("where", exp.Where(this=where) if where is not None else None)
         notes.fire(RULE, f"self-join of {join.source_sql()} on {join.partition_sql()} within a band of "
                          f"{quote(join.band.column)} now reads it once: window frame "
                          f"{join.band.frame_sql()}, unfolded with LATERAL VIEW")

@@ -3,6 +3,7 @@ session, checks that both give the same rows, and reports median times and their
 
     sqlext bench filter --rows 10000000 --runs 3
     sqlext bench fk --left 5000000 --right 500000 --runs 3
+    sqlext bench selfjoin --rows 1000000 --runs 3      (in sqlext/bench_selfjoin.py)
 """
 
 from __future__ import annotations
@@ -215,7 +216,8 @@ def bench_fk(spark, left: int, right: int, runs: int) -> tuple[Timing, Timing]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0) -> int:
+def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0,
+                  native_runs: int | None = None, native_limit: float = 900.0) -> int:
     from sqlext.session import local_session
 
     spark = local_session("sqlext-bench")
@@ -223,4 +225,8 @@ def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0
         bench_filter(spark, rows, runs)
     elif what == "fk":
         bench_fk(spark, left, right, runs)
+    elif what == "selfjoin":
+        from sqlext.bench_selfjoin import bench_selfjoin
+
+        bench_selfjoin(spark, rows, runs, native_runs, native_limit)
     return 0

@@ -4,6 +4,7 @@
     sqlext explain FILE.sql              each statement before and after rewriting, and why
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
+    sqlext bench selfjoin --rows N       self-join queries as written against their rewrites
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ def main(argv: list[str] | None = None) -> int:
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk"])
-    bench.add_argument("--rows", type=int, default=1_000_000, help="filter: number of input changes")
+    bench.add_argument("what", choices=["filter", "fk", "selfjoin"])
+    bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
     bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
     bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
     bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
+    bench.add_argument("--native-runs", type=int, default=None,
+                       help="selfjoin: timed runs of the original queries (default: --runs)")
+    bench.add_argument("--native-limit", type=float, default=900.0,
+                       help="selfjoin: cancel a native run after this many seconds (default 900)")
 
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -45,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 
-        return run_benchmark(args.what, rows=args.rows, runs=args.runs, left=args.left, right=args.right)
+        return run_benchmark(args.what, rows=args.rows, runs=args.runs, left=args.left, right=args.right,
+                             native_runs=args.native_runs, native_limit=args.native_limit)
     return 2
 
 

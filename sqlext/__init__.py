@@ -50,7 +50,26 @@ def explain(text: str, spark=None, schema: Mapping | None = None):
     from sqlext.statements import split_statements
 
     relations = SparkRelations(spark) if spark is not None else MappingRelations(schema)
-    return [rewrite_statement(s.text, relations) for s in split_statements(text)]
+    results = []
+    for statement in split_statements(text):
+        results.append(rewrite_statement(statement.text, relations))
+        if spark is not None and _defines_temp_view(statement.text):
+            # later statements of the file read it; a temporary view lives in this session only
+            run_statement(spark, statement.text)
+    return results
+
+
+def _defines_temp_view(text: str) -> bool:
+    from sqlglot import exp
+
+    from rewrites.dialect import parse_one
+
+    try:
+        tree = parse_one(text)
+    except Exception:  # noqa: BLE001 - not one sqlglot reads, so not one explain runs
+        return False
+    return (isinstance(tree, exp.Create) and (tree.kind or "").upper() == "VIEW"
+            and any(isinstance(p, exp.TemporaryProperty) for p in tree.find_all(exp.TemporaryProperty)))
 
 
 def sql(spark, text: str):

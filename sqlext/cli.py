@@ -134,8 +134,34 @@ def _explain(path: Path, no_spark: bool) -> int:
             print(f"   {note}")
         if not list(result.notes):
             print("   no rule applies")
+        if spark is not None:
+            _print_topologies(spark, result)
         print()
     return 0
+
+
+def _print_topologies(spark, result) -> None:
+    """Spark's physical plan of the statement as written and as rewritten, as topologies."""
+    from pyspark.errors import PySparkException
+    from sqlglot import exp
+
+    from rewrites.dialect import parse_one
+    from sqlext.topology import topology
+
+    try:
+        if not isinstance(parse_one(result.original), exp.Query):
+            return
+    except Exception:  # noqa: BLE001 - sqlglot cannot read it; nothing to plan here
+        return
+    plans = [("plan as written", result.original)]
+    if result.changed:
+        plans.append(("plan as rewritten", result.sql))
+    for title, text in plans:
+        print(f"-- {title}")
+        try:
+            print(topology(spark.sql(text)))
+        except PySparkException as error:
+            print(f"   (Spark cannot plan it here: {spark_error_summary(error)})")
 
 
 if __name__ == "__main__":  # pragma: no cover

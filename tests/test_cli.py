@@ -77,3 +77,31 @@ def test_bench_filter_runs_both_sides_and_reports_a_ratio(spark, capsys):
     out = capsys.readouterr().out
     assert "ratio sqlext/native" in out
     assert len(mine.seconds) == 1 and len(theirs.seconds) == 1
+
+
+SELF_JOIN = EXAMPLE.parent / "self_join.sql"
+
+
+def test_explain_shows_rules_and_both_plans_as_topologies(spark, capsys):
+    assert main(["explain", str(SELF_JOIN)]) == 0
+    out = capsys.readouterr().out
+    statements = out.split("\n== ")
+    band = next(s for s in statements if "b.ts BETWEEN a.ts - INTERVAL 10 MINUTES" in s.split("-- after")[0])
+    assert "fired  band_self_join_to_window" in band
+    assert "skipped  self_join_aggregate_to_window: nothing in this statement" in band
+    written = band[band.index("-- plan as written"):band.index("-- plan as rewritten")]
+    rewritten = band[band.index("-- plan as rewritten"):]
+    for plan in (written, rewritten):
+        assert plan.count("Topologies:") == 1 and "Sub-topology: 0" in plan and "      --> " in plan
+    # the join reads the view on both sides; the rewrite reads it once and holds no join store
+    assert written.count("(relations: [") == 2 and rewritten.count("(relations: [") == 1
+    assert "JOIN-" in written and "JOIN-" not in rewritten and "WINDOW-" in rewritten
+    running = next(s for s in statements if "b.ts <= a.ts" in s.split("-- after")[0])
+    assert "fired  self_join_aggregate_to_window" in running
+
+
+def test_bench_selfjoin_runs_both_sides_and_checks_rows(spark, capsys):
+    assert main(["bench", "selfjoin", "--rows", "2000", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ratio sqlext/native:") == 3
+    assert "rules: band_self_join_to_window" in out and "rules: self_join_aggregate_to_window" in out

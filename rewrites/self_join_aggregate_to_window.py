@@ -24,7 +24,7 @@ their last digits; decimal sums of sums widen the type) and aggregates with ``DI
 >>> from rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
 >>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
-SELECT a.id, SUM(a.__sqlext_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, COUNT(*) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_pairs, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a WHERE a.__sqlext_pairs > 0 GROUP BY a.id
+SELECT a.id, SUM(a.__sqlext_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a GROUP BY a.id
 """
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
     pairs = f"{_partial('COUNT', exp.Literal.number(1), condition, star=condition is None)} OVER {window}"
     computed = {pairs: PAIRS}
     partials = [f"{pairs} AS {PAIRS}"]
+    if condition is None and _frame_holds_the_row_itself(join):
+        computed, partials = {}, []  # every row is its own partner: no row lacks pairs
     replacements = []
     for aggregate in aggregates:
         argument = aggregate.this
@@ -117,7 +119,7 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
         for kind in kinds:
             partial = f"{_partial(kind, value, condition, star and condition is None)} OVER {window}"
             if partial not in computed:  # the same partial twice is computed once
-                computed[partial] = PAIRS if not computed else f"{PARTIAL}{len(computed)}"
+                computed[partial] = f"{PARTIAL}{len(partials) + (0 if PAIRS in computed.values() else 1)}"
                 partials.append(f"{partial} AS {computed[partial]}")
             names.append(f"{join.left}.{computed[partial]}")
         replacements.append((aggregate, _combine(type(aggregate), names)))
@@ -127,11 +129,21 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
     )
     for aggregate, combined in replacements:
         aggregate.replace(parse_one(combined))
-    where = and_all([parse_one(f"{join.left}.{PAIRS} > 0")] + join.left_only)
+    has_pairs = PAIRS in computed.values()
+    where = and_all(([parse_one(f"{join.left}.{PAIRS} > 0")] if has_pairs else []) + join.left_only)
     select.set("joins", None)
     select.set("from_", exp.From(this=exp.Subquery(
         this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
-    select.set("where", exp.Where(this=where))
+    select.set("where", exp.Where(this=where) if where is not None else None)
+
+
+def _frame_holds_the_row_itself(join: SelfJoin) -> bool:
+    """Each row that passes the NULL filter is in its own frame (equal keys, offset zero inside
+    the band), so it has at least one partner and the inner join keeps it."""
+    band = join.band
+    if band is None:
+        return True
+    return (band.lower is None or band.lower.offset.value <= 0) and (band.upper is None or band.upper.offset.value >= 0)
 
 
 def _keep_output_names(select: exp.Select, relations: Relations) -> None:

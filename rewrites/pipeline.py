@@ -23,6 +23,7 @@ from rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from rewrites.dialect import SparkExt, parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import MappingRelations, Relations
+from sqlext.errors import SqlextError
 
 RULES: list[Callable[..., exp.Expression]] = [
     changelog_filter_to_sql,
@@ -36,11 +37,27 @@ RULES: list[Callable[..., exp.Expression]] = [
 
 
 def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
-    """Copy the tree once and run every rule over it, in order."""
+    """Copy the tree once and run every rule over it, in order.
+
+    A rule that fails on a tree it did not expect (anything but a :class:`SqlextError`, which
+    reports bad input to a function) leaves the statement as it was before the rule ran, and
+    the failure is noted: passing SQL through unchanged is always safe.
+    """
     expression = expression.copy()
+    notes = facts.get("notes")
     for rule in RULES:
         accepted = inspect.signature(rule).parameters
-        expression = rule(expression, **{k: v for k, v in facts.items() if k in accepted})
+        before = expression.copy()
+        try:
+            expression = rule(expression, **{k: v for k, v in facts.items() if k in accepted})
+        except SqlextError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a rule's blind spot must not break the statement
+            expression = before
+            if notes is not None:
+                notes.items = [n for n in notes.items if n.rule != rule.__name__]
+                notes.skip(rule.__name__, f"the rule could not read this statement ({type(error).__name__}: "
+                                          f"{str(error)[:120]}); it is left unchanged")
     return expression
 
 
@@ -63,7 +80,8 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
     notes = Notes()
     try:
         tree = parse_one(text)
-    except (ParseError, TokenError, ValueError) as error:
+    except (ParseError, TokenError, ValueError, IndexError, KeyError, AttributeError, TypeError,
+            RecursionError) as error:  # sqlglot's parser fails in these ways on malformed text
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         notes.skip("parse", f"sqlglot cannot read this statement ({reason}); it is passed to Spark unchanged")
         return Rewritten(text, text, notes)

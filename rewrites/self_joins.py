@@ -177,6 +177,8 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
         return f"{kind} JOIN keeps unmatched rows, which a window over one relation does not produce"
     if join.args.get("using") or join.args.get("method"):
         return "the join uses USING or a join method"
+    if select.args.get("from_") is None:
+        return "the join has no FROM clause before it"
     left, right = select.args["from_"].this, join.this
     if not isinstance(left, exp.Table) or not isinstance(right, exp.Table):
         return "the two sides are not the same relation (different subqueries)"

@@ -13,10 +13,12 @@ _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 INSTALLED_FLAG = "spark.sqlext.installed"
 
 
-def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: int = 4):
+def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: int = 4, master: str | None = None):
     """A builder for the embedded default engine: local Spark, UI off, quiet logs.
 
-    Worker processes use this interpreter, so they see the same pyarrow and sqlext.
+    Worker processes use this interpreter, so they see the same pyarrow and sqlext. With
+    ``master`` (``spark://host:port``) the same settings run on a standalone cluster whose
+    workers share this machine's Python environment.
     """
     from pyspark.sql import SparkSession
 
@@ -24,7 +26,7 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     java_options = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}"
     return (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(master or f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

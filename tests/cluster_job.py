@@ -1,0 +1,86 @@
+"""What tests/test_cluster.py runs on the standalone cluster, in a process of its own (a
+process holds one Spark driver, and the test process already holds the local one).
+
+    python tests/cluster_job.py MASTER_URL WORK_DIR
+
+Writes WORK_DIR/result.json: the examples rendered as in their golden files, each self-join
+fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
+function (executors run it) and through the native rewrite, and an FK_JOIN run twice, the
+second time while the test kills a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+
+def rows(frame) -> list[str]:
+    return sorted(repr(tuple(r)) for r in frame.collect())
+
+
+def executors(spark) -> int:
+    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # less the driver
+
+
+def main(master: str, work: Path) -> None:
+    import sqlext
+    from sqlext.bench import FK_SQLEXT, fingerprint, make_fk_inputs
+    from sqlext.session import local_builder, quiet_query_context_logs
+
+    spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \
+        .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    quiet_query_context_logs()
+    sqlext.install(spark)
+    deadline = time.monotonic() + 90
+    while executors(spark) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    result: dict = {"executors": executors(spark)}
+
+    from test_examples_golden import EXAMPLES, render
+
+    result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES}
+
+    from self_join_fixtures import EVENTS, read_fixtures
+    from test_self_join_differential import random_events
+    from rewrites.pipeline import rewrite_statement
+    from sqlext.session import SparkRelations
+
+    ddl = ", ".join(f"{c} {t}" for c, t in EVENTS.items())
+    spark.createDataFrame(random_events(1), ddl).createOrReplaceTempView("events")
+    result["self_joins"] = {}
+    for fixture in read_fixtures()[1]:
+        if fixture.noop:
+            continue
+        rewritten = rewrite_statement(fixture.query, SparkRelations(spark)).sql
+        result["self_joins"][fixture.title] = [rows(spark.sql(fixture.query)), rows(spark.sql(rewritten))]
+
+    spark.createDataFrame(
+        [(1, 5, "insert", 1), (1, -1, "update_postimage", 2), (2, 7, "insert", 3), (1, 9, "update_postimage", 4),
+         (2, 0, "delete", 5)], "id int, v int, _change_type string, _commit_version bigint",
+    ).createOrReplaceTempView("feed")
+    call = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(feed), key => 'id', predicate => 'v > 0', emit => 'changes')"
+    result["udtf"] = [rows(spark.sql(call)), rows(sqlext.sql(spark, call))]
+
+    directory = tempfile.mkdtemp(prefix="sqlext-cluster-", dir=work)
+    make_fk_inputs(spark, 400_000, 40_000, directory)
+    query = FK_SQLEXT.format(emit="changes")
+    result["fk_first"] = list(fingerprint(spark, sqlext.sql(spark, query)))
+    (work / "kill-now").write_text(str(time.time()))
+    try:
+        result["fk_second"] = list(fingerprint(spark, sqlext.sql(spark, query)))
+    except Exception as error:  # noqa: BLE001 - reported to the test, which judges it
+        result["fk_second_error"] = str(error).splitlines()[0][:500]
+    (work / "result.json").write_text(json.dumps(result))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))

@@ -1,0 +1,97 @@
+"""A real Spark standalone cluster on this machine: one master and two workers, each its own
+JVM process, started with the ``spark-class`` script that ships with PySpark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {seconds} s")
+
+
+class Cluster:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.master: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+
+    def _start(self, name: str, *arguments: str) -> subprocess.Popen:
+        env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
+                   PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1")
+        log = open(self.directory / f"{name}.log", "w")
+        # each daemon leads its own process group, so that killing a worker also kills the
+        # executor it started (a lost machine, not a lost daemon)
+        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *arguments], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start(self, workers: int = 2) -> "Cluster":
+        self.master = self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                  "--port", str(self.port), "--webui-port", str(free_port()))
+        _wait_for_port(self.port, 60)
+        for i in range(workers):
+            work = self.directory / f"worker-{i}"
+            work.mkdir(exist_ok=True)
+            self.workers.append(self._start(
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", str(free_port())))
+        self._wait_for_workers(workers, 60)
+        return self
+
+    def _wait_for_workers(self, count: int, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        log = self.directory / "master.log"
+        while time.monotonic() < deadline:
+            if log.exists() and log.read_text().count("Registering worker") >= count:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"{count} workers did not register with the master in {seconds} s:\n{log.read_text()[-2000:]}")
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL a worker and the executor it runs, as when a machine is lost."""
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.master]:
+            if process is not None and process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for process in [*self.workers, self.master]:
+            if process is not None:
+                process.wait(timeout=30)
+
+
+@contextmanager
+def standalone_cluster(directory: Path, workers: int = 2):
+    cluster = Cluster(directory)
+    try:
+        yield cluster.start(workers)
+    finally:
+        cluster.stop()

@@ -78,6 +78,8 @@ def main(master: str, work: Path) -> None:
         result["fk_second"] = list(fingerprint(spark, sqlext.sql(spark, query)))
     except Exception as error:  # noqa: BLE001 - reported to the test, which judges it
         result["fk_second_error"] = str(error).splitlines()[0][:500]
+    result["fk_second_finished"] = time.time()
+    result["executors_after"] = executors(spark)
     (work / "result.json").write_text(json.dumps(result))
     spark.stop()
 

@@ -29,6 +29,7 @@ def _kill_when_asked(cluster, work: Path, done: threading.Event) -> None:
         if marker.exists():
             time.sleep(2.0)  # the second FK_JOIN run is under way
             cluster.kill_worker(1)
+            (work / "killed-at").write_text(str(time.time()))
             return
         time.sleep(0.1)
 
@@ -46,7 +47,9 @@ def cluster_result(tmp_path_factory):
         )
         done.set()
         assert job.returncode == 0, job.stderr[-4000:]
-    return json.loads((work / "result.json").read_text())
+    result = json.loads((work / "result.json").read_text())
+    result["killed_at"] = float((work / "killed-at").read_text()) if (work / "killed-at").exists() else None
+    return result
 
 
 def test_the_job_ran_on_two_executors(cluster_result):
@@ -90,6 +93,10 @@ def test_table_function_runs_on_executors_like_the_rewrite(cluster_result):
 def test_fk_join_survives_a_lost_worker(cluster_result):
     first = cluster_result["fk_first"]
     assert first[0] > 0
+    # the worker died while the second run was under way, and the run went on without it
+    assert cluster_result["killed_at"] is not None
+    assert cluster_result["killed_at"] < cluster_result["fk_second_finished"]
+    assert cluster_result["executors_after"] == 1
     # one worker is left: Spark re-runs the lost tasks (and the stages whose shuffle output
     # the lost executor held) there, and the rows are the same
     assert cluster_result.get("fk_second") == first, cluster_result.get("fk_second_error")

@@ -5,6 +5,7 @@
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
     sqlext bench selfjoin --rows N       self-join queries as written against their rewrites
+    sqlext bench scale --sizes A,B,C     each function at growing sizes: time and memory
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ def main(argv: list[str] | None = None) -> int:
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk", "selfjoin"])
+    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale"])
     bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
     bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
     bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
     bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
     bench.add_argument("--native-runs", type=int, default=None,
                        help="selfjoin: timed runs of the original queries (default: --runs)")
+    bench.add_argument("--sizes", default="100000,1000000,10000000",
+                       help="scale: comma-separated input sizes (default 10^5, 10^6, 10^7)")
+    bench.add_argument("--plot", type=Path, default=None, help="scale: write the chart (SVG) here")
     bench.add_argument("--native-limit", type=float, default=900.0,
                        help="selfjoin: cancel a native run after this many seconds (default 900)")
 
@@ -47,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args.files, args.limit)
     if args.command == "explain":
         return _explain(args.file, args.no_spark)
+    if args.command == "bench" and args.what == "scale":
+        from sqlext.bench_scale import bench_scale
+        from sqlext.session import local_session
+
+        bench_scale(local_session("sqlext-bench"), [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
+        return 0
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 

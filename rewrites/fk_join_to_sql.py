@@ -134,7 +134,7 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     # ordinary join (split by Spark, or avoided by broadcasting the right intervals).
     matched = (
         f"SELECT {hint}__sx_l.*, __sx_ri.* FROM (SELECT *, {order} AS __sx_from FROM {{left}}) __sx_l "
-        f"LEFT JOIN __sx_ri ON {subscribed} AND __sx_l.__sx_fk = __sx_ri.__sx_rk "
+        f"LEFT JOIN __sx_ri ON (CASE WHEN {subscribed} THEN __sx_l.__sx_fk END) = __sx_ri.__sx_rk "
         f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
         f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
         f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next){reach}))"
@@ -151,7 +151,8 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
         before = (
             f"SELECT {hint}__sx_lc.*, CASE WHEN __sx_ri.__sx_rfrom = __sx_lc.{order} THEN __sx_ri.__sx_p "
             f"ELSE __sx_ri.__sx_r END AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
-            f"ON NOT ({same_fk}) AND __sx_lc.__sx_prev_fk = __sx_ri.__sx_rk "
+            # a NULL probe key for the rows that skip the lookup: no hash probe, no candidate
+            f"ON (CASE WHEN NOT ({same_fk}) THEN __sx_lc.__sx_prev_fk END) = __sx_ri.__sx_rk "
             f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_lc.{order}) "
             f"AND (__sx_ri.__sx_rto IS NULL OR __sx_lc.{order} < __sx_ri.__sx_rto)"
         )

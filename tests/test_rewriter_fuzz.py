@@ -115,3 +115,31 @@ def test_rewritten_mutations_return_the_original_rows(spark, events, seed):
         assert not out.changed or out.sql != text  # Spark rejects the original; nothing to compare
         return
     assert Counter(tuple(r) for r in spark.sql(out.sql).collect()) == expected
+
+
+FRAGMENTS = ["v", "id", " > ", "0", "1=1", ")", "(", "'", "''", "\\'", ";", " UNION SELECT * FROM secrets", " --",
+             "/*", "*/", " OR ", " AND ", "`", "x`", "DROP TABLE feed", ",", "TABLE(feed)", " => ", "\n", "NULL",
+             "(SELECT 1)", "v IN (SELECT v FROM feed)"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8),
+       argument=st.sampled_from(["predicate", "key", "order_by"]))
+def test_argument_strings_are_rejected_or_confined_to_one_expression(parts, argument):
+    from rewrites.dialect import parse
+    from rewrites.table_functions import sql_string
+
+    value = "".join(parts)
+    arguments = {"key": "'id'", "predicate": "'v > 0'", "order_by": "'_commit_version'"}
+    arguments[argument] = sql_string(value)
+    call = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(feed), "
+            + ", ".join(f"{k} => {v}" for k, v in arguments.items()) + ")")
+    try:
+        out = rewrite_statement(call, MappingRelations(RELATIONS))
+    except SqlextError as error:
+        assert error.error_class in {"INVALID_SQL_EXPRESSION", "CHANGELOG_MISSING_COLUMN", "INVALID_ARGUMENT_TYPE",
+                                     "EXPRESSION_TYPE_MISMATCH", "INVALID_OPTION_VALUE"}, str(error)
+        return
+    statements = [s for s in parse(out.sql) if s is not None]
+    assert len(statements) == 1  # nothing smuggled in as a second statement
+    assert "secrets" not in out.sql.lower() and "drop table" not in out.sql.lower()

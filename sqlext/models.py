@@ -17,7 +17,7 @@ queries read it by its name.
 
 >>> graph = {"a": set(), "b": {"a"}, "c": {"b"}, "d": {"a"}}
 >>> build_order(graph)
-['a', 'b', 'd', 'c']
+['a', 'b', 'c', 'd']
 >>> sorted(select(graph, ["b+"]))
 ['b', 'c']
 >>> sorted(select(graph, ["+c"]))

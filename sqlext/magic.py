@@ -15,10 +15,10 @@ notebook variable ``_sqlext`` holds the last one. A failing statement prints
 from __future__ import annotations
 
 import html
-import shlex
+import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sqlext.display import format_table, format_value
 
@@ -109,22 +109,22 @@ def session_for(namespace: dict):
 
 
 def parse_options(line: str) -> tuple[str, int, str]:
-    """``[explain] [--limit N] [SQL...]`` -> (mode, limit, rest of the line)."""
-    words: Sequence[str] = shlex.split(line, posix=False) if line.strip() else []
-    mode, limit, rest = "run", 200, []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if i == 0 and word == "explain":
-            mode = "explain"
-        elif word == "--limit" and i + 1 < len(words):
-            limit = int(words[i + 1])
-            i += 1
-        else:
-            rest = list(words[i:])
+    """``[explain] [--limit N] [SQL...]`` -> (mode, limit, the SQL exactly as written).
+
+    >>> parse_options("explain --limit 5 SELECT 'a  b'")
+    ('explain', 5, "SELECT 'a  b'")
+    >>> parse_options("")
+    ('run', 200, '')
+    """
+    mode, limit, rest = "run", 200, line.strip()
+    if re.match(r"explain\b", rest):
+        mode, rest = "explain", rest[len("explain"):].lstrip()
+    while True:
+        option = re.match(r"--limit\s+(\d+)\s*", rest)
+        if not option:
             break
-        i += 1
-    return mode, limit, " ".join(rest)
+        limit, rest = int(option.group(1)), rest[option.end():]
+    return mode, limit, rest
 
 
 def _magics():

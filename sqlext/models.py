@@ -422,6 +422,10 @@ def main(args) -> int:
     """``sqlext build`` (called by the CLI)."""
     from sqlext.session import local_session
 
+    folder = models_folder(args.models)
+    if not folder.is_dir() or not any(folder.rglob("*.sql")):
+        print(f"sqlext: no *.sql models in {args.models}", file=sys.stderr)
+        return 1
     try:
         discover(args.models, parse_vars(args.vars))  # report template errors before Spark starts
     except (ModelError, SqlextError) as error:

@@ -168,3 +168,8 @@ def test_a_dbt_project_builds_unchanged(spark, tmp_path, capsys):
     rows = spark.read.parquet(str(tmp_path / "accounts_in_credit")).orderBy("_commit_version", "id").collect()
     assert [(r.id, r._change_type, r._commit_version) for r in rows] == [
         (1, "insert", 1), (1, "delete", 2), (2, "insert", 3)]
+
+
+def test_build_of_a_folder_without_models_fails_before_spark(tmp_path, capsys):
+    assert main(["build", str(tmp_path / "nowhere")]) == 1
+    assert str(tmp_path / "nowhere") in capsys.readouterr().err

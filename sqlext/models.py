@@ -327,7 +327,8 @@ def _ensure_upstream(spark, model: Model, models: Mapping[str, Model], chosen: s
         _ensure_upstream(spark, upstream, models, chosen, warehouse)
         if upstream.materialized == "table":
             if not (warehouse / up).exists():
-                raise ModelError(model.path, 1, 1, SqlextError(
+                line, column = _locate(model.source, rf"ref\(\s*['\"]{re.escape(up)}['\"]")
+                raise ModelError(model.path, line, column, SqlextError(
                     "MODEL_NOT_BUILT", function=FUNCTION, name=model.name, upstream=up,
                     warehouse=str(warehouse)))
             spark.read.parquet(str(warehouse / up)).createOrReplaceTempView(up)

@@ -173,3 +173,13 @@ def test_a_dbt_project_builds_unchanged(spark, tmp_path, capsys):
 def test_build_of_a_folder_without_models_fails_before_spark(tmp_path, capsys):
     assert main(["build", str(tmp_path / "nowhere")]) == 1
     assert str(tmp_path / "nowhere") in capsys.readouterr().err
+
+
+def test_unselected_upstream_table_must_be_in_the_warehouse(spark, built, tmp_path):
+    for name in ("stg_orders", "stg_customers"):
+        spark.catalog.dropTempView(name)
+    errors = []
+    results = build(spark, MODELS, tmp_path / "empty", selectors=["orders_with_customer"],
+                    out=lambda line: None, err=errors.append)
+    assert [(r.name, r.status) for r in results] == [("orders_with_customer", "ERROR")]
+    assert "orders_with_customer.sql:5:" in errors[0] and "[MODEL_NOT_BUILT]" in errors[0]

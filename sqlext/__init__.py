@@ -15,7 +15,7 @@ from typing import Mapping
 
 from sqlext.errors import SqlextError
 
-__all__ = ["SqlextError", "install", "rewrite", "sql", "explain"]
+__all__ = ["SqlextError", "install", "rewrite", "sql", "explain", "load_ipython_extension"]
 __version__ = "0.1.0"
 
 
@@ -109,3 +109,10 @@ def run_statement(spark, text: str):
         if ours is not None:
             raise ours from None
         raise
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext sqlext``: the ``%%sqlext`` cell magic (see ``sqlext.magic``)."""
+    from sqlext.magic import load_ipython_extension as load
+
+    load(ipython)

@@ -2,6 +2,7 @@
 
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
     sqlext explain FILE.sql              each statement before and after rewriting, and why
+    sqlext build MODELS_DIR              dbt-style models (one SELECT per file) in dependency order
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
     sqlext bench selfjoin --rows N       self-join queries as written against their rewrites
@@ -32,6 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--no-spark", action="store_true",
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
+    build = commands.add_parser("build", help="build a folder of dbt-style models in dependency order")
+    build.add_argument("models", type=Path, help="a folder of *.sql models (or a dbt project with models/)")
+    build.add_argument("--warehouse", type=Path, default=Path("spark-warehouse"),
+                       help="where table models are written as Parquet (default ./spark-warehouse)")
+    build.add_argument("--select", action="append", default=[],
+                       help="name, name+ (and its dependents), +name (and its ancestors); repeatable")
+    build.add_argument("--vars", action="append", default=[], help="KEY=VALUE for var('KEY'); repeatable")
+    build.add_argument("--progress-every", type=float, default=10.0,
+                       help="seconds between 'still running' lines for a long model (default 10; 0: off)")
+
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
     bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale"])
     bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
@@ -57,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_scale(local_session("sqlext-bench"), [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
         return 0
+    if args.command == "build":
+        from sqlext.models import main as build_main
+
+        return build_main(args)
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 

@@ -62,6 +62,26 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    # models (sqlext build)
+    "MODEL_NOT_FOUND": (
+        "{function}: {what} {name!r} is not a model in {directory}; models there: {available}. "
+        "Check the spelling, or add {name}.sql."
+    ),
+    "DUPLICATE_MODEL": (
+        "{function}: two files define the model {name!r}: {paths}. A model is named by its "
+        "file, so rename one of them."
+    ),
+    "MODEL_CYCLE": (
+        "{function}: models refer to each other in a cycle: {cycle}. Break the cycle: a model "
+        "cannot depend on itself through ref()."
+    ),
+    "MODEL_TEMPLATE_ERROR": "{function}: the Jinja template does not render: {reason}. {fix}",
+    "INVALID_MODEL_CONFIG": "{function}: config({argument}={value}) is not supported. Use {allowed}.",
+    "MODEL_NOT_BUILT": (
+        "{function}: model {name!r} reads {upstream!r}, which is not selected and has no table in "
+        "{warehouse}. Build it first, or select the upstream models too with '+{name}'."
+    ),
+    "EMPTY_MODEL": "{function}: the model file holds no SQL statement. {fix}",
 }
 
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).

@@ -1,0 +1,4 @@
+-- A view over a table model.
+SELECT name, COUNT(*) AS orders
+FROM {{ ref('orders_with_customer') }}
+GROUP BY name

@@ -1,0 +1,185 @@
+"""sqlext build: dbt-style models over change feeds (staging, FK_JOIN, recursion) built in
+dependency order; failures located in their file; dependents skipped; built tables intact."""
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sqlext.cli import main
+from sqlext.errors import SqlextError
+from sqlext.models import ModelError, build, build_order, discover, select
+
+MODELS = Path(__file__).resolve().parent / "models"
+DBT_PROJECT = Path(__file__).resolve().parent / "dbt_project"
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory):
+    """The test models built once: (warehouse, results, printed lines)."""
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    lines = []
+    results = build(spark, MODELS, warehouse, out=lines.append)
+    return warehouse, {r.name: r for r in results}, lines
+
+
+def test_models_build_in_dependency_order(built):
+    _, results, lines = built
+    assert all(r.status == "OK" for r in results.values()), results
+    order = list(results)
+    assert order.index("stg_orders") < order.index("orders_with_customer") < order.index("customer_order_counts")
+    assert order.index("stg_customers") < order.index("orders_with_customer")
+    # a status line per model, with its rows and time
+    ok = [line for line in lines if " OK " in line]
+    assert len(ok) == len(results)
+    assert any("OK table model orders_with_customer" in line and "[1 rows in " in line for line in ok)
+    assert lines[-1].startswith("Done in ") and "OK=8 ERROR=0 SKIP=0" in lines[-1]
+
+
+def test_table_models_are_parquet_in_the_warehouse_and_views_are_not(spark, built):
+    warehouse, results, _ = built
+    for name, result in results.items():
+        assert (warehouse / name).exists() == (result.materialized == "table"), name
+    assert spark.read.parquet(str(warehouse / "stg_customers")).count() == results["stg_customers"].rows
+    assert not list((warehouse / ".tmp").iterdir())  # nothing half-written left behind
+
+
+def test_fk_join_model_joins_the_final_tables(spark, built):
+    rows = spark.table("orders_with_customer").collect()
+    # order 100 was deleted, 102 fails the staging filter, 101 moved to Ada, who moved to Paris
+    assert [tuple(r) for r in rows] == [(101, 1, 40.0, "Ada", "Paris")]
+    assert [tuple(r) for r in spark.table("customer_order_counts").collect()] == [("Ada", 1)]
+
+
+def test_staging_model_reads_vars_and_forwards_minimal_changes(spark, built):
+    changes = spark.table("stg_orders").orderBy("_commit_version", "order_id", "_change_type").collect()
+    # order 102 (amount -1) never passes; order 101's move is a pre/post pair; 100 is deleted
+    assert {r.order_id for r in changes} == {100, 101}
+    assert [r._change_type for r in changes if r.order_id == 101] == ["insert", "update_postimage", "update_preimage"]
+    assert [r._change_type for r in changes if r.order_id == 100] == ["insert", "delete"]
+
+
+def test_recursive_model(spark, built):
+    levels = {r.title: r.level for r in spark.table("org_levels").collect()}
+    assert levels == {"ceo": 0, "cto": 1, "cfo": 1, "engineer": 2}
+
+
+def test_failing_model_is_located_its_dependents_skipped_and_built_tables_kept(spark, built, tmp_path, capsys):
+    warehouse, _, _ = built
+    models = tmp_path / "models"
+    shutil.copytree(MODELS, models)
+    broken = models / "staging" / "stg_orders.sql"
+    # fails while the table is written (ANSI division by zero), not while it is planned
+    broken.write_text(broken.read_text().replace("amount > {{", "amount / 0 > {{"))
+    before = sorted(p.name for p in (warehouse / "stg_orders").iterdir())
+    old_rows = spark.read.parquet(str(warehouse / "orders_with_customer")).count()
+    for name in ("stg_orders", "stg_customers", "raw_orders_changes", "orders_with_customer"):
+        spark.catalog.dropTempView(name)  # upstream models come from the warehouse / their files
+
+    assert main(["build", str(models), "--warehouse", str(warehouse), "--select", "stg_orders+"]) == 1
+    captured = capsys.readouterr()
+    assert f"{broken}:3:1: [DIVIDE_BY_ZERO]" in captured.err
+    assert "Traceback" not in captured.err and "\tat org.apache" not in captured.err
+    assert "ERROR table model stg_orders" in captured.out
+    assert "SKIP table model orders_with_customer" in captured.out
+    assert "SKIP view model customer_order_counts" in captured.out
+    assert "OK=0 ERROR=1 SKIP=2" in captured.out
+    # the tables of the earlier build are intact, and no half-written table is left
+    assert sorted(p.name for p in (warehouse / "stg_orders").iterdir()) == before
+    assert spark.read.parquet(str(warehouse / "orders_with_customer")).count() == old_rows
+    assert not list((warehouse / ".tmp").iterdir())
+
+
+def test_select_builds_a_model_and_its_dependents_reading_upstream_tables(spark, built, capsys):
+    warehouse, _, _ = built
+    spark.catalog.dropTempView("stg_customers")
+    assert main(["build", str(MODELS), "--warehouse", str(warehouse), "--select", "orders_with_customer+"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 8 models" in out
+    assert "OK table model orders_with_customer" in out and "OK view model customer_order_counts" in out
+    assert "stg_orders" not in out.replace(str(warehouse), "")
+
+
+def test_select_operators():
+    graph = {"raw": set(), "stg": {"raw"}, "mart": {"stg"}, "other": {"raw"}}
+    assert select(graph, ["stg+"]) == {"stg", "mart"}
+    assert select(graph, ["+stg"]) == {"raw", "stg"}
+    assert select(graph, ["raw+"]) == set(graph)
+    with pytest.raises(SqlextError) as error:
+        select(graph, ["nope+"])
+    assert error.value.error_class == "MODEL_NOT_FOUND"
+
+
+def write(folder: Path, files: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder
+
+
+def test_cycle_is_an_error_naming_it(tmp_path):
+    folder = write(tmp_path, {
+        "a.sql": "SELECT * FROM {{ ref('c') }}",
+        "b.sql": "SELECT * FROM {{ ref('a') }}",
+        "c.sql": "SELECT * FROM {{ ref('b') }}",
+        "d.sql": "SELECT 1 AS x",
+    })
+    graph = {name: set(m.refs) for name, m in discover(folder).items()}
+    with pytest.raises(SqlextError) as error:
+        build_order(graph)
+    assert error.value.error_class == "MODEL_CYCLE"
+    assert "a -> c -> b -> a" in str(error.value)
+
+
+def test_unknown_ref_names_file_and_line(tmp_path):
+    folder = write(tmp_path, {"a.sql": "SELECT *\nFROM {{ ref('missing') }}"})
+    with pytest.raises(ModelError) as error:
+        discover(folder)
+    assert error.value.error_class == "MODEL_NOT_FOUND"
+    assert (error.value.path.name, error.value.line) == ("a.sql", 2)
+
+
+@pytest.mark.parametrize("text, error_class, line", [
+    ("SELECT 1\n{{ config(materialized='table' }}", "MODEL_TEMPLATE_ERROR", 2),
+    ("SELECT 1\n\n{{ unknown_macro() }}", "MODEL_TEMPLATE_ERROR", 3),
+    ("{{ config(materialized='incremental') }}\nSELECT 1", "INVALID_MODEL_CONFIG", 1),
+])
+def test_template_errors(tmp_path, text, error_class, line):
+    folder = write(tmp_path, {"m.sql": text})
+    with pytest.raises(ModelError) as error:
+        discover(folder)
+    assert (error.value.error_class, error.value.line) == (error_class, line)
+
+
+def test_two_files_one_name_is_an_error(tmp_path):
+    write(tmp_path / "x", {"m.sql": "SELECT 1"})
+    write(tmp_path / "y", {"m.sql": "SELECT 2"})
+    with pytest.raises(SqlextError) as error:
+        discover(tmp_path)
+    assert error.value.error_class == "DUPLICATE_MODEL"
+
+
+def test_a_dbt_project_builds_unchanged(spark, tmp_path, capsys):
+    """A dbt project directory (dbt_project.yml, models/ with config blocks and ref) builds as
+    it is; CHANGELOG_FILTER in a model is rewritten like any other statement."""
+    assert main(["build", str(DBT_PROJECT), "--warehouse", str(tmp_path)]) == 0
+    assert "OK table model accounts_in_credit" in capsys.readouterr().out
+    rows = spark.read.parquet(str(tmp_path / "accounts_in_credit")).orderBy("_commit_version", "id").collect()
+    assert [(r.id, r._change_type, r._commit_version) for r in rows] == [
+        (1, "insert", 1), (1, "delete", 2), (2, "insert", 3)]
+
+
+def test_build_of_a_folder_without_models_fails_before_spark(tmp_path, capsys):
+    assert main(["build", str(tmp_path / "nowhere")]) == 1
+    assert str(tmp_path / "nowhere") in capsys.readouterr().err
+
+
+def test_unselected_upstream_table_must_be_in_the_warehouse(spark, built, tmp_path):
+    for name in ("stg_orders", "stg_customers"):
+        spark.catalog.dropTempView(name)
+    errors = []
+    results = build(spark, MODELS, tmp_path / "empty", selectors=["orders_with_customer"],
+                    out=lambda line: None, err=errors.append)
+    assert [(r.name, r.status) for r in results] == [("orders_with_customer", "ERROR")]
+    assert "orders_with_customer.sql:5:" in errors[0] and "[MODEL_NOT_BUILT]" in errors[0]

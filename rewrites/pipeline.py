@@ -17,6 +17,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from rewrites.changelog_filter_to_sql import changelog_filter_to_sql
 from rewrites.fk_join_to_sql import fk_join_to_sql
+from rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 from rewrites.dialect import SparkExt, parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import MappingRelations, Relations
@@ -24,6 +25,7 @@ from rewrites.relations import MappingRelations, Relations
 RULES: list[Callable[..., exp.Expression]] = [
     changelog_filter_to_sql,
     fk_join_to_sql,
+    recursive_cte_to_expand,
 ]
 
 

@@ -62,6 +62,16 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    # recursion (seed 004)
+    "RECURSION_NON_TERMINATING": (
+        "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."
+    ),
+    "RECURSION_LEVEL_LIMIT_EXCEEDED": (
+        "{function}: {name} still produced rows at level {level}, the recursion level limit {limit}. "
+        "If the data is deep rather than cyclic, raise the limit with "
+        "WITH RECURSIVE {name}(...) MAX RECURSION LEVEL {suggested} AS (...); on cyclic data, "
+        "use UNION instead of UNION ALL or add a condition that ends the recursion."
+    ),
 }
 
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).

@@ -52,6 +52,7 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
     for with_ in list(expression.find_all(exp.With)):
         if not with_.args.get("recursive"):
             continue
+        expanded = False
         for cte in with_.expressions:
             name = cte.alias_or_name
             if not _reads(cte.this, name):
@@ -69,10 +70,11 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
             cte.set("max_recursion_level", None)
             cte.set("key_expressions", None)
             cte.args["alias"].set("columns", None)
+            expanded = True
             kind = "UNION" if body.args.get("distinct") else "UNION ALL"
             notes.fire(RULE, f"recursive CTE {name} ({kind}{', USING KEY' if keyed else ''}) runs as "
                              f"{FUNCTION}: semi-naive iteration materialised as a temporary view")
-        if not any(_reads(c.this, c.alias_or_name) for c in with_.expressions):
+        if expanded and not any(_reads(c.this, c.alias_or_name) for c in with_.expressions):
             with_.set("recursive", None)
     return expression
 
@@ -89,6 +91,8 @@ def _unsupported(cte: exp.CTE, name: str) -> str | None:
     body = cte.this
     if not isinstance(body, exp.Union) or body.args.get("by_name"):
         return "its body is not 'anchor UNION [ALL] step'"
+    if any(body.args.get(k) for k in ("limit", "offset", "order", "with_")):
+        return "the recursion has a LIMIT, OFFSET or ORDER BY of its own"
     anchor, step = body.this, body.expression
     if _reads(anchor, name):
         return "the anchor (or a second step) reads the CTE itself"

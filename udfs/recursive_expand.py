@@ -336,7 +336,7 @@ def run_levels(spark, spec: RecursiveSpec, anchor, prefix: str):
 
 def _levels(spec: RecursiveSpec, anchor, run_step):
     level = anchor.distinct() if spec.distinct else anchor
-    level = level.localCheckpoint()
+    level = _cut(level)
     seen = level if spec.distinct else None
     done, pending = None, []
     k = 0
@@ -345,33 +345,33 @@ def _levels(spec: RecursiveSpec, anchor, run_step):
             raise level_limit_error(spec.name, k, spec.max_level)
         pending.append(level)
         if len(pending) >= COLLAPSE_EVERY:
-            done = _union_all([done] + pending if done is not None else pending).localCheckpoint()
+            done = _cut(_union_all([done] + pending if done is not None else pending))
             pending = []
         produced = run_step(level)
         if spec.distinct:
             produced = produced.distinct().subtract(seen)
-        level = produced.localCheckpoint()
+        level = _cut(produced)
         if spec.distinct:
-            seen = seen.union(level).localCheckpoint()
+            seen = _cut(seen.union(level))
         k += 1
     parts = ([done] if done is not None else []) + pending
     if not parts:
         return anchor.limit(0)
-    return _union_all(parts).localCheckpoint()
+    return _cut(_union_all(parts))
 
 
 def _levels_keyed(spec: RecursiveSpec, anchor, run_step):
     names = anchor.columns
     key = [names[[c.lower() for c in names].index(k.lower())] for k in spec.key]
-    union = _one_per_key(anchor, key).localCheckpoint()
+    union = _cut(_one_per_key(anchor, key))
     working = union
     k = 0
     while not working.isEmpty():
         if k >= spec.max_level:
             raise level_limit_error(spec.name, k, spec.max_level)
         produced = _one_per_key(run_step(working, union), key)
-        changed = _anti_join(produced, union, names).localCheckpoint()
-        union = _anti_join(union, changed, key).unionByName(changed).localCheckpoint()
+        changed = _cut(_anti_join(produced, union, names))
+        union = _cut(_anti_join(union, changed, key).unionByName(changed))
         working = changed
         k += 1
     return union
@@ -397,6 +397,17 @@ def _one_per_key(frame, key: list[str]):
     window = Window.partitionBy(*[F.col(k) for k in key]).orderBy(*order)
     return frame.withColumn("__sx_rank", F.row_number().over(window)) \
         .where("__sx_rank = 1").drop("__sx_rank")
+
+
+def _cut(frame):
+    """Materialise ``frame`` and cut its lineage, so that level k's plan does not hold level
+    k-1's. The columns are re-aliased on top of the checkpoint: a checkpoint keeps the
+    attribute ids of the plan it came from, which trips Spark's analyzer when the step joins
+    it with a relation that plan also read."""
+    from pyspark.sql import functions as F
+
+    checkpointed = frame.localCheckpoint()
+    return checkpointed.select([F.col(f"`{c}`").alias(c) for c in checkpointed.columns])
 
 
 def _union_all(frames):

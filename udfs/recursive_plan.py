@@ -17,11 +17,12 @@ from sqlglot import exp
 from sqlext.errors import SqlextError, find_in
 from udfs.recursive_expand import (
     FUNCTION, NOT_EXACT, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
-    RecursiveSpec, expand, spec_from_call, walk,
+    RecursiveSpec, _cut, expand, spec_from_call, walk,
 )
 
 _views = itertools.count(1)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
 
 class _NoWalk(Exception):
@@ -42,6 +43,8 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
     edge_frame = spark.sql(f"{prefix} SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}")
     if not force:
         size = _size_in_bytes(edge_frame)
+        if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
+            size = edge_frame.count() * 16 * len(edge_columns)
         if size is None or size > WALK_MAX_BYTES:
             return None
     table = edge_frame.toArrow()
@@ -77,7 +80,7 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
     elif seeds.rdd.getNumPartitions() < parallelism:
         seeds = seeds.repartition(parallelism)
     try:
-        return seeds.mapInArrow(run, schema).localCheckpoint()
+        return _cut(seeds.mapInArrow(run, schema))
     except PySparkException as error:
         if NOT_EXACT in str(error):
             return None  # an overflow or a value the walk cannot compute: Spark decides, level by level

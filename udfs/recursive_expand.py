@@ -235,20 +235,20 @@ def keyed_reference(anchor: list[tuple], step_fn, key_positions: list[int], max_
     """DuckDB's ``USING KEY`` over Python rows: ``step_fn(working, union)`` gives a level's
     rows from the previous level's changed rows and the current union table."""
     union: dict = {}
-    working = _one_per_key(anchor, key_positions)
+    working = _one_row_per_key(anchor, key_positions)
     union.update(working)
     k = 0
     while working:
         if k >= max_level:
             raise level_limit_error(name, k, max_level)
-        produced = _one_per_key(step_fn(list(working.values()), list(union.values())), key_positions)
+        produced = _one_row_per_key(step_fn(list(working.values()), list(union.values())), key_positions)
         working = {key: row for key, row in produced.items() if union.get(key) != row}
         union.update(working)
         k += 1
     return list(union.values())
 
 
-def _one_per_key(rows: list[tuple], key_positions: list[int]) -> dict:
+def _one_row_per_key(rows: list[tuple], key_positions: list[int]) -> dict:
     """Several rows of one key in one level: the smallest (all columns, NULLs first) wins."""
     chosen: dict = {}
     for row in sorted(rows, key=_null_first_key, reverse=True):

@@ -17,7 +17,7 @@ from sqlglot import exp
 from sqlext.errors import SqlextError, find_in
 from udfs.recursive_expand import (
     FUNCTION, NOT_EXACT, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
-    RecursiveSpec, _cut, expand, spec_from_call, walk,
+    RecursiveSpec, _cut, expand, level_limit_error, spec_from_call, walk,
 )
 
 _views = itertools.count(1)
@@ -85,6 +85,9 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
         if NOT_EXACT in str(error):
             return None  # an overflow or a value the walk cannot compute: Spark decides, level by level
         ours = find_in(error)
+        if ours is not None and ours.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED":
+            # levels are consecutive, so the first one past the limit is the limit itself
+            raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
         if ours is not None:
             raise ours from None
         raise

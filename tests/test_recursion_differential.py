@@ -180,3 +180,26 @@ def test_deeper_than_spark_allows(spark, view, path):
             spark.sql(query).collect()
     finally:
         spark.conf.unset("spark.sql.cteRecursionLevelLimit")
+
+
+def test_seed_descendant_counts_whatever_the_row_order(spark, view):
+    from pathlib import Path
+
+    from sqlext.statements import split_statements
+
+    example = (Path(__file__).resolve().parent.parent / "sql_examples" / "recursion.sql").read_text()
+    count_query = split_statements(example)[1].text
+    rng = random.Random(14)
+    rows = tree(rng, 25)
+    parent = dict(rows)
+    expected = {node: 0 for node in parent}
+    for node in parent:
+        up = parent[node]
+        while up is not None:
+            expected[up] += 1
+            up = parent[up]
+    for _ in range(3):
+        rng.shuffle(rows)
+        view("parents", rows, "node int, parent int")
+        assert dict(sqlext.sql(spark, count_query).collect()) == expected
+    assert dict(spark.sql(count_query).collect()) == expected

@@ -106,6 +106,18 @@ def test_anchor_reads_many_rows_and_a_filter_on_both_sides(spark, view, path):
     check_all_paths(spark, path, query)
 
 
+def test_bill_of_materials_multiplies_quantities_along_shared_paths(spark, view, path):
+    rows = dag(random.Random(15), 12, 26)
+    view("rq_parts", [(a, b, (a * b) % 3 + 1) for a, b in rows], "parent int, child int, qty bigint")
+    query = """
+    WITH RECURSIVE bom(root, part, depth, qty) AS (
+      SELECT parent, child, 1, qty FROM rq_parts
+      UNION ALL
+      SELECT b.root, p.child, b.depth + 1, b.qty * p.qty FROM bom AS b JOIN rq_parts AS p ON b.part = p.parent)
+    SELECT * FROM bom"""
+    check_all_paths(spark, path, query)
+
+
 def test_step_outside_the_walk_vocabulary_runs_level_by_level(spark, view, path):
     edges_view(view, "rv_edges", dag(random.Random(9), 10, 18))
     query = """

@@ -12,7 +12,7 @@ Two executions give the same rows:
 
 * **graph walk** (:func:`walk`, pure Arrow/numpy, no JVM): the step joins the previous level
   with one relation on an integer equality and computes its columns in a small vocabulary
-  (column references, integer ``+``/``-``, string ``||``/``concat``, ``CAST(.. AS STRING)``,
+  (column references, integer ``+``/``-``/``*``, string ``||``/``concat``, ``CAST(.. AS STRING)``,
   comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``). The relation is collected once,
   sorted by the join key (CSR adjacency), shipped to the workers, and each partition of seeds
   runs the whole fixpoint in one pass of vectorised code (``mapInArrow``): one Spark job in
@@ -187,6 +187,7 @@ class _Context:
         return len(self.r_index)
 
 
+_ARITHMETIC = {"add": pc.add_checked, "sub": pc.subtract_checked, "mul": pc.multiply_checked}
 _COMPARE = {"eq": pc.equal, "neq": pc.not_equal, "lt": pc.less, "lte": pc.less_equal,
             "gt": pc.greater, "gte": pc.greater_equal}
 
@@ -200,9 +201,8 @@ def evaluate(node: tuple, context: _Context) -> pa.Array:
             return context.column(node[1], node[2])
         if kind == "lit":
             return pa.array([node[1]] * context.rows, node[2])
-        if kind in ("add", "sub"):
-            a, b = evaluate(node[1], context), evaluate(node[2], context)
-            return (pc.add_checked if kind == "add" else pc.subtract_checked)(a, b)
+        if kind in _ARITHMETIC:
+            return _ARITHMETIC[kind](evaluate(node[1], context), evaluate(node[2], context))
         if kind == "concat":
             parts = [evaluate(p, context) for p in node[1]]
             parts = [p.cast(pa.large_string()) for p in parts]

@@ -233,11 +233,11 @@ class _Compiler:
                 if -2**63 <= value < 2**63:
                     return ("lit", value, pa.int64()), "int"
             raise _NoWalk(f"literal {text}")
-        if isinstance(node, (exp.Add, exp.Sub)):
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
             (a, ka), (b, kb) = self.value(node.this), self.value(node.expression)
             if ka != "int" or kb != "int":
                 raise _NoWalk("arithmetic on non-integers")
-            return ("add" if isinstance(node, exp.Add) else "sub", a, b), "int"
+            return ({exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul"}[type(node)], a, b), "int"
         if isinstance(node, (exp.DPipe, exp.Concat)):
             if isinstance(node, exp.Concat) and node.args.get("coalesce"):
                 raise _NoWalk("concat that skips NULLs")

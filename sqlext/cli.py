@@ -4,6 +4,7 @@
     sqlext explain FILE.sql              each statement before and after rewriting, and why
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
+    sqlext bench recursion --nodes N --depth D   WITH RECURSIVE against Spark's native recursion
 """
 
 from __future__ import annotations
@@ -31,17 +32,28 @@ def main(argv: list[str] | None = None) -> int:
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk"])
+    bench.add_argument("what", choices=["filter", "fk", "recursion"])
     bench.add_argument("--rows", type=int, default=1_000_000, help="filter: number of input changes")
     bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
     bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
     bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
+    bench.add_argument("--nodes", type=int, default=1_000_000, help="recursion: forest nodes (the DAG has nodes/5)")
+    bench.add_argument("--depth", type=int, default=1_000, help="recursion: chain depth")
+    bench.add_argument("--native-chain-runs", type=int, default=1,
+                       help="recursion: native runs on the chain (each costs a job per level)")
 
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args.files, args.limit)
     if args.command == "explain":
         return _explain(args.file, args.no_spark)
+    if args.command == "bench" and args.what == "recursion":
+        from sqlext.bench_recursion import bench_recursion
+        from sqlext.session import local_session
+
+        bench_recursion(local_session("sqlext-bench"), nodes=args.nodes, depth=args.depth, runs=args.runs,
+                        native_chain_runs=args.native_chain_runs)
+        return 0
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 

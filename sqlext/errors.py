@@ -72,6 +72,10 @@ MESSAGES: dict[str, str] = {
         "WITH RECURSIVE {name}(...) MAX RECURSION LEVEL {suggested} AS (...); on cyclic data, "
         "use UNION instead of UNION ALL or add a condition that ends the recursion."
     ),
+    "RECURSION_VALUE_OUT_OF_RANGE": (
+        "{function}: a value computed for {name} does not fit its column's type ({reason}). "
+        "Cast the anchor's column to a wider type, such as CAST(0 AS BIGINT)."
+    ),
 }
 
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).

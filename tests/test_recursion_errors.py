@@ -6,6 +6,17 @@ import pytest
 
 import sqlext
 from sqlext.cli import main
+from sqlext.errors import find_in
+
+
+def error_of(run):
+    """The sqlext error a statement raises, whether sqlext.sql raises it (level by level) or
+    reading the result does (the graph walk is lazy, like any Spark query)."""
+    with pytest.raises(Exception) as caught:
+        run()
+    found = find_in(caught.value)
+    assert found is not None, caught.value
+    return found
 
 NON_TERMINATING = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT * FROM r) SELECT * FROM r",
@@ -64,11 +75,9 @@ def test_level_limit_is_counted_like_spark(spark, view, path, name):
     path(name)
     assert len(sqlext.sql(spark, CHAIN.format(limit=6)).collect()) == 6
     assert len(spark.sql(CHAIN.format(limit=6)).collect()) == 6
-    with pytest.raises(sqlext.SqlextError) as error:
-        sqlext.sql(spark, CHAIN.format(limit=5))
-    assert error.value.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
-    assert error.value.params["limit"] == 5
-    assert "MAX RECURSION LEVEL" in str(error.value)
+    error = error_of(lambda: sqlext.sql(spark, CHAIN.format(limit=5)).collect())
+    assert error.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
+    assert "recursion level limit 5" in str(error) and "MAX RECURSION LEVEL" in str(error)
     with pytest.raises(Exception, match="RECURSION_LEVEL_LIMIT_EXCEEDED"):
         spark.sql(CHAIN.format(limit=5)).collect()
 
@@ -78,11 +87,24 @@ def test_union_all_on_a_cycle_hits_the_limit_and_union_does_not(spark, view, pat
     view("lc_edges", [(1, 2), (2, 3), (3, 1)], "src int, dst int")
     path(name)
     step = "SELECT e.dst FROM r JOIN lc_edges e ON r.n = e.src"
-    with pytest.raises(sqlext.SqlextError) as error:
-        sqlext.sql(spark, f"WITH RECURSIVE r(n) MAX RECURSION LEVEL 20 AS (SELECT 1 UNION ALL {step}) SELECT * FROM r")
-    assert error.value.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
+    error = error_of(lambda: sqlext.sql(
+        spark, f"WITH RECURSIVE r(n) MAX RECURSION LEVEL 20 AS (SELECT 1 UNION ALL {step}) SELECT * FROM r").collect())
+    assert error.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
     rows = sqlext.sql(spark, f"WITH RECURSIVE r(n) MAX RECURSION LEVEL 20 AS (SELECT 1 UNION {step}) SELECT * FROM r")
     assert sorted(rows.collect()) == [(1,), (2,), (3,)]
+
+
+def test_integer_overflow_fails_as_in_spark(spark, view, path):
+    view("lo_edges", [(1, 2), (2, 3), (3, 4)], "src int, dst int")
+    query = """WITH RECURSIVE r(n, d) AS (SELECT 1, 2147483646
+               UNION ALL SELECT e.dst, r.d + 1 FROM r JOIN lo_edges e ON r.n = e.src) SELECT * FROM r"""
+    path("walk")
+    assert error_of(lambda: sqlext.sql(spark, query).collect()).error_class == "RECURSION_VALUE_OUT_OF_RANGE"
+    path("levels")
+    with pytest.raises(Exception, match="ARITHMETIC_OVERFLOW"):
+        sqlext.sql(spark, query).collect()
+    with pytest.raises(Exception, match="ARITHMETIC_OVERFLOW"):
+        spark.sql(query).collect()
 
 
 def test_cli_reports_the_class_with_file_and_line(spark, capsys, tmp_path):

@@ -79,3 +79,20 @@ def test_integer_overflow_is_not_computed_by_the_walk():
     seeds = pa.table({"n": pa.array([1], pa.int64()), "d": pa.array([2**31 - 1], pa.int32())})
     with pytest.raises(NotExact):
         run_walk([(1, 2)], seeds, plan)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs, st.integers(1, 8))
+def test_sparse_and_negative_keys_take_the_sorted_lookup_with_the_same_result(edges, start):
+    def spread(n):
+        return None if n is None else (n - 4) * 1_000_003_777
+
+    plan = WalkPlan(name="r", columns=["n"], key_r="n", key_e="src", projections=[("col", "e", "dst")],
+                    filters=[], distinct=True, max_level=100, types=[pa.int64()])
+    sparse = [(spread(s), spread(d)) for s, d in edges]
+    table = pa.table({"src": pa.array([e[0] for e in sparse], pa.int64()),
+                      "dst": pa.array([e[1] for e in sparse], pa.int64())})
+    assert EdgeIndex.build(table, "src").slot is None or len({s for s, _ in edges if s is not None}) <= 1
+    dense_rows = run_walk(edges, pa.table({"n": pa.array([start], pa.int64())}), plan)
+    sparse_rows = run_walk(sparse, pa.table({"n": pa.array([spread(start)], pa.int64())}), plan)
+    assert multiset(sparse_rows) == multiset([(spread(n),) for (n,) in dense_rows])

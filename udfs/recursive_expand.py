@@ -46,8 +46,6 @@ ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"
 # A join relation up to this estimated size is collected and shipped to the workers.
 WALK_MAX_BYTES = 512 * 1024 * 1024
 WALK_MAX_ROWS = 50_000_000
-# Marks a value the graph walk cannot compute exactly (an overflow): the level path reruns it.
-NOT_EXACT = "__SX_WALK_NOT_EXACT__"
 # The level path collapses its union of levels into one checkpoint every this many levels.
 COLLAPSE_EVERY = 32
 
@@ -82,6 +80,9 @@ class EdgeIndex:
     table: pa.Table
     keys: np.ndarray
     offsets: np.ndarray
+    # dense keys (ids 0..n, the usual case): slot[key - low] is the key's position, or -1
+    low: int = 0
+    slot: np.ndarray | None = None
 
     @staticmethod
     def build(table: pa.Table, key: str) -> "EdgeIndex":
@@ -92,7 +93,25 @@ class EdgeIndex:
         keys = keys[order]
         unique, starts = np.unique(keys, return_index=True)
         offsets = np.append(starts, len(keys)).astype(np.int64)
-        return EdgeIndex(table, unique, offsets)
+        index = EdgeIndex(table, unique, offsets)
+        if len(unique) and int(unique[-1]) - int(unique[0]) < 4 * len(unique) + 1024:
+            index.low = int(unique[0])
+            index.slot = np.full(int(unique[-1]) - index.low + 1, -1, np.int64)
+            index.slot[unique - index.low] = np.arange(len(unique))
+        return index
+
+    def positions(self, values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each value's position among the keys, and whether it is there at all."""
+        if self.slot is not None:
+            shifted = values - self.low
+            inside = valid & (shifted >= 0) & (shifted < len(self.slot))
+            pos = np.full(len(values), -1, np.int64)
+            pos[inside] = self.slot[shifted[inside]]
+            return pos, pos >= 0
+        pos = np.searchsorted(self.keys, values)
+        hit = valid & (pos < len(self.keys))
+        hit[hit] = self.keys[pos[hit]] == values[hit]
+        return pos, hit
 
 
 @dataclass
@@ -147,10 +166,7 @@ def step(level: pa.Table, edges: EdgeIndex, plan: WalkPlan) -> pa.Table:
     key = level[plan.key_r]
     valid = pc.is_valid(key).to_numpy(zero_copy_only=False)
     values = pc.fill_null(key, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    pos = np.searchsorted(edges.keys, values)
-    inside = pos < len(edges.keys)
-    hit = valid & inside
-    hit[hit] = edges.keys[pos[hit]] == values[hit]
+    pos, hit = edges.positions(values, valid)
     rows = np.nonzero(hit)[0]
     starts = edges.offsets[pos[rows]]
     counts = edges.offsets[pos[rows] + 1] - starts
@@ -194,7 +210,7 @@ _COMPARE = {"eq": pc.equal, "neq": pc.not_equal, "lt": pc.less, "lte": pc.less_e
 
 def evaluate(node: tuple, context: _Context) -> pa.Array:
     """Evaluate one expression of the vocabulary with Spark's semantics (NULL in, NULL out;
-    integer overflow is not exact and sends the whole recursion to the level path)."""
+    an integer overflow fails, as in Spark's ANSI mode)."""
     kind = node[0]
     try:
         if kind == "col":
@@ -275,7 +291,8 @@ def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
 
 
 def expand(spark, spec: RecursiveSpec, prefix: str = "", path: str | None = None):
-    """The recursion's result as a DataFrame (computed and checkpointed: errors surface here).
+    """The recursion's result as a DataFrame: computed and checkpointed level by level, or a
+    lazy graph walk (whose errors surface when the result is read).
 
     ``prefix`` is the ``WITH ...`` clause of the relations anchor and step read; ``path``
     ('auto', 'walk' or 'levels') defaults to ``spark.sqlext.recursion.path``.

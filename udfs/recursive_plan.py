@@ -14,10 +14,10 @@ import itertools
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.errors import SqlextError, find_in
+from sqlext.errors import SqlextError
 from udfs.recursive_expand import (
-    FUNCTION, NOT_EXACT, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
-    RecursiveSpec, _cut, expand, level_limit_error, spec_from_call, walk,
+    FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
+    RecursiveSpec, expand, spec_from_call, walk,
 )
 
 _views = itertools.count(1)
@@ -31,7 +31,6 @@ class _NoWalk(Exception):
 
 def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = False):
     """The recursion run as one graph walk, or ``None`` when the step is not one."""
-    from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import to_arrow_type
 
     try:
@@ -58,6 +57,8 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
 
+    name = spec.name
+
     def run(batches):
         batches = list(batches)
         if not batches:
@@ -71,7 +72,8 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
                                              schema=out_schema)
                 yield from level.to_batches(max_chunksize=200_000)
         except NotExact as error:
-            raise RuntimeError(f"{NOT_EXACT} {error}") from None
+            raise SqlextError("RECURSION_VALUE_OUT_OF_RANGE", function=FUNCTION, name=name,
+                              reason=str(error).splitlines()[0]) from None
 
     seeds = anchor
     parallelism = spark.sparkContext.defaultParallelism
@@ -79,18 +81,9 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
         seeds = seeds.coalesce(1)  # UNION drops rows seen from any seed: one walk over all seeds
     elif seeds.rdd.getNumPartitions() < parallelism:
         seeds = seeds.repartition(parallelism)
-    try:
-        return _cut(seeds.mapInArrow(run, schema))
-    except PySparkException as error:
-        if NOT_EXACT in str(error):
-            return None  # an overflow or a value the walk cannot compute: Spark decides, level by level
-        ours = find_in(error)
-        if ours is not None and ours.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED":
-            # levels are consecutive, so the first one past the limit is the limit itself
-            raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
-        if ours is not None:
-            raise ours from None
-        raise
+    # Lazy, like any Spark query: materialising millions of rows costs more than the walk
+    # (errors, such as the level limit, surface when the result is read).
+    return seeds.mapInArrow(run, schema)
 
 
 def _size_in_bytes(frame) -> int | None:

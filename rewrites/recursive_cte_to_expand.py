@@ -10,8 +10,8 @@ recursion computes level by level too. The rule replaces the CTE's body with a v
       anchor => TABLE(<anchor>), step => '<step, reading r>',
       distinct => FALSE, max_level => 10000)
 
-which :func:`sqlext.run_statement` evaluates on the session (one pass over a broadcast edge
-set where it can, level by level otherwise) and replaces by a temporary view; the rest of
+which :func:`sqlext.run_statement` evaluates on the session (a graph walk in one pass over a
+collected edge set where it can, level by level otherwise) and replaces by a temporary view; the rest of
 the statement is untouched and reads that view under the CTE's name. ``UNION`` (distinct)
 drops every row seen before, including the anchor's, so it ends on cyclic data; ``USING KEY
 (k)`` keeps one row per key (DuckDB's keyed recursion).
@@ -73,7 +73,7 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
             expanded = True
             kind = "UNION" if body.args.get("distinct") else "UNION ALL"
             notes.fire(RULE, f"recursive CTE {name} ({kind}{', USING KEY' if keyed else ''}) runs as "
-                             f"{FUNCTION}: semi-naive iteration materialised as a temporary view")
+                             f"{FUNCTION}: semi-naive iteration, read through a temporary view")
         if expanded and not any(_reads(c.this, c.alias_or_name) for c in with_.expressions):
             with_.set("recursive", None)
     return expression

@@ -216,7 +216,7 @@ def evaluate(node: tuple, context: _Context) -> pa.Array:
         if kind == "col":
             return context.column(node[1], node[2])
         if kind == "lit":
-            return pa.array([node[1]] * context.rows, node[2])
+            return pa.array([node[1]], node[2]).take(np.zeros(context.rows, np.int64))
         if kind in _ARITHMETIC:
             return _ARITHMETIC[kind](evaluate(node[1], context), evaluate(node[2], context))
         if kind == "concat":

@@ -10,7 +10,8 @@ in one session, on three inputs written once as Parquet:
   materials of every part (root, part, depth, quantity multiplied along the path).
 
 Both sides run the same SQL text. Native runs with ``spark.sql.cteRecursionLevelLimit`` and
-``spark.sql.cteRecursionRowLimit`` raised (printed); sqlext has its own limits. A timed run is
+``spark.sql.cteRecursionRowLimit`` raised and broadcast joins off (printed); sqlext has its
+own limits. A timed run is
 the whole statement, from the text to an order-free checksum of every row
 (:func:`sqlext.bench.fingerprint`); every run of both sides must give the same checksum.
 Timing starts before ``sqlext.sql``, which computes the recursion eagerly, so nothing is
@@ -110,9 +111,14 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
     directory = tempfile.mkdtemp(prefix="sqlext-bench-")
     spark.conf.set("spark.sql.cteRecursionLevelLimit", str(NATIVE_LEVEL_LIMIT))
     spark.conf.set("spark.sql.cteRecursionRowLimit", str(NATIVE_ROW_LIMIT))
-    print(f"native runs with spark.sql.cteRecursionLevelLimit={NATIVE_LEVEL_LIMIT:,} and "
-          f"spark.sql.cteRecursionRowLimit={NATIVE_ROW_LIMIT:,} (defaults 100 and 1,000,000: "
-          "it fails on the chain and the forest without them)")
+    # native recursion broadcasts each level's join side and runs out of driver memory on the
+    # forest ("Not enough memory to build and broadcast the table") unless broadcasts are off
+    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    print(f"native runs with spark.sql.cteRecursionLevelLimit={NATIVE_LEVEL_LIMIT:,}, "
+          f"spark.sql.cteRecursionRowLimit={NATIVE_ROW_LIMIT:,} (defaults 100 and 1,000,000) and "
+          "spark.sql.autoBroadcastJoinThreshold=-1: without them it fails on the chain (levels), "
+          "the forest (rows, then driver memory) and the DAG (rows)")
     results = {}
     try:
         make_inputs(spark, nodes, depth, directory)
@@ -134,4 +140,5 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
     finally:
         spark.conf.unset("spark.sql.cteRecursionLevelLimit")
         spark.conf.unset("spark.sql.cteRecursionRowLimit")
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
         shutil.rmtree(directory, ignore_errors=True)

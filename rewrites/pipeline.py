@@ -20,6 +20,7 @@ from rewrites.changelog_filter_to_sql import changelog_filter_to_sql
 from rewrites.fk_join_to_sql import fk_join_to_sql
 from rewrites.merge_duplicate_sources import merge_duplicate_sources
 from rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
+from rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 from rewrites.dialect import SparkExt, parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import MappingRelations, Relations
@@ -33,6 +34,7 @@ RULES: list[Callable[..., exp.Expression]] = [
     merge_duplicate_sources,
     self_join_aggregate_to_window,
     band_self_join_to_window,
+    recursive_cte_to_expand,
 ]
 
 

@@ -7,6 +7,7 @@
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
     sqlext bench selfjoin --rows N       self-join queries as written against their rewrites
     sqlext bench scale --sizes A,B,C     each function at growing sizes: time and memory
+    sqlext bench recursion --nodes N --depth D   WITH RECURSIVE against Spark's native recursion
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="seconds between 'still running' lines for a long model (default 10; 0: off)")
 
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale"])
+    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale", "recursion"])
     bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
     bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
     bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--plot", type=Path, default=None, help="scale: write the chart (SVG) here")
     bench.add_argument("--native-limit", type=float, default=900.0,
                        help="selfjoin: cancel a native run after this many seconds (default 900)")
+    bench.add_argument("--nodes", type=int, default=1_000_000, help="recursion: forest nodes (the DAG has nodes/5)")
+    bench.add_argument("--depth", type=int, default=1_000, help="recursion: chain depth")
+    bench.add_argument("--native-chain-runs", type=int, default=1,
+                       help="recursion: native runs on the chain (each costs a job per level)")
 
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -72,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         from sqlext.models import main as build_main
 
         return build_main(args)
+    if args.command == "bench" and args.what == "recursion":
+        from sqlext.bench_recursion import bench_recursion
+        from sqlext.session import local_session
+
+        bench_recursion(local_session("sqlext-bench"), nodes=args.nodes, depth=args.depth, runs=args.runs,
+                        native_chain_runs=args.native_chain_runs)
+        return 0
     if args.command == "bench":
         from sqlext.bench import run_benchmark
 

@@ -82,6 +82,20 @@ MESSAGES: dict[str, str] = {
         "{warehouse}. Build it first, or select the upstream models too with '+{name}'."
     ),
     "EMPTY_MODEL": "{function}: the model file holds no SQL statement. {fix}",
+    # recursion (seed 004)
+    "RECURSION_NON_TERMINATING": (
+        "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."
+    ),
+    "RECURSION_LEVEL_LIMIT_EXCEEDED": (
+        "{function}: {name} still produced rows at level {level}, the recursion level limit {limit}. "
+        "If the data is deep rather than cyclic, raise the limit with "
+        "WITH RECURSIVE {name}(...) MAX RECURSION LEVEL {suggested} AS (...); on cyclic data, "
+        "use UNION instead of UNION ALL or add a condition that ends the recursion."
+    ),
+    "RECURSION_VALUE_OUT_OF_RANGE": (
+        "{function}: a value computed for {name} does not fit its column's type ({reason}). "
+        "Cast the anchor's column to a wider type, such as CAST(0 AS BIGINT)."
+    ),
 }
 
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).

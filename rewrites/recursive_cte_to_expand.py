@@ -1,0 +1,201 @@
+"""Rule: run a linear recursive CTE as ``RECURSIVE_EXPAND`` instead of Spark's native recursion.
+
+A recursive CTE ``r(cols) AS (anchor UNION [ALL] step)`` whose step reads ``r`` once (joined
+with other relations, filtered, projected) is *linear*: every row of level ``k + 1`` is
+derived from exactly one row of level ``k``. Its result is therefore the union of the levels
+``L0 = anchor``, ``Lk+1 = step(Lk)`` (semi-naive evaluation), which is what Spark's native
+recursion computes level by level too. The rule replaces the CTE's body with a visible call::
+
+    SELECT * FROM RECURSIVE_EXPAND(name => 'r', columns => 'c1, c2',
+      anchor => TABLE(<anchor>), step => '<step, reading r>',
+      distinct => FALSE, max_level => 10000)
+
+which :func:`sqlext.run_statement` evaluates on the session (a graph walk in one pass over a
+collected edge set where it can, level by level otherwise) and replaces by a temporary view; the rest of
+the statement is untouched and reads that view under the CTE's name. ``UNION`` (distinct)
+drops every row seen before, including the anchor's, so it ends on cyclic data; ``USING KEY
+(k)`` keeps one row per key (DuckDB's keyed recursion).
+
+Seed 004's termination rules are checked here, before anything runs: a step that returns
+its input unchanged (``SELECT * FROM r``) can never stop, and under ``UNION ALL`` a step with
+no join, filter, limit or generator cannot end any record's recursion either; both are
+refused with ``[RECURSION_NON_TERMINATING]``. Recursion of any other shape (the step reads
+``r`` twice or inside a subquery, aggregates, windows, several steps) is left for Spark.
+
+>>> from rewrites.dialect import parse_one, to_sql
+>>> tree = parse_one("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r")
+>>> to_sql(recursive_cte_to_expand(tree))
+"WITH r AS (SELECT * FROM RECURSIVE_EXPAND(name => 'r', columns => 'n', anchor => TABLE(SELECT 1), step => 'SELECT n + 1 FROM r WHERE n < 3', distinct => FALSE, max_level => 10000)) SELECT * FROM r"
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from rewrites.dialect import TableArgument, to_sql
+from rewrites.notes import Notes
+from sqlext.errors import SqlextError
+
+RULE = "recursive_cte_to_expand"
+FUNCTION = "RECURSIVE_EXPAND"
+
+# Levels allowed when the query names no MAX RECURSION LEVEL (Spark's own default is 100).
+DEFAULT_MAX_LEVEL = 10_000
+
+# Functions that turn one row into zero or more (flatMap-like): they can end a recursion.
+_GENERATORS = {"explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer",
+               "stack", "json_tuple"}
+
+
+def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = None) -> exp.Expression:
+    notes = notes if notes is not None else Notes()
+    for with_ in list(expression.find_all(exp.With)):
+        if not with_.args.get("recursive"):
+            continue
+        expanded = False
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            if not _reads(cte.this, name):
+                continue
+            why = _unsupported(cte, name)
+            if why:
+                notes.skip(RULE, f"recursive CTE {name}: {why}; Spark runs it natively")
+                continue
+            body: exp.Union = cte.this
+            anchor, step = body.this, body.expression
+            keyed = bool(cte.args.get("key_expressions"))
+            columns = [c.name for c in cte.args["alias"].args.get("columns") or []] or anchor.named_selects
+            _check_terminates(name, step, columns, distinct=bool(body.args.get("distinct")) or keyed)
+            cte.set("this", _expand_call(cte, anchor, step, bool(body.args.get("distinct"))))
+            cte.set("max_recursion_level", None)
+            cte.set("key_expressions", None)
+            cte.args["alias"].set("columns", None)
+            expanded = True
+            kind = "UNION" if body.args.get("distinct") else "UNION ALL"
+            notes.fire(RULE, f"recursive CTE {name} ({kind}{', USING KEY' if keyed else ''}) runs as "
+                             f"{FUNCTION}: semi-naive iteration, read through a temporary view")
+        if expanded and not any(_reads(c.this, c.alias_or_name) for c in with_.expressions):
+            with_.set("recursive", None)
+    return expression
+
+
+def _reads(query: exp.Expression, name: str) -> bool:
+    return any(_is_ref(t, name) for t in query.find_all(exp.Table))
+
+
+def _is_ref(table: exp.Table, name: str) -> bool:
+    return isinstance(table.this, exp.Identifier) and not table.db and table.name.lower() == name.lower()
+
+
+def _unsupported(cte: exp.CTE, name: str) -> str | None:
+    body = cte.this
+    if not isinstance(body, exp.Union) or body.args.get("by_name"):
+        return "its body is not 'anchor UNION [ALL] step'"
+    if any(body.args.get(k) for k in ("limit", "offset", "order", "with_")):
+        return "the recursion has a LIMIT, OFFSET or ORDER BY of its own"
+    anchor, step = body.this, body.expression
+    if _reads(anchor, name):
+        return "the anchor (or a second step) reads the CTE itself"
+    if not isinstance(step, exp.Select):
+        return "the step is not a single SELECT"
+    if any(step.args.get(k) for k in ("with_", "group", "having", "qualify", "limit", "offset", "order",
+                                       "windows", "distribute", "sort", "cluster", "laterals", "into")):
+        return "the step has a clause sqlext does not iterate (WITH, GROUP BY, LIMIT, ORDER BY, LATERAL VIEW)"
+    if step.find(exp.AggFunc) or step.find(exp.Window):
+        return "the step aggregates or uses a window function"
+    refs = [t for t in step.find_all(exp.Table) if _is_ref(t, name)]
+    if len(refs) != 1:
+        return f"the step reads {name} {len(refs)} times (only linear recursion is expanded)"
+    ref = refs[0]
+    top_level = [step.args["from_"].this] if step.args.get("from_") else []
+    top_level += [j.this for j in step.args.get("joins") or []]
+    if not any(ref is t for t in top_level):
+        return f"the step reads {name} inside a subquery"
+    for table in step.find_all(exp.Table):
+        if table.db and table.db.lower() == "recurring" and not cte.args.get("key_expressions"):
+            return "recurring.<name> is only meaningful with USING KEY"
+    if any(isinstance(s, exp.Star) for s in step.selects) and len(step.selects) != 1:
+        return "the step mixes * with other columns"
+    return None
+
+
+def _check_terminates(name: str, step: exp.Select, columns: list[str], distinct: bool) -> None:
+    """Seed 004: refuse a step that returns its input unchanged, and (under UNION ALL) a step
+    without any operator that can end a record's recursion."""
+    joins = step.args.get("joins") or []
+    ends = []
+    if step.args.get("where"):
+        ends.append("WHERE")
+    for join in joins:
+        if _join_can_drop_rows(join, step, name):
+            ends.append("JOIN")
+    if any(isinstance(f, exp.Explode) or (isinstance(f, exp.Func) and f.sql_name().lower() in _GENERATORS)
+           for f in step.find_all(exp.Func)):
+        ends.append("generator")
+    if step.args.get("distinct"):
+        ends.append("DISTINCT")
+    if ends:
+        return
+    identity = not joins and _is_identity(step.selects, columns)
+    step_sql = to_sql(step)
+    if identity:
+        raise SqlextError(
+            "RECURSION_NON_TERMINATING", function=FUNCTION, name=name, step=step_sql,
+            reason="it returns its input unchanged, so every level equals the one before",
+            fix="Join the CTE with another relation or add a WHERE condition that ends the recursion",
+        )
+    if not distinct:
+        raise SqlextError(
+            "RECURSION_NON_TERMINATING", function=FUNCTION, name=name, step=step_sql,
+            reason="it has no join, filter, limit or generator that can end a record's recursion",
+            fix="Add a WHERE condition (such as depth < 10) or an inner join that runs out of matches",
+        )
+
+
+def _is_identity(selects: list[exp.Expression], columns: list[str]) -> bool:
+    if len(selects) == 1 and isinstance(selects[0], exp.Star):
+        return True
+    if len(selects) == 1 and isinstance(selects[0], exp.Column) and isinstance(selects[0].this, exp.Star):
+        return True
+    if len(selects) != len(columns):
+        return False
+    for select, column in zip(selects, columns):
+        inner = select.this if isinstance(select, exp.Alias) else select
+        if not isinstance(inner, exp.Column) or inner.name.lower() != column.lower():
+            return False
+    return True
+
+
+def _join_can_drop_rows(join: exp.Join, step: exp.Select, name: str) -> bool:
+    side = (join.args.get("side") or "").upper()
+    if side == "FULL":
+        return False
+    joined_is_cte = _is_ref(join.this, name)
+    if side == "LEFT":
+        return joined_is_cte  # r LEFT JOIN x keeps every row of r
+    if side == "RIGHT":
+        return not joined_is_cte
+    return True  # inner, cross, semi, anti
+
+
+def _expand_call(cte: exp.CTE, anchor: exp.Expression, step: exp.Select, distinct: bool) -> exp.Select:
+    name = cte.alias_or_name
+    columns = [c.name for c in cte.args["alias"].args.get("columns") or []]
+    level = cte.args.get("max_recursion_level")
+    keys = [k.name for k in cte.args.get("key_expressions") or []]
+    args: list[exp.Expression] = [
+        _kwarg("name", exp.Literal.string(name)),
+        _kwarg("columns", exp.Literal.string(", ".join(columns))),
+        _kwarg("anchor", TableArgument(this=anchor.copy())),
+        _kwarg("step", exp.Literal.string(to_sql(step))),
+        _kwarg("distinct", exp.Boolean(this=distinct)),
+        _kwarg("max_level", level.copy() if level is not None else exp.Literal.number(DEFAULT_MAX_LEVEL)),
+    ]
+    if keys:
+        args.append(_kwarg("key", exp.Literal.string(", ".join(keys))))
+    call = exp.Anonymous(this=FUNCTION, expressions=args)
+    return exp.select("*").from_(exp.Table(this=call))
+
+
+def _kwarg(name: str, value: exp.Expression) -> exp.Kwarg:
+    return exp.Kwarg(this=exp.var(name), expression=value)

@@ -1,0 +1,144 @@
+"""``sqlext bench recursion``: WITH RECURSIVE run by sqlext against Spark's native recursion,
+in one session, on three inputs written once as Parquet:
+
+* a chain of ``depth`` nodes (descendants of its head, with depth): native needs its level
+  limit raised and costs a job per level;
+* a random forest of ``nodes`` nodes (every node's parent drawn uniformly among the nodes
+  before it, 1 in 1,000 a root): all (node, ancestor, depth) pairs; native needs its row limit
+  raised;
+* a layered DAG of ``nodes / 5`` parts in 20 layers where parts share sub-parts: the bill of
+  materials of every part (root, part, depth, quantity multiplied along the path).
+
+Both sides run the same SQL text. Native runs with ``spark.sql.cteRecursionLevelLimit`` and
+``spark.sql.cteRecursionRowLimit`` raised and broadcast joins off (printed); sqlext has its
+own limits. A timed run is
+the whole statement, from the text to an order-free checksum of every row
+(:func:`sqlext.bench.fingerprint`); every run of both sides must give the same checksum.
+Timing starts before ``sqlext.sql``, which computes the recursion eagerly, so nothing is
+left out of sqlext's side.
+
+    sqlext bench recursion --nodes 1000000 --depth 1000 --runs 3
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+from sqlext.bench import Timing, fingerprint, report
+
+NATIVE_LEVEL_LIMIT = 100_000
+NATIVE_ROW_LIMIT = 2_000_000_000
+
+CHAIN = """
+WITH RECURSIVE r(node, depth) AS (
+  SELECT 1L, 0
+  UNION ALL
+  SELECT e.dst, r.depth + 1 FROM r JOIN bench_chain AS e ON r.node = e.src)
+SELECT * FROM r"""
+
+FOREST = """
+WITH RECURSIVE anc(node, ancestor, depth) AS (
+  SELECT id, parent, 1 FROM bench_forest WHERE parent IS NOT NULL
+  UNION ALL
+  SELECT a.node, f.parent, a.depth + 1 FROM anc AS a JOIN bench_forest AS f ON a.ancestor = f.id
+  WHERE f.parent IS NOT NULL)
+SELECT * FROM anc"""
+
+BOM = """
+WITH RECURSIVE bom(root, part, depth, qty) AS (
+  SELECT parent, child, 1, qty FROM bench_parts
+  UNION ALL
+  SELECT b.root, p.child, b.depth + 1, b.qty * p.qty
+  FROM bom AS b JOIN bench_parts AS p ON b.part = p.parent)
+SELECT * FROM bom"""
+
+LAYERS = 20
+
+
+def make_inputs(spark, nodes: int, depth: int, directory: str) -> None:
+    spark.range(1, depth).selectExpr("id AS src", "id + 1 AS dst") \
+        .write.mode("overwrite").parquet(f"{directory}/chain")
+    roots = max(1, nodes // 1000)
+    spark.range(nodes).selectExpr(
+        "id",
+        f"CASE WHEN id < {roots} THEN NULL "
+        "ELSE CAST(floor(pmod(hash(id, 1), 1000000007) / 1000000007.0 * id) AS BIGINT) END AS parent",
+    ).write.mode("overwrite").parquet(f"{directory}/forest")
+    width = max(1, nodes // 5 // LAYERS)
+    # a part in layer l (not the last) has two sub-parts in layer l + 1 half of the time, none
+    # otherwise: about one child per part, and parts of the next layer shared by several parents
+    spark.range(width * (LAYERS - 1)).selectExpr("id AS parent").crossJoin(
+        spark.range(2).selectExpr("id AS j")).where("pmod(hash(parent, 7), 2) = 0").selectExpr(
+        "parent",
+        f"(CAST(parent / {width} AS BIGINT) + 1) * {width} + pmod(hash(parent, j, 3), {width}) AS child",
+        "CAST(1 + pmod(hash(parent, j, 5), 3) AS BIGINT) AS qty",
+    ).write.mode("overwrite").parquet(f"{directory}/parts")
+    for name in ("chain", "forest", "parts"):
+        spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(f"bench_{name}")
+
+
+def timed(factory) -> tuple[float, tuple]:
+    started = time.perf_counter()
+    result = fingerprint(None, factory())
+    return time.perf_counter() - started, result
+
+
+def measure(name: str, ours, native, runs: int, native_runs: int, warm_native: bool):
+    """Warm up, then alternate the two sides; every run must return the same rows."""
+    prints = {timed(ours)[1]}
+    if warm_native:
+        prints.add(timed(native)[1])
+    mine, theirs = Timing("sqlext", []), Timing("native", [])
+    for run in range(max(runs, native_runs)):
+        if run < runs:
+            seconds, result = timed(ours)
+            mine.seconds.append(seconds)
+            prints.add(result)
+        if run < native_runs:
+            seconds, result = timed(native)
+            theirs.seconds.append(seconds)
+            prints.add(result)
+    if len(prints) != 1:
+        raise SystemExit(f"bench recursion {name}: sqlext and native return different rows: {sorted(prints)}")
+    return mine, theirs, prints.pop()
+
+
+def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs: int = 1):
+    import sqlext
+
+    directory = tempfile.mkdtemp(prefix="sqlext-bench-")
+    spark.conf.set("spark.sql.cteRecursionLevelLimit", str(NATIVE_LEVEL_LIMIT))
+    spark.conf.set("spark.sql.cteRecursionRowLimit", str(NATIVE_ROW_LIMIT))
+    # native recursion broadcasts each level's join side and runs out of driver memory on the
+    # forest ("Not enough memory to build and broadcast the table") unless broadcasts are off
+    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    print(f"native runs with spark.sql.cteRecursionLevelLimit={NATIVE_LEVEL_LIMIT:,}, "
+          f"spark.sql.cteRecursionRowLimit={NATIVE_ROW_LIMIT:,} (defaults 100 and 1,000,000) and "
+          "spark.sql.autoBroadcastJoinThreshold=-1: without them it fails on the chain (levels), "
+          "the forest (rows, then driver memory) and the DAG (rows)")
+    results = {}
+    try:
+        make_inputs(spark, nodes, depth, directory)
+        cases = [
+            ("chain", CHAIN, f"chain of depth {depth:,}: descendants of the head with depth", native_chain_runs, False),
+            ("forest", FOREST, f"random forest of {nodes:,} nodes: all (node, ancestor, depth) pairs", runs, True),
+            ("dag", BOM, f"layered DAG of {nodes // 5:,} parts with shared sub-parts: bill of materials "
+                         "of every part", runs, True),
+        ]
+        for name, query, title, native_runs, warm_native in cases:
+            mine, theirs, (rows, _) = measure(name, lambda q=query: sqlext.sql(spark, q),
+                                              lambda q=query: spark.sql(q), runs, native_runs, warm_native)
+            note = "" if warm_native else ", native without warm-up"
+            report(f"{title}; {rows:,} rows (sqlext {len(mine.seconds)} runs, native "
+                   f"{len(theirs.seconds)}{note})", mine, theirs)
+            print(f"  speed-up native/sqlext: {theirs.median / mine.median:.1f}x")
+            results[name] = (mine, theirs)
+        return results
+    finally:
+        spark.conf.unset("spark.sql.cteRecursionLevelLimit")
+        spark.conf.unset("spark.sql.cteRecursionRowLimit")
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+        shutil.rmtree(directory, ignore_errors=True)

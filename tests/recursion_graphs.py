@@ -1,0 +1,60 @@
+"""Random graphs and a plain-Python semi-naive reference for the recursion tests."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+
+def tree(rng: random.Random, nodes: int) -> list[tuple[int, int | None]]:
+    """(id, parent) rows of a random tree; ids are shuffled so row order says nothing."""
+    ids = list(range(1, nodes + 1))
+    rng.shuffle(ids)
+    rows = [(ids[0], None)] + [(ids[i], ids[rng.randrange(i)]) for i in range(1, nodes)]
+    rng.shuffle(rows)
+    return rows
+
+
+def chain(nodes: int) -> list[tuple[int, int]]:
+    return [(i, i + 1) for i in range(1, nodes)]
+
+
+def dag(rng: random.Random, nodes: int, edges: int) -> list[tuple[int, int]]:
+    """Edges from a lower to a higher id: shared descendants, no cycle."""
+    out = set()
+    while len(out) < edges:
+        a, b = sorted(rng.sample(range(1, nodes + 1), 2))
+        out.add((a, b))
+    return sorted(out)
+
+
+def cyclic(rng: random.Random, nodes: int, edges: int) -> list[tuple[int, int | None]]:
+    out = [(rng.randint(1, nodes), rng.randint(1, nodes)) for _ in range(edges)]
+    out.append((1, 2))
+    out.append((2, 1))  # at least one cycle
+    out.append((3, None))  # a NULL never joins
+    out.append((None, 4))
+    return out
+
+
+def semi_naive(anchor: list[tuple], step, distinct: bool, max_level: int = 10_000) -> list[tuple]:
+    """Levels L0 = anchor, Lk+1 = step(Lk); UNION drops rows seen before."""
+    result, seen = [], set()
+    level = list(dict.fromkeys(anchor)) if distinct else list(anchor)
+    seen.update(level)
+    k = 0
+    while level:
+        if k >= max_level:
+            raise OverflowError(k)
+        result += level
+        produced = step(level)
+        if distinct:
+            produced = [row for row in dict.fromkeys(produced) if row not in seen]
+            seen.update(produced)
+        level = produced
+        k += 1
+    return result
+
+
+def multiset(rows) -> Counter:
+    return Counter(tuple(r) for r in rows)

@@ -1,0 +1,68 @@
+"""The recursion rule on SQL text, without Spark: fixture pairs (input, expected output),
+``noop`` for every shape it must leave to Spark, and what ``explain`` says."""
+
+from pathlib import Path
+
+import pytest
+
+import sqlext
+from rewrites.dialect import parse_one, to_sql
+from rewrites.notes import Notes
+from rewrites.pipeline import rewrite_statement
+from rewrites.recursive_cte_to_expand import recursive_cte_to_expand
+
+FIXTURES = Path(__file__).parent / "fixtures" / "recursive_cte_to_expand.sql"
+
+
+def read_fixtures():
+    cases = []
+    for block in FIXTURES.read_text().strip().split("\n\n"):
+        lines = [line for line in block.strip().splitlines() if line.strip()]
+        assert lines[0].startswith("# title: "), block
+        title, source, expected = lines[0][len("# title: "):], lines[1], lines[2]
+        cases.append(pytest.param(source, source if expected == "noop" else expected, id=title))
+    return cases
+
+
+@pytest.mark.parametrize("source, expected", read_fixtures())
+def test_fixture(source, expected):
+    assert to_sql(recursive_cte_to_expand(parse_one(source))) == expected
+
+
+@pytest.mark.parametrize("source, expected", read_fixtures())
+def test_rewritten_text_parses_back(source, expected):
+    assert to_sql(parse_one(expected)) == expected
+
+
+def test_every_shape_has_a_noop_case():
+    titles = [p.id for p in read_fixtures()]
+    assert sum(t.startswith("noop") for t in titles) >= 6
+
+
+def test_pipeline_fires_and_explain_says_why():
+    rewritten = rewrite_statement("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+                                  "SELECT * FROM r")
+    assert rewritten.changed and "RECURSIVE_EXPAND(" in rewritten.sql
+    assert "recursive_cte_to_expand" in rewritten.notes.fired
+
+
+def test_unsupported_recursion_passes_through_unchanged_and_says_why():
+    text = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT a.n + b.n FROM r a JOIN r b ON a.n = b.n WHERE a.n < 3) SELECT * FROM r"
+    rewritten = rewrite_statement(text)
+    assert rewritten.sql == text
+    [note] = [n for n in rewritten.notes if n.rule == "recursive_cte_to_expand"]
+    assert not note.fired and "reads r 2 times" in note.text
+
+
+def test_public_rewrite_shows_the_call():
+    assert "RECURSIVE_EXPAND(name => 'r'" in sqlext.rewrite(
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r")
+
+
+def test_rule_only_changes_recursive_ctes_it_expands():
+    tree = parse_one("WITH RECURSIVE a AS (SELECT 1 AS n), r(n) AS (SELECT 1 UNION ALL SELECT a.n FROM r JOIN a ON r.n = a.n) "
+                     "SELECT * FROM r")
+    notes = Notes()
+    out = to_sql(recursive_cte_to_expand(tree, notes=notes))
+    assert out.startswith("WITH a AS (SELECT 1 AS n), r AS (SELECT * FROM RECURSIVE_EXPAND(")
+    assert notes.fired == ["recursive_cte_to_expand"]

@@ -1,0 +1,98 @@
+"""The graph walk in pure Arrow/numpy (no JVM) against a plain-Python semi-naive reference,
+on random graphs: NULL keys, cycles, UNION and UNION ALL, depth and path columns."""
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recursion_graphs import multiset, semi_naive
+from sqlext.errors import SqlextError
+from udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
+
+node = st.one_of(st.none(), st.integers(1, 8))
+graphs = st.lists(st.tuples(node, node), max_size=25)
+
+# SELECT e.dst, r.d + 1, r.p || '>' || CAST(e.dst AS STRING) FROM r JOIN e ON r.n = e.src WHERE r.d < 5
+PATH_PLAN = dict(
+    columns=["n", "d", "p"], key_r="n", key_e="src",
+    projections=[("col", "e", "dst"), ("add", ("col", "r", "d"), ("lit", 1, pa.int32())),
+                 ("concat", [("col", "r", "p"), ("lit", ">", pa.large_string()),
+                             ("to_string", ("col", "e", "dst"))])],
+    filters=[("lt", ("col", "r", "d"), ("lit", 5, pa.int32()))],
+    types=[pa.int64(), pa.int32(), pa.string()],
+)
+
+
+def run_walk(edges, seeds, plan):
+    table = pa.table({"src": pa.array([e[0] for e in edges], pa.int64()),
+                      "dst": pa.array([e[1] for e in edges], pa.int64())})
+    index = EdgeIndex.build(table, "src")
+    return [row for level in walk(seeds, index, plan) for row in zip(*level.to_pydict().values())]
+
+
+def path_step(edges):
+    def step(level):
+        return [(dst, d + 1, None if p is None or dst is None else f"{p}>{dst}")
+                for (n, d, p) in level if d < 5 for (src, dst) in edges
+                if n is not None and src == n]
+    return step
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs, st.lists(st.integers(1, 8), min_size=1, max_size=3), st.booleans())
+def test_walk_with_depth_and_path_matches_reference(edges, starts, distinct):
+    seeds = pa.table({"n": pa.array(starts, pa.int64()), "d": pa.array([0] * len(starts), pa.int32()),
+                      "p": pa.array([str(s) for s in starts], pa.string())})
+    plan = WalkPlan(name="r", distinct=distinct, max_level=100, **PATH_PLAN)
+    expected = semi_naive([(s, 0, str(s)) for s in starts], path_step(edges), distinct)
+    assert multiset(run_walk(edges, seeds, plan)) == multiset(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs, st.integers(1, 8))
+def test_union_reachability_ends_on_cycles(edges, start):
+    plan = WalkPlan(name="r", columns=["n"], key_r="n", key_e="src", projections=[("col", "e", "dst")],
+                    filters=[], distinct=True, max_level=100, types=[pa.int64()])
+    seeds = pa.table({"n": pa.array([start], pa.int64())})
+    expected = semi_naive([(start,)], lambda level: [(d,) for (n,) in level for (s, d) in edges
+                                                     if n is not None and s == n], True)
+    assert multiset(run_walk(edges, seeds, plan)) == multiset(expected)
+
+
+def test_union_all_on_a_cycle_hits_the_level_limit_as_spark_counts_it():
+    plan = WalkPlan(name="r", columns=["n"], key_r="n", key_e="src", projections=[("col", "e", "dst")],
+                    filters=[], distinct=False, max_level=5, types=[pa.int64()])
+    seeds = pa.table({"n": pa.array([1], pa.int64())})
+    with pytest.raises(SqlextError) as error:
+        run_walk([(1, 2), (2, 1)], seeds, plan)
+    assert error.value.error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
+    assert error.value.params["limit"] == 5 and error.value.params["level"] == 5
+    # levels 0..4 with rows and level 5 empty is within a limit of 5 (Spark: MAX RECURSION LEVEL 5)
+    assert len(run_walk([(1, 2), (2, 3), (3, 4), (4, 5)], seeds, plan)) == 5
+
+
+def test_integer_overflow_is_not_computed_by_the_walk():
+    plan = WalkPlan(name="r", columns=["n", "d"], key_r="n", key_e="src",
+                    projections=[("col", "e", "dst"), ("add", ("col", "r", "d"), ("lit", 1, pa.int32()))],
+                    filters=[], distinct=False, max_level=100, types=[pa.int64(), pa.int32()])
+    seeds = pa.table({"n": pa.array([1], pa.int64()), "d": pa.array([2**31 - 1], pa.int32())})
+    with pytest.raises(NotExact):
+        run_walk([(1, 2)], seeds, plan)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs, st.integers(1, 8))
+def test_sparse_and_negative_keys_take_the_sorted_lookup_with_the_same_result(edges, start):
+    def spread(n):
+        return None if n is None else (n - 4) * 1_000_003_777
+
+    plan = WalkPlan(name="r", columns=["n"], key_r="n", key_e="src", projections=[("col", "e", "dst")],
+                    filters=[], distinct=True, max_level=100, types=[pa.int64()])
+    sparse = [(spread(s), spread(d)) for s, d in edges]
+    table = pa.table({"src": pa.array([e[0] for e in sparse], pa.int64()),
+                      "dst": pa.array([e[1] for e in sparse], pa.int64())})
+    assert EdgeIndex.build(table, "src").slot is None or len({s for s, _ in edges if s is not None}) <= 1
+    dense_rows = run_walk(edges, pa.table({"n": pa.array([start], pa.int64())}), plan)
+    sparse_rows = run_walk(sparse, pa.table({"n": pa.array([spread(start)], pa.int64())}), plan)
+    assert multiset(sparse_rows) == multiset([(spread(n),) for (n,) in dense_rows])

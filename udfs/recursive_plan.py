@@ -1,0 +1,329 @@
+"""Deciding whether a recursion's step is a graph walk (and compiling it), and running the
+``RECURSIVE_EXPAND`` calls of a rewritten statement on a session.
+
+A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
+...]`` (either order, inner join), the join key is an integer on both sides, every column and
+condition is in the vocabulary of :func:`udfs.recursive_expand.evaluate`, and ``e`` is small
+enough to collect. Anything else returns ``None`` and runs level by level.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pyarrow as pa
+from sqlglot import exp
+
+from sqlext.errors import SqlextError
+from udfs.recursive_expand import (
+    FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
+    RecursiveSpec, expand, spec_from_call, walk,
+)
+
+_views = itertools.count(1)
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
+
+
+class _NoWalk(Exception):
+    pass
+
+
+def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = False):
+    """The recursion run as one graph walk, or ``None`` when the step is not one."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        plan, edge_sql, edge_columns = compile_walk(spark, spec, anchor, prefix)
+    except _NoWalk:
+        if force:
+            raise
+        return None
+    edge_frame = spark.sql(f"{prefix} SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}")
+    if not force:
+        size = _size_in_bytes(edge_frame)
+        if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
+            size = edge_frame.count() * 16 * len(edge_columns)
+        if size is None or size > WALK_MAX_BYTES:
+            return None
+    table = edge_frame.toArrow()
+    if table.num_rows > WALK_MAX_ROWS and not force:
+        return None
+    index = EdgeIndex.build(table, plan.key_e)
+    plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
+
+    from pyspark.sql.types import StructField, StructType
+
+    schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
+    out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
+
+    name = spec.name
+
+    def run(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        seeds = pa.Table.from_batches(batches)
+        if not seeds.num_rows:
+            return
+        try:
+            for level in walk(seeds, index, plan):
+                level = pa.Table.from_arrays([c.cast(t) for c, t in zip(level.columns, plan.types)],
+                                             schema=out_schema)
+                yield from level.to_batches(max_chunksize=200_000)
+        except NotExact as error:
+            raise SqlextError("RECURSION_VALUE_OUT_OF_RANGE", function=FUNCTION, name=name,
+                              reason=str(error).splitlines()[0]) from None
+
+    seeds = anchor
+    parallelism = spark.sparkContext.defaultParallelism
+    if spec.distinct:
+        seeds = seeds.coalesce(1)  # UNION drops rows seen from any seed: one walk over all seeds
+    elif seeds.rdd.getNumPartitions() < parallelism:
+        seeds = seeds.repartition(parallelism)
+    # Lazy, like any Spark query: materialising millions of rows costs more than the walk
+    # (errors, such as the level limit, surface when the result is read).
+    return seeds.mapInArrow(run, schema)
+
+
+def _size_in_bytes(frame) -> int | None:
+    try:
+        return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - no estimate (a Spark Connect session)
+        return None
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def compile_walk(spark, spec: RecursiveSpec, anchor, prefix: str):
+    from rewrites.dialect import parse_one, to_sql
+
+    step = parse_one(spec.step_sql)
+    if not isinstance(step, exp.Select) or len(step.args.get("joins") or []) != 1:
+        raise _NoWalk("the step does not join the CTE with exactly one relation")
+    if step.args.get("distinct"):
+        raise _NoWalk("DISTINCT step")
+    join = step.args["joins"][0]
+    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER") or join.args.get("using"):
+        raise _NoWalk("not an inner join with ON")
+    first, second = step.args["from_"].this, join.this
+    is_r = [isinstance(t, exp.Table) and not t.db and isinstance(t.this, exp.Identifier)
+            and t.name.lower() == spec.name.lower() for t in (first, second)]
+    if is_r.count(True) != 1:
+        raise _NoWalk("the CTE is not one side of the join")
+    r_table, e_table = (first, second) if is_r[0] else (second, first)
+    if isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
+        e_source = to_sql(exp.Table(this=e_table.this.copy(), db=e_table.args.get("db"),
+                                    catalog=e_table.args.get("catalog")))
+    elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):
+        e_source = f"({to_sql(e_table.this)})"
+    else:
+        raise _NoWalk("the joined relation is not a table or a subquery")
+    e_frame = spark.sql(f"{prefix} SELECT * FROM {e_source}")
+    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
+    compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
+
+    conditions = _conjuncts(join.args.get("on")) + _conjuncts((step.args.get("where") or exp.Where()).this)
+    key = None
+    filters = []
+    for condition in conditions:
+        if key is None and isinstance(condition, exp.EQ):
+            sides = [compiler.side_of(condition.this), compiler.side_of(condition.expression)]
+            if sorted(s or "" for s in sides) == ["e", "r"]:
+                r_col, e_col = (condition.this, condition.expression) if sides[0] == "r" else \
+                    (condition.expression, condition.this)
+                (_, r_name, r_kind), (_, e_name, e_kind) = compiler.column(r_col), compiler.column(e_col)
+                if r_kind == "int" and e_kind == "int":
+                    key = (r_name, e_name)
+                    continue
+        filters.append(compiler.boolean(condition))
+    if key is None:
+        raise _NoWalk("no integer equality between the CTE and the relation")
+    selects = step.selects
+    if len(selects) != len(spec.columns) or any(isinstance(s, exp.Star) for s in selects):
+        raise _NoWalk("the step's columns are not listed one by one")
+    targets = [r_types[c.lower()][1] for c in spec.columns]
+    projections = []
+    for select, target in zip(selects, targets):
+        node, kind = compiler.value(select.this if isinstance(select, exp.Alias) else select)
+        if (kind == "int") != (target in _INTEGRAL) or (kind == "str") != (target == "string"):
+            raise _NoWalk(f"a {kind} value for a {target} column")
+        projections.append(node)
+    plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
+                    projections=projections, filters=filters, distinct=spec.distinct,
+                    max_level=spec.max_level)
+    edge_columns = sorted(compiler.e_used | {key[1]})
+    return plan, e_source, edge_columns
+
+
+def _conjuncts(node) -> list[exp.Expression]:
+    if node is None:
+        return []
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+_COMPARISONS = {exp.EQ: "eq", exp.NEQ: "neq", exp.LT: "lt", exp.LTE: "lte", exp.GT: "gt", exp.GTE: "gte"}
+
+
+class _Compiler:
+    def __init__(self, r_alias, e_alias, r_types, e_types):
+        self.r_alias, self.e_alias = r_alias, e_alias
+        self.r_types, self.e_types = r_types, e_types
+        self.e_used: set[str] = set()
+
+    def side_of(self, node) -> str | None:
+        if not isinstance(node, exp.Column):
+            return None
+        try:
+            return self.column(node)[0]
+        except _NoWalk:
+            return None
+
+    def column(self, node: exp.Column):
+        name = node.name.lower()
+        qualifier = node.table.lower() if node.table else None
+        candidates = []
+        if qualifier in (None, self.r_alias) and name in self.r_types:
+            candidates.append(("r", self.r_types[name]))
+        if qualifier in (None, self.e_alias) and name in self.e_types:
+            candidates.append(("e", self.e_types[name]))
+        if qualifier not in (None, self.r_alias, self.e_alias) or len(candidates) != 1 or node.args.get("db"):
+            raise _NoWalk(f"column {node.sql()} is ambiguous or unknown")
+        side, (actual, type_name) = candidates[0]
+        if type_name in _INTEGRAL:
+            kind = "int"
+        elif type_name == "string":
+            kind = "str"
+        elif type_name == "boolean":
+            kind = "bool"
+        else:
+            raise _NoWalk(f"column {node.sql()} has type {type_name}")
+        if side == "e":
+            self.e_used.add(actual)
+        return side, actual, kind
+
+    def value(self, node) -> tuple[tuple, str]:
+        if isinstance(node, exp.Paren):
+            return self.value(node.this)
+        if isinstance(node, exp.Column):
+            side, name, kind = self.column(node)
+            return ("col", side, name), kind
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return ("lit", node.this, pa.large_string()), "str"
+            text = node.this
+            if text.lstrip("-").isdigit():
+                value = int(text)
+                if -2**31 <= value < 2**31:
+                    return ("lit", value, pa.int32()), "int"
+                if -2**63 <= value < 2**63:
+                    return ("lit", value, pa.int64()), "int"
+            raise _NoWalk(f"literal {text}")
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            (a, ka), (b, kb) = self.value(node.this), self.value(node.expression)
+            if ka != "int" or kb != "int":
+                raise _NoWalk("arithmetic on non-integers")
+            return ({exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul"}[type(node)], a, b), "int"
+        if isinstance(node, (exp.DPipe, exp.Concat)):
+            if isinstance(node, exp.Concat) and node.args.get("coalesce"):
+                raise _NoWalk("concat that skips NULLs")
+            parts = [node.this, node.expression] if isinstance(node, exp.DPipe) else node.expressions
+            compiled = []
+            for part in parts:
+                value, kind = self.value(part)
+                if kind not in ("str", "int"):
+                    raise _NoWalk("concat of a non-string")
+                compiled.append(value if kind == "str" else ("to_string", value))
+            return ("concat", compiled), "str"
+        if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT) \
+                and not node.to.expressions:
+            value, kind = self.value(node.this)
+            if kind not in ("str", "int"):
+                raise _NoWalk("cast of a non-integer to string")
+            return (value if kind == "str" else ("to_string", value)), "str"
+        return self.boolean(node), "bool"
+
+    def boolean(self, node) -> tuple:
+        if isinstance(node, exp.Paren):
+            return self.boolean(node.this)
+        for cls, name in _COMPARISONS.items():
+            if type(node) is cls:
+                (a, ka), (b, kb) = self.value(node.this), self.value(node.expression)
+                if ka != kb or ka not in ("int", "str"):
+                    raise _NoWalk("comparison of different types")
+                return (name, a, b)
+        if isinstance(node, exp.And):
+            return ("and", self.boolean(node.this), self.boolean(node.expression))
+        if isinstance(node, exp.Or):
+            return ("or", self.boolean(node.this), self.boolean(node.expression))
+        if isinstance(node, exp.Not):
+            inner = node.this
+            if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
+                return ("is_not_null", self.value(inner.this)[0])
+            return ("not", self.boolean(inner))
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+            return ("is_null", self.value(node.this)[0])
+        if isinstance(node, exp.Column):
+            side, name, kind = self.column(node)
+            if kind == "bool":
+                return ("col", side, name)
+        raise _NoWalk(f"expression {node.sql()} is outside the graph-walk vocabulary")
+
+
+# ---------------------------------------------------------------------------------------
+# running the calls of a statement
+
+
+def run_calls(spark, sql_text: str) -> str:
+    """Evaluate every ``RECURSIVE_EXPAND`` call of a rewritten statement, register each
+    result as a temporary view, and return the statement reading those views."""
+    from rewrites.dialect import parse_one, to_sql
+    from rewrites.relations import _needed_ctes
+    from rewrites.table_functions import find_calls, read_call
+    from udfs.recursive_expand import ARGUMENTS
+
+    tree = parse_one(sql_text)
+    while True:
+        calls = find_calls(tree, FUNCTION)
+        if not calls:
+            return to_sql(tree)
+        table = calls[0]
+        call = read_call(table, FUNCTION, ARGUMENTS)
+        anchor_arg = call.tables.get("anchor")
+        if anchor_arg is None or "step" not in call.literals:
+            raise SqlextError("MISSING_ARGUMENT", function=FUNCTION, argument="anchor and step",
+                              example="TABLE(SELECT ...), step => 'SELECT ...'")
+        anchor = anchor_arg.this
+        visible = _visible_ctes(table)
+        spec = spec_from_call(call.literals, to_sql(anchor))
+        step_tree = parse_one(spec.step_sql)
+        needed = _needed_ctes(exp.Tuple(expressions=[anchor.copy(), step_tree]), visible)
+        needed = [c for c in needed if c.alias_or_name.lower() != spec.name.lower()]
+        prefix = f"WITH {', '.join(to_sql(c) for c in needed)}" if needed else ""
+        result = expand(spark, spec, prefix)
+        view = f"__sx_recursive_{next(_views)}"
+        result.createOrReplaceTempView(view)
+        replacement = exp.Table(this=exp.to_identifier(view))
+        if table.args.get("alias"):
+            replacement.set("alias", table.args["alias"].copy())
+        table.replace(replacement)
+
+
+def _visible_ctes(node: exp.Expression) -> list[exp.CTE]:
+    ctes: list[exp.CTE] = []
+    current = node.parent
+    while current is not None:
+        with_ = current.args.get("with_")
+        if isinstance(with_, exp.With):
+            for cte in with_.expressions:
+                if not any(n is node for n in cte.walk()):
+                    ctes.append(cte)
+        current = current.parent
+    return ctes

@@ -7,6 +7,9 @@ Parquet), runs the function, and samples, every 50 ms while it runs, the residen
 this Python process (the driver: sqlext never collects rows into it) and of the JVM (in
 local mode the JVM is driver and executors at once, so it grows with Spark's buffers, up to
 its heap). It prints one line per function and size and draws the table as an SVG chart.
+The functions: CHANGELOG_FILTER and FK_JOIN (``changes``) over change feeds of that many
+rows, the band self-join over that many events, and the ancestors of a random forest of
+that many nodes (``WITH RECURSIVE``; about ln(n) ancestor rows per node).
 """
 
 from __future__ import annotations
@@ -75,10 +78,11 @@ def _measure(spark, name: str, size: int, frame_factory, runs: int) -> Point:
     frame_factory().write.format("noop").mode("overwrite").save()  # warm-up
     seconds, driver, jvm = [], 0.0, 0.0
     for _ in range(runs):
-        frame = frame_factory()
+        # from the text to the last row: rewriting, and any work sqlext does before Spark runs
+        # the statement (a recursion's levels), count too
         with Sampler((os.getpid(), _jvm_pid(spark))) as sampler:
             started = time.perf_counter()
-            frame.write.format("noop").mode("overwrite").save()
+            frame_factory().write.format("noop").mode("overwrite").save()
             seconds.append(time.perf_counter() - started)
         driver, jvm = max(driver, sampler.peaks[0]), max(jvm, sampler.peaks[1])
     point = Point(name, size, statistics.median(seconds), driver, jvm)
@@ -95,6 +99,7 @@ SELECT a.id, b.id AS other FROM {table} a JOIN {table} b
 
 def bench_scale(spark, sizes: list[int], runs: int, plot: Path | None) -> list[Point]:
     import sqlext
+    from sqlext.bench_recursion import FOREST, make_inputs
     from sqlext.bench_selfjoin import make_events
 
     points = []
@@ -109,6 +114,8 @@ def bench_scale(spark, sizes: list[int], runs: int, plot: Path | None) -> list[P
             make_events(spark, size, 10, 0, f"{directory}/events", "scale_events")
             points.append(_measure(spark, "self_join", size,
                                    lambda: sqlext.sql(spark, BAND.format(table="scale_events")), runs))
+            make_inputs(spark, size, 2, f"{directory}/recursion")  # a forest of `size` nodes
+            points.append(_measure(spark, "recursion", size, lambda: sqlext.sql(spark, FOREST), runs))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     if plot is not None:

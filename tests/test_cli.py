@@ -113,8 +113,8 @@ def test_bench_scale_prints_time_and_memory_per_size_and_draws_them(spark, capsy
     chart = tmp_path / "scale.svg"
     assert main(["bench", "scale", "--sizes", "1000,3000", "--runs", "1", "--plot", str(chart)]) == 0
     lines = [l for l in capsys.readouterr().out.splitlines() if " rows " in l]
-    assert len(lines) == 6  # three functions, two sizes
+    assert len(lines) == 8  # four functions, two sizes
     assert all(" s " in l and "driver" in l and "JVM" in l for l in lines)
     svg = ET.parse(chart).getroot()
     lines_drawn = svg.findall("{http://www.w3.org/2000/svg}polyline")
-    assert len(lines_drawn) == 3 * 3  # time, driver memory and JVM memory of each function
+    assert len(lines_drawn) == 4 * 3  # time, driver memory and JVM memory of each function

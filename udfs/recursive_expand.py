@@ -44,7 +44,11 @@ FUNCTION = "RECURSIVE_EXPAND"
 ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"]
 
 # A join relation up to this estimated size is collected and shipped to the workers.
-WALK_MAX_BYTES = 512 * 1024 * 1024
+# The walk collects the joined relation into the driver (as a broadcast join does); above
+# this estimate, or when collecting fails, the recursion runs level by level instead. The
+# embedded session's driver has Spark's default 1 GB heap: 10 million edges (about 160 MB as
+# Arrow) did not fit next to everything else, so the limit stays well below.
+WALK_MAX_BYTES = 64 * 1024 * 1024
 WALK_MAX_ROWS = 50_000_000
 # The level path collapses its union of levels into one checkpoint every this many levels.
 COLLAPSE_EVERY = 32

@@ -46,7 +46,12 @@ def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = Fals
             size = edge_frame.count() * 16 * len(edge_columns)
         if size is None or size > WALK_MAX_BYTES:
             return None
-    table = edge_frame.toArrow()
+    try:
+        table = edge_frame.toArrow()
+    except Exception:  # noqa: BLE001 - the driver could not hold the edges: walk level by level
+        if force:
+            raise
+        return None
     if table.num_rows > WALK_MAX_ROWS and not force:
         return None
     index = EdgeIndex.build(table, plan.key_e)

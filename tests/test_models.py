@@ -183,3 +183,38 @@ def test_unselected_upstream_table_must_be_in_the_warehouse(spark, built, tmp_pa
                     out=lambda line: None, err=errors.append)
     assert [(r.name, r.status) for r in results] == [("orders_with_customer", "ERROR")]
     assert "orders_with_customer.sql:5:" in errors[0] and "[MODEL_NOT_BUILT]" in errors[0]
+
+
+def test_a_build_killed_while_writing_leaves_no_half_written_table(spark, tmp_path):
+    """The build process dies (SIGKILL) while Spark writes a table: the warehouse holds the
+    previous version of that table or none, never part of one; the next build completes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    models, warehouse = tmp_path / "models", tmp_path / "warehouse"
+    write(models, {
+        "a_small.sql": "{{ config(materialized='table') }}\nSELECT 1 AS id",  # built first (ties by name)
+        "big.sql": "{{ config(materialized='table') }}\n"
+                   "SELECT id, sha2(CAST(id AS STRING), 256) AS h FROM range(40000000)",
+    })
+    build = subprocess.Popen([sys.executable, "-m", "sqlext.cli", "build", str(models), "--warehouse", str(warehouse)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    writing = warehouse / ".tmp"
+    while time.monotonic() < deadline and not (writing.exists() and any(p.name.startswith("big-") for p in writing.iterdir())):
+        time.sleep(0.2)
+    assert build.poll() is None, "the build ended before it wrote the big table"
+    time.sleep(1.0)  # Spark is writing the big table's files now
+    os.killpg(build.pid, signal.SIGKILL)
+    build.wait(timeout=60)
+    assert not (warehouse / "big").exists()  # no half-written table under its name
+    assert (warehouse / "a_small").exists()  # the table built before it is there, whole
+    assert spark.read.parquet(str(warehouse / "a_small")).count() == 1
+    # the next build clears what the killed one left and completes
+    write(models, {"big.sql": "{{ config(materialized='table') }}\nSELECT id FROM range(10)"})
+    assert main(["build", str(models), "--warehouse", str(warehouse)]) == 0
+    assert spark.read.parquet(str(warehouse / "big")).count() == 10
+    assert not list((warehouse / ".tmp").iterdir())

@@ -13,7 +13,8 @@ _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 INSTALLED_FLAG = "spark.sqlext.installed"
 
 
-def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: int = 4, master: str | None = None):
+def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: int = 4, master: str | None = None,
+                  driver_memory: str = "4g"):
     """A builder for the embedded default engine: local Spark, UI off, quiet logs.
 
     Worker processes use this interpreter, so they see the same pyarrow and sqlext. With
@@ -31,6 +32,9 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # in local mode the driver's JVM runs the executors too; Spark's 1 GB default ran out
+        # of memory on 10^7-row recursions (bench scale)
+        .config("spark.driver.memory", driver_memory)
         .config("spark.sql.adaptive.enabled", "true")
         # split a skewed join partition (a right row with very many subscribed left rows)
         # sooner than Spark's 256 MB default

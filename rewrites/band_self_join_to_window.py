@@ -63,9 +63,8 @@ def band_self_join_to_window(
         # inside collect_list); at least one, so that every pair is still there to count
         used = {c.name.lower() for c in select.find_all(exp.Column) if c.table.lower() == join.right}
         collected = [c for c in join.columns if c.lower() in used] or join.columns[:1]
-        columns = ", ".join(quote(c) for c in join.columns)
         inner = parse_one(
-            f"SELECT {columns}, COLLECT_LIST(STRUCT({', '.join(quote(c) for c in collected)})) "
+            f"SELECT {join.columns_sql()}, COLLECT_LIST(STRUCT({', '.join(quote(c) for c in collected)})) "
             f"OVER {join.window_sql()} AS {BAND} FROM {join.source_sql()} WHERE {join.not_null_filter()}"
         )
         select.set("from_", exp.From(this=exp.Subquery(

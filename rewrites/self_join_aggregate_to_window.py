@@ -124,7 +124,7 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
             names.append(f"{join.left}.{computed[partial]}")
         replacements.append((aggregate, _combine(type(aggregate), names)))
     inner = parse_one(
-        f"SELECT {', '.join(_quoted(join.columns))}, {', '.join(partials)} "
+        f"SELECT {join.columns_sql()}, {', '.join(partials)} "
         f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
     )
     for aggregate, combined in replacements:
@@ -199,11 +199,6 @@ def _unqualified(node: exp.Expression) -> exp.Expression:
         column.this.set("quoted", True)
     return node
 
-
-def _quoted(columns: list[str]) -> list[str]:
-    from rewrites.table_functions import quote
-
-    return [quote(c) for c in columns]
 
 
 def _in_scope(node: exp.Expression, select: exp.Select) -> bool:

@@ -137,7 +137,10 @@ class SelfJoin:
     left_only: list[exp.Expression] = field(default_factory=list)
     right_only: list[exp.Expression] = field(default_factory=list)
     rest: list[exp.Expression] = field(default_factory=list)  # relate both sides otherwise
-    key_conjuncts: list[exp.Expression] = field(default_factory=list)
+
+    def columns_sql(self) -> str:
+        """The relation's columns, quoted, in order: the inner query's projection."""
+        return ", ".join(quote(c) for c in self.columns)
 
     def partition_sql(self) -> str:
         return ", ".join(quote(k) for k in self.keys_names)
@@ -209,13 +212,12 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
             return f"the condition {to_sql(conjunct)} names a column without its side's alias"
         sides[id(conjunct)] = touched
 
-    keys, key_conjuncts, candidates, left_only, right_only = [], [], [], [], []
+    keys, candidates, left_only, right_only = [], [], [], []
     for conjunct in conjuncts:
         touched = sides[id(conjunct)]
         key = _key_equality(conjunct, a, b)
         if key is not None and key[0] not in [k for k, _ in keys]:
             keys.append(key)
-            key_conjuncts.append(conjunct)
         elif touched == {a, b}:
             candidates.append(conjunct)
         elif touched == {b}:
@@ -244,7 +246,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
         rest.extend(bound.conjunct for pairs in bounds.values() for _, bound in pairs)
     return SelfJoin(
         select, a, b, source, list(columns), query, keys, band,
-        left_only=left_only, right_only=right_only, rest=_unique(rest), key_conjuncts=key_conjuncts,
+        left_only=left_only, right_only=right_only, rest=_unique(rest),
     )
 
 

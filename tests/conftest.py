@@ -35,3 +35,12 @@ def view(spark):
     yield make
     for name in names:
         spark.catalog.dropTempView(name)
+
+
+@pytest.fixture
+def path(spark):
+    """Force the recursion's evaluation path ('auto', 'walk' or 'levels') for one test."""
+    def use(name):
+        spark.conf.set("spark.sqlext.recursion.path", name)
+    yield use
+    spark.conf.unset("spark.sqlext.recursion.path")

@@ -17,14 +17,6 @@ from recursion_graphs import chain, cyclic, dag, multiset, semi_naive, tree
 PATHS = ["auto", "walk", "levels"]
 
 
-@pytest.fixture
-def path(spark):
-    def use(name):
-        spark.conf.set("spark.sqlext.recursion.path", name)
-    yield use
-    spark.conf.unset("spark.sqlext.recursion.path")
-
-
 def edges_view(view, name, rows):
     return view(name, [(s, d, (i * 7) % 5 + 1) for i, (s, d) in enumerate(rows)], "src int, dst int, w int")
 

@@ -56,14 +56,6 @@ def test_refused_before_anything_runs(spark):
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before
 
 
-@pytest.fixture
-def path(spark):
-    def use(name):
-        spark.conf.set("spark.sqlext.recursion.path", name)
-    yield use
-    spark.conf.unset("spark.sqlext.recursion.path")
-
-
 CHAIN = """WITH RECURSIVE r(n) MAX RECURSION LEVEL {limit} AS (
   SELECT 1 UNION ALL SELECT e.dst FROM r JOIN le_edges e ON r.n = e.src) SELECT * FROM r"""
 

@@ -30,10 +30,13 @@ def present_sql(shape: ChangeShape) -> str:
 def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), window_extra: Sequence[str] = ()) -> str:
     """The applied changes of ``source``; ``extra`` are ``expr AS name`` over the input row,
     ``window_extra`` are ``expr AS name`` computed over :func:`window` (after stale changes
-    are dropped), where ``__sx_present`` can be read.
+    are dropped), where ``__sx_present`` can be read. Each row also carries ``__sx_next``,
+    the ordering value of the key's next applied change (NULL for its last).
 
     Checks that need one row run before the shuffle (so ``_change_type`` never travels);
-    only the tie check needs the previous change of the key."""
+    only the tie check needs a neighbour, the key's next change, which ``__sx_next`` holds
+    already (Spark evaluates a window expression once per alias, so the check reads that
+    column rather than asking for the next change again)."""
     order = quote(shape.order_by)
     data = [quote(c) for c in shape.data_columns]
     columns = data + [order, f"({present_sql(shape)}) AS __sx_present", *extra]
@@ -55,19 +58,26 @@ def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), 
         row_checks.append((f"{quote(shape.sequence_by)} IS NULL", raise_error_sql(
             "NULL_SEQUENCE_VALUE", fn, key=key_text, sequence_by=shape.sequence_by)))
     inputs = f"SELECT {', '.join(columns)} FROM {source} WHERE {keep}{_checks(row_checks)}"
-    tie = _checks([(f"{order} = __sx_prev_order", raise_error_sql(
-        "AMBIGUOUS_ORDER", fn, key=key_text, order_by=shape.order_by, value=SqlValue(order)))])
-
     over = window(shape)
-    marks = [f"LAG({order}) OVER ({over}) AS __sx_prev_order"]
+    next_change = f"LEAD({order}) OVER ({over})"
     if shape.sequence_by:
+        # ties are checked among all changes; __sx_next is the next change that is applied
         seq = quote(shape.sequence_by)
-        marks.append(f"MAX({seq}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest")
+        marks = [f"{next_change} AS __sx_next_any",
+                 f"MAX({seq}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest"]
         stale = f" AND (__sx_latest IS NULL OR {seq} >= __sx_latest)"
-        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({tie}){stale}"
-        return f"SELECT *, {', '.join(window_extra)} FROM ({checked})" if window_extra else checked
+        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({_tie(shape, '__sx_next_any')}){stale}"
+        return f"SELECT *, {', '.join([f'{next_change} AS __sx_next', *window_extra])} FROM ({checked})"
     # one window pass computes the tie check and the caller's window columns together
-    return f"SELECT * FROM (SELECT *, {', '.join(marks + list(window_extra))} FROM ({inputs})) WHERE {tie}"
+    columns = ", ".join([f"{next_change} AS __sx_next", *window_extra])
+    return f"SELECT * FROM (SELECT *, {columns} FROM ({inputs})) WHERE {_tie(shape, '__sx_next')}"
+
+
+def _tie(shape: ChangeShape, next_order: str) -> str:
+    order = quote(shape.order_by)
+    return _checks([(f"{order} = {next_order}", raise_error_sql(
+        "AMBIGUOUS_ORDER", shape.function, key=key_text_sql(shape.key), order_by=shape.order_by,
+        value=SqlValue(order)))])
 
 
 def _checks(checks: Sequence[tuple[str, str]]) -> str:

@@ -70,12 +70,11 @@ def native_sql(spec: FilterSpec, source: str) -> str:
         window_extra=[
             f"LAG(__sx_pass, 1, FALSE) OVER ({over}) AS __sx_old_pass",
             f"LAG({row}) OVER ({over}) AS __sx_old",
-            f"LEAD({order}) OVER ({over}) IS NULL AS __sx_last",
         ],
     )
 
     if spec.emit == "final":
-        return f"SELECT {', '.join(data)} FROM ({changes}) WHERE __sx_pass AND __sx_last"
+        return f"SELECT {', '.join(data)} FROM ({changes}) WHERE __sx_pass AND __sx_next IS NULL"
     if spec.emit == "records":
         values = [
             quote(c) if c in shape.key else f"CASE WHEN __sx_pass THEN {quote(c)} END AS {quote(c)}"

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, struct_sql, window
+from rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, window
 from rewrites.notes import Notes
 from rewrites.relations import Relations
 from rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
 from udfs.changes import CHANGE_TYPE, DELETE, UPSERT
+from udfs.expressions import over_columns
 from udfs.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
@@ -74,53 +75,52 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     left, right = spec.left, spec.right
     order = quote(left.order_by)
     rkey = quote(spec.right_key)
-    keys = ", ".join(quote(k) for k in left.key)
-    right_names = spec.right_names
-    marks = [
-        "LEAD({o}) OVER ({w}) AS __sx_next",
-        "LAG(__sx_present, 1, FALSE) OVER ({w}) AS __sx_had_row",
-        "LEAD({o}) OVER ({w}) IS NULL AS __sx_last",
-    ]
-    left_row = struct_sql(left.data_columns)
-    right_row = struct_sql([right_names[c] for c in right.data_columns],
-                           {right_names[c]: quote(c) for c in right.data_columns})
-    # rows and foreign keys are built after the shuffle, from the columns it carries anyway
-    left_checked = checked_changes(left, left_source, window_extra=[m.format(o=order, w=window(left)) for m in marks] + [
-        f"{_previous_row(left.data_columns, window(left))} AS __sx_prev_lrow",
-        f"LAG(CASE WHEN __sx_present THEN ({spec.foreign_key}) END) OVER ({window(left)}) AS __sx_prev_fk",
+    cols = _Columns(spec)
+    # rows travel as plain columns with a presence flag, never as structs: a struct is built,
+    # copied and compared whole for every change, which costs more than the columns it holds
+    left_checked = checked_changes(left, left_source, window_extra=[
+        f"LAG(__sx_present, 1, FALSE) OVER ({window(left)}) AS __sx_had_row",
+        *(f"LAG({quote(c)}) OVER ({window(left)}) AS {cols.left_prev[c]}" for c in left.value_columns),
     ])
+    # the previous row's foreign key is the expression over the previous row's columns
+    prev_fk = over_columns(spec.foreign_key, {c: cols.left_prev[c] for c in left.value_columns})
     left_changes = (f"SELECT *, ({spec.foreign_key}) AS __sx_fk, "
-                    f"CASE WHEN __sx_present THEN {left_row} END AS __sx_lrow FROM ({left_checked})")
-    right_checked = checked_changes(right, right_source, window_extra=[m.format(o=order, w=window(right)) for m in marks] + [
-        f"{_previous_row(right.data_columns, window(right), right_names)} AS __sx_rprev",
+                    f"CASE WHEN __sx_had_row THEN ({prev_fk}) END AS __sx_prev_fk FROM ({left_checked})")
+    right_changes = checked_changes(right, right_source, window_extra=[
+        # NULL before the key's first change
+        f"LAG(__sx_present) OVER ({window(right)}) AS __sx_had_row",
+        *(f"LAG({quote(c)}) OVER ({window(right)}) AS __sx_lag{j}" for j, c in enumerate(right.data_columns)
+          if c not in right.key),
     ])
-    right_changes = f"SELECT *, CASE WHEN __sx_present THEN {right_row} END AS __sx_rrow FROM ({right_checked})"
-    # Right intervals [from, to) of each right key's row (r; p is the row before), plus a
-    # virtual interval before the key's first change, where the right row is absent, so that
-    # some interval covers every version once a key has any change. from NULL = the start.
+    # Right intervals [from, to) of each right key's row (r, present if __sx_rhas; q is the row
+    # before it, present if __sx_qhas), plus a virtual interval before the key's first change,
+    # where the right row is absent, so that some interval covers every version once a key has
+    # any change. from NULL = the start.
+    previous = {c: (rkey if c in right.key else f"__sx_lag{j}") for j, c in enumerate(right.data_columns)}
     intervals = (
         f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
         f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
-        f"CASE WHEN __sx_slot = 0 THEN NULL ELSE __sx_rrow END AS __sx_r, "
-        f"CASE WHEN __sx_slot = 0 THEN NULL ELSE __sx_rprev END AS __sx_p, "
-        f"__sx_slot = 1 AND (__sx_present OR __sx_had_row) AS __sx_reach "
-        f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_prev_order IS NULL THEN array(0, 1) ELSE array(1) END) "
+        f"__sx_slot = 1 AND __sx_present AS __sx_rhas, __sx_slot = 1 AND coalesce(__sx_had_row, FALSE) AS __sx_qhas, "
+        + "".join(f"{quote(c)} AS {cols.r[c]}, {previous[c]} AS {cols.q[c]}, " for c in right.data_columns)
+        + f"__sx_slot = 1 AND (__sx_present OR coalesce(__sx_had_row, FALSE)) AS __sx_reach "
+        f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_had_row IS NULL THEN array(0, 1) ELSE array(1) END) "
         f"__sx_slots AS __sx_slot"
     )
     ctes = [f"__sx_lc AS ({left_changes})", f"__sx_rc AS ({right_changes})", f"__sx_ri AS ({intervals})"]
-    result = _result_sql(spec)
 
     if spec.emit == "final":
         join = "JOIN" if spec.join_type == "inner" else "LEFT JOIN"
+        outputs = [f"__sx_l.{quote(c)} AS {quote(c)}" for c in left.data_columns]
+        outputs += [f"__sx_r.{quote(c)} AS {quote(n)}" for c, n in spec.right_names.items()]
         return (
-            f"WITH {', '.join(ctes[:2])} SELECT __sx_res.* FROM (SELECT {result('__sx_l.__sx_lrow', '__sx_r.__sx_rrow')} "
-            f"AS __sx_res FROM (SELECT * FROM __sx_lc WHERE __sx_last AND __sx_present) __sx_l "
-            f"{join} (SELECT * FROM __sx_rc WHERE __sx_last AND __sx_present) __sx_r "
-            f"ON __sx_l.__sx_fk = __sx_r.{rkey})"
+            f"WITH {', '.join(ctes[:2])} SELECT {', '.join(outputs)} "
+            f"FROM (SELECT * FROM __sx_lc WHERE __sx_next IS NULL AND __sx_present) __sx_l "
+            f"{join} (SELECT * FROM __sx_rc WHERE __sx_next IS NULL AND __sx_present) __sx_r "
+            f"ON __sx_l.__sx_fk = __sx_r.{rkey}"
         )
 
     hint = "/*+ BROADCAST(__sx_ri) */ " if broadcast else ""
-    subscribed = "__sx_lrow IS NOT NULL AND __sx_fk IS NOT NULL"
+    subscribed = "__sx_present AND __sx_fk IS NOT NULL"
     upper = "<" if spec.emit == "changes" else "<="
     # (records skip the delete of an absent right row; in changes mode it changes nothing,
     # and leaving the test out lets both joins share one broadcast of the intervals)
@@ -133,83 +133,118 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     # forwarded first. A right key with very many subscribers is a skewed partition of an
     # ordinary join (split by Spark, or avoided by broadcasting the right intervals).
     matched = (
-        f"SELECT {hint}__sx_l.*, __sx_ri.* FROM (SELECT *, {order} AS __sx_from FROM {{left}}) __sx_l "
+        f"SELECT {hint}__sx_l.*, __sx_ri.*, "
+        f"__sx_ri.__sx_rk IS NULL OR __sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from AS __sx_asof "
+        f"FROM (SELECT *, {order} AS __sx_from FROM {{left}}) __sx_l "
         f"LEFT JOIN __sx_ri ON (CASE WHEN {subscribed} THEN __sx_l.__sx_fk END) = __sx_ri.__sx_rk "
         f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
         f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
         f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next){reach}))"
     )
-    asof = "__sx_rk IS NULL OR __sx_rfrom IS NULL OR __sx_rfrom <= __sx_from"
+    # an event's version: the left change's own, or the right change's that reached the row
+    version = f"CASE WHEN __sx_asof THEN __sx_from ELSE __sx_rfrom END AS {order}"
+    right_has = "coalesce(__sx_rhas, FALSE)"
+    is_left = spec.join_type == "left"
 
     if spec.emit == "changes":
-        # the row before a left change: the previous left row with the right row in effect
-        # just before this version, at the previous foreign key: the interval covering this
-        # version gives its row, or the row before it if the right key changed at this
-        # version. When the foreign key did not change, the as-of interval joined below is
-        # that interval, and this lookup is skipped.
-        same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_lrow IS NOT NULL"
-        before = (
-            f"SELECT {hint}__sx_lc.*, CASE WHEN __sx_ri.__sx_rfrom = __sx_lc.{order} THEN __sx_ri.__sx_p "
-            f"ELSE __sx_ri.__sx_r END AS __sx_rbefore FROM __sx_lc LEFT JOIN __sx_ri "
-            # a NULL probe key for the rows that skip the lookup: no hash probe, no candidate
-            f"ON (CASE WHEN NOT ({same_fk}) THEN __sx_lc.__sx_prev_fk END) = __sx_ri.__sx_rk "
-            f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_lc.{order}) "
-            f"AND (__sx_ri.__sx_rto IS NULL OR __sx_lc.{order} < __sx_ri.__sx_rto)"
-        )
-        # the result rows are compared and forwarded part by part (left row, right row), so
-        # no combined row is built for the ten-odd million events of a large feed
-        events = (
-            f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
-            f"CASE WHEN {asof} THEN __sx_prev_lrow ELSE __sx_lrow END AS __sx_bl, "
-            f"CASE WHEN NOT ({asof}) THEN __sx_p WHEN NOT ({same_fk}) THEN __sx_rbefore "
-            f"WHEN __sx_rfrom = __sx_from THEN __sx_p ELSE __sx_r END AS __sx_br, "
-            f"__sx_lrow AS __sx_al, __sx_r AS __sx_ar "
-            f"FROM ({matched.format(left=f'({before})')})"
-        )
-        is_left = spec.join_type == "left"
-        parts = [(c, f"__sx_bl.{quote(c)}", f"__sx_al.{quote(c)}") for c in left.data_columns]
-        parts += [(n, f"__sx_br.{quote(n)}", f"__sx_ar.{quote(n)}") for n in right_names.values()]
-        return f"WITH {', '.join(ctes)} " + minimal_changes_from_parts_sql(
-            events, parts,
-            before_present="__sx_bl IS NOT NULL" + ("" if is_left else " AND __sx_br IS NOT NULL"),
-            after_present="__sx_al IS NOT NULL" + ("" if is_left else " AND __sx_ar IS NOT NULL"),
-            same="__sx_bl <=> __sx_al AND __sx_br <=> __sx_ar",
-            order=left.order_by,
-        )
+        return f"WITH {', '.join(ctes)} " + _changes_sql(spec, cols, matched, version, hint)
 
     # emit => 'records': a left change forwards the joined row, the padded row (left join) or
     # a tombstone where the key had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, deletes);
     # each right change reaching a subscribed row forwards it
-    is_left = "TRUE" if spec.join_type == "left" else "FALSE"
-    emits = (f"NOT ({asof}) OR (__sx_lrow IS NOT NULL AND (__sx_r IS NOT NULL OR {is_left})) "
-             f"OR __sx_had_row")
-    columns = [
-        quote(c) if c in left.key else f"__sx_res.{quote(c)} AS {quote(c)}" for c in spec.data_columns
-    ]
-    kind = f"CASE WHEN __sx_res IS NULL THEN {sql_string(DELETE)} ELSE {sql_string(UPSERT)} END"
+    emits = f"NOT __sx_asof OR (__sx_present AND ({right_has} OR {str(is_left).upper()})) OR __sx_had_row"
+    has_row = "__sx_present" + ("" if is_left else f" AND {right_has}")
+    columns = [quote(c) if c in left.key else f"CASE WHEN __sx_res THEN {quote(c)} END AS {quote(c)}"
+               for c in left.data_columns]
+    columns += [f"CASE WHEN __sx_res AND {right_has} THEN {cols.r[c]} END AS {quote(n)}"
+                for c, n in spec.right_names.items()]
+    kind = f"CASE WHEN __sx_res THEN {sql_string(UPSERT)} ELSE {sql_string(DELETE)} END"
     return (
         f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {kind} AS {quote(CHANGE_TYPE)}, {order} FROM ("
-        f"SELECT {keys}, CASE WHEN {asof} THEN __sx_from ELSE __sx_rfrom END AS {order}, "
-        f"{result('__sx_lrow', '__sx_r')} AS __sx_res FROM ({matched.format(left='__sx_lc')}) WHERE {emits})"
+        f"SELECT {', '.join(quote(c) for c in left.data_columns)}, "
+        + "".join(f"{cols.r[c]}, " for c in spec.right.data_columns)
+        + f"__sx_rhas, {version}, {has_row} AS __sx_res FROM ({matched.format(left='__sx_lc')}) WHERE {emits})"
     )
 
 
-def _previous_row(columns, over: str, names: dict | None = None) -> str:
-    """The previous change's row as a struct (NULL if it removed the row), built from LAGs of
-    single columns so that Spark does not build and shuffle a struct for every change."""
-    names = names or {}
-    fields = ", ".join(f"{sql_string(names.get(c, c))}, LAG({quote(c)}) OVER ({over})" for c in columns)
-    return f"CASE WHEN LAG(__sx_present) OVER ({over}) THEN named_struct({fields}) END"
+def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str, hint: str) -> str:
+    """emit => 'changes': for each matched row, the result row before and after its event,
+    forwarded as the minimal change."""
+    left = spec.left
+    order = quote(left.order_by)
+    right_has = "coalesce(__sx_rhas, FALSE)"
+    # The row before a left change is the previous left row with the right row in effect just
+    # before this version at the previous foreign key: the interval covering this version
+    # gives it, or the row before that interval if the right key changed at this version.
+    # When the foreign key did not change, the as-of interval joined below is that interval,
+    # and this lookup is skipped (a NULL probe key: no hash probe, no candidate).
+    same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_present"
+    at_this = f"__sx_ri.__sx_rfrom = __sx_lc.{order}"
+    before = (
+        f"SELECT {hint}__sx_lc.*, __sx_ri.__sx_rk AS __sx_bk, "
+        f"CASE WHEN {at_this} THEN __sx_ri.__sx_qhas ELSE __sx_ri.__sx_rhas END AS __sx_bhas, "
+        + "".join(f"CASE WHEN {at_this} THEN __sx_ri.{cols.q[c]} ELSE __sx_ri.{cols.r[c]} END AS {cols.b[c]}, "
+                  for c in spec.right.data_columns)
+        + f"{same_fk} AS __sx_same_fk FROM __sx_lc LEFT JOIN __sx_ri "
+        f"ON (CASE WHEN NOT ({same_fk}) THEN __sx_lc.__sx_prev_fk END) = __sx_ri.__sx_rk "
+        f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_lc.{order}) "
+        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_lc.{order} < __sx_ri.__sx_rto)"
+    )
+    # Where the right row before the event comes from: 0 the row before the interval (the
+    # event is a right change, or the right key changed at this version), 1 the lookup above
+    # (the foreign key changed), 2 the interval's own row.
+    source = ("CASE WHEN NOT __sx_asof OR __sx_same_fk AND __sx_rfrom = __sx_from THEN 0 "
+              "WHEN NOT __sx_same_fk THEN 1 ELSE 2 END")
+    picks = {0: ("__sx_qhas", cols.q), 1: ("coalesce(__sx_bhas, FALSE)", cols.b), 2: (right_has, cols.r)}
+
+    def pick(i: int, c: str | None = None) -> str:
+        return picks[i][0] if c is None else picks[i][1][c]
+
+    before_right = [f"CASE __sx_src WHEN 0 THEN {pick(0)} WHEN 1 THEN {pick(1)} ELSE {pick(2)} END AS __sx_brp"]
+    before_right += [f"CASE __sx_src WHEN 0 THEN {pick(0, c)} WHEN 1 THEN {pick(1, c)} ELSE {pick(2, c)} END "
+                     f"AS {cols.br[c]}" for c in spec.right.data_columns]
+    events = (
+        f"SELECT {', '.join(quote(c) for c in left.data_columns)}, {version}, "
+        f"CASE WHEN __sx_asof THEN __sx_had_row ELSE __sx_present END AS __sx_blp, "
+        + "".join(f"CASE WHEN __sx_asof THEN {cols.left_prev[c]} ELSE {quote(c)} END AS {cols.bl[c]}, "
+                  for c in left.value_columns)
+        + f"__sx_present, {right_has} AS __sx_arp, "
+        + "".join(f"{cols.r[c]}, " for c in spec.right.data_columns)
+        + f"{', '.join(before_right)} "
+        f"FROM (SELECT *, {source} AS __sx_src FROM ({matched.format(left=f'({before})')}))"
+    )
+    is_left = spec.join_type == "left"
+
+    def right_value(when: str, value: str) -> str:
+        return f"CASE WHEN {when} THEN {value} END" if is_left else value
+
+    parts = [(c, quote(c), quote(c)) if c in left.key else (c, cols.bl[c], quote(c)) for c in left.data_columns]
+    parts += [(n, right_value("__sx_brp", cols.br[c]), right_value("__sx_arp", cols.r[c]))
+              for c, n in spec.right_names.items()]
+    same_left = [f"{cols.bl[c]} <=> {quote(c)}" for c in left.value_columns]
+    same_right = [f"{cols.br[c]} <=> {cols.r[c]}" for c in spec.right.data_columns]
+    if is_left:  # either side of a left join's row may lack its right row
+        same_right = [f"__sx_brp = __sx_arp AND (NOT __sx_arp OR {' AND '.join(same_right)})"]
+    return minimal_changes_from_parts_sql(
+        events, parts,
+        before_present="__sx_blp" + ("" if is_left else " AND __sx_brp"),
+        after_present="__sx_present" + ("" if is_left else " AND __sx_arp"),
+        same=" AND ".join(same_left + same_right) or "TRUE",
+        order=left.order_by,
+    )
 
 
-def _result_sql(spec: FkJoinSpec):
-    """``result(lrow, rrow)``: SQL of the result row for a left row struct and a right row
-    struct (either may be NULL); NULL where the join has no row for the key."""
-    def result(lrow: str, rrow: str) -> str:
-        fields = [f"{sql_string(c)}, {lrow}.{quote(c)}" for c in spec.left.data_columns]
-        fields += [f"{sql_string(n)}, {rrow}.{quote(n)}" for n in spec.right_names.values()]
-        row = f"named_struct({', '.join(fields)})"
-        missing = f"{lrow} IS NULL" if spec.join_type == "left" else f"{lrow} IS NULL OR {rrow} IS NULL"
-        return f"CASE WHEN {missing} THEN NULL ELSE {row} END"
+class _Columns:
+    """Names of the plain columns that carry rows through the plan, numbered by position so
+    that any column name is safe: the previous left row's values (``left_prev``), a right
+    interval's row and the row before it (``r``, ``q``), the right row found by the lookup
+    before a foreign-key change (``b``), and an event's rows before it (``bl``, ``br``)."""
 
-    return result
+    def __init__(self, spec: FkJoinSpec):
+        left, right = spec.left.data_columns, spec.right.data_columns
+        self.left_prev = {c: f"__sx_lp{i}" for i, c in enumerate(left)}
+        self.bl = {c: f"__sx_bl{i}" for i, c in enumerate(left)}
+        self.r = {c: f"__sx_r{j}" for j, c in enumerate(right)}
+        self.q = {c: f"__sx_q{j}" for j, c in enumerate(right)}
+        self.b = {c: f"__sx_b{j}" for j, c in enumerate(right)}
+        self.br = {c: f"__sx_br{j}" for j, c in enumerate(right)}

@@ -7,7 +7,7 @@ statement, an aggregate or window) is refused before Spark sees it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -46,6 +46,26 @@ def parse_expression(function: str, argument: str, text: Any, example: str) -> e
         if isinstance(node, exp.Star):
             raise invalid("* is not allowed")
     return expression
+
+
+def over_columns(expression_sql: str, names: Mapping[str, str]) -> str:
+    """``expression_sql`` (already checked) with each column in ``names`` (matched without
+    regard to case, as Spark resolves them) read from the column it maps to; columns not in
+    ``names`` and lambda parameters stay as they are.
+
+    >>> over_columns("coalesce(fk, Region) + 1", {"fk": "__sx_prev_fk", "region": "__sx_prev_region"})
+    'COALESCE(__sx_prev_fk, __sx_prev_region) + 1'
+    """
+    lowered = {k.lower(): v for k, v in names.items()}
+    tree = SparkExt().parse(f"SELECT {expression_sql}")[0].expressions[0]
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if (isinstance(node, exp.Column) and not node.table and node.name.lower() in lowered
+                and not _bound_by_lambda(node)):
+            return exp.column(lowered[node.name.lower()])
+        return node
+
+    return to_sql(tree.transform(swap))
 
 
 def referenced_columns(expression: exp.Expression) -> list[str]:

@@ -27,16 +27,19 @@ def present_sql(shape: ChangeShape) -> str:
     return "NOT (" + " AND ".join(f"{quote(c)} IS NULL" for c in tomb) + ")" if tomb else "TRUE"
 
 
-def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), window_extra: Sequence[str] = ()) -> str:
+def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), window_extra: Sequence[str] = (),
+                    with_next: bool = True) -> str:
     """The applied changes of ``source``; ``extra`` are ``expr AS name`` over the input row,
     ``window_extra`` are ``expr AS name`` computed over :func:`window` (after stale changes
-    are dropped), where ``__sx_present`` can be read. Each row also carries ``__sx_next``,
-    the ordering value of the key's next applied change (NULL for its last).
+    are dropped), where ``__sx_present`` can be read. With ``with_next`` each row also
+    carries ``__sx_next``, the ordering value of the key's next applied change (NULL for its
+    last).
 
     Checks that need one row run before the shuffle (so ``_change_type`` never travels);
-    only the tie check needs a neighbour, the key's next change, which ``__sx_next`` holds
-    already (Spark evaluates a window expression once per alias, so the check reads that
-    column rather than asking for the next change again)."""
+    only the tie check needs a neighbour. It reads ``__sx_next`` where the caller wants it
+    (Spark evaluates a window expression once per alias, so asking for the previous change
+    as well would cost a window function), else the previous change, so that a caller whose
+    window columns all look back keeps one window frame."""
     order = quote(shape.order_by)
     data = [quote(c) for c in shape.data_columns]
     columns = data + [order, f"({present_sql(shape)}) AS __sx_present", *extra]
@@ -59,18 +62,22 @@ def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), 
             "NULL_SEQUENCE_VALUE", fn, key=key_text, sequence_by=shape.sequence_by)))
     inputs = f"SELECT {', '.join(columns)} FROM {source} WHERE {keep}{_checks(row_checks)}"
     over = window(shape)
-    next_change = f"LEAD({order}) OVER ({over})"
+    next_change = [f"LEAD({order}) OVER ({over}) AS __sx_next"] if with_next else []
+    neighbour = (f"LEAD({order}) OVER ({over})" if with_next else f"LAG({order}) OVER ({over})") + " AS __sx_tie_with"
     if shape.sequence_by:
         # ties are checked among all changes; __sx_next is the next change that is applied
         seq = quote(shape.sequence_by)
-        marks = [f"{next_change} AS __sx_next_any",
-                 f"MAX({seq}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest"]
+        marks = [neighbour, f"MAX({seq}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS __sx_latest"]
         stale = f" AND (__sx_latest IS NULL OR {seq} >= __sx_latest)"
-        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({_tie(shape, '__sx_next_any')}){stale}"
-        return f"SELECT *, {', '.join([f'{next_change} AS __sx_next', *window_extra])} FROM ({checked})"
+        checked = f"SELECT * FROM (SELECT *, {', '.join(marks)} FROM ({inputs})) WHERE ({_tie(shape, '__sx_tie_with')}){stale}"
+        columns = next_change + list(window_extra)
+        return f"SELECT *, {', '.join(columns)} FROM ({checked})" if columns else checked
     # one window pass computes the tie check and the caller's window columns together
-    columns = ", ".join([f"{next_change} AS __sx_next", *window_extra])
-    return f"SELECT * FROM (SELECT *, {columns} FROM ({inputs})) WHERE {_tie(shape, '__sx_next')}"
+    if with_next:
+        columns, tie_with = next_change + list(window_extra), "__sx_next"
+    else:
+        columns, tie_with = [neighbour, *window_extra], "__sx_tie_with"
+    return f"SELECT * FROM (SELECT *, {', '.join(columns)} FROM ({inputs})) WHERE {_tie(shape, tie_with)}"
 
 
 def _tie(shape: ChangeShape, next_order: str) -> str:

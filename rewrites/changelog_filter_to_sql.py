@@ -71,6 +71,7 @@ def native_sql(spec: FilterSpec, source: str) -> str:
             f"LAG(__sx_pass, 1, FALSE) OVER ({over}) AS __sx_old_pass",
             f"LAG({row}) OVER ({over}) AS __sx_old",
         ],
+        with_next=spec.emit == "final",  # the other modes only look back
     )
 
     if spec.emit == "final":

@@ -96,12 +96,12 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     # before it, present if __sx_qhas), plus a virtual interval before the key's first change,
     # where the right row is absent, so that some interval covers every version once a key has
     # any change. from NULL = the start.
-    previous = {c: (rkey if c in right.key else f"__sx_lag{j}") for j, c in enumerate(right.data_columns)}
     intervals = (
         f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
         f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
         f"__sx_slot = 1 AND __sx_present AS __sx_rhas, __sx_slot = 1 AND coalesce(__sx_had_row, FALSE) AS __sx_qhas, "
-        + "".join(f"{quote(c)} AS {cols.r[c]}, {previous[c]} AS {cols.q[c]}, " for c in right.data_columns)
+        + "".join(f"{quote(c)} AS {cols.r[c]}, __sx_lag{j} AS {cols.q[c]}, "
+                  for j, c in enumerate(right.data_columns) if c not in right.key)
         + f"__sx_slot = 1 AND (__sx_present OR coalesce(__sx_had_row, FALSE)) AS __sx_reach "
         f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_had_row IS NULL THEN array(0, 1) ELSE array(1) END) "
         f"__sx_slots AS __sx_slot"
@@ -244,7 +244,8 @@ class _Columns:
         left, right = spec.left.data_columns, spec.right.data_columns
         self.left_prev = {c: f"__sx_lp{i}" for i, c in enumerate(left)}
         self.bl = {c: f"__sx_bl{i}" for i, c in enumerate(left)}
-        self.r = {c: f"__sx_r{j}" for j, c in enumerate(right)}
-        self.q = {c: f"__sx_q{j}" for j, c in enumerate(right)}
+        # the right key's value is the interval's key, __sx_rk, in both rows
+        self.r = {c: "__sx_rk" if c in spec.right.key else f"__sx_r{j}" for j, c in enumerate(right)}
+        self.q = {c: "__sx_rk" if c in spec.right.key else f"__sx_q{j}" for j, c in enumerate(right)}
         self.b = {c: f"__sx_b{j}" for j, c in enumerate(right)}
         self.br = {c: f"__sx_br{j}" for j, c in enumerate(right)}

@@ -228,6 +228,24 @@ def test_foreign_key_is_any_expression_over_the_left_row(spark, view):
     assert [tuple(r) for r in rows] == [("a", "C-7", 7, "seven")]
 
 
+def test_foreign_key_expression_moves_between_right_rows(spark, view):
+    """The row before a foreign-key change joins the right row at the previous key, which
+    the expression gives over the previous left row (column named in another case here)."""
+    view("ml", [("a", "C-7", "n", 3), ("a", "C-8", "n", 4), ("a", "C-7", "m", 6), ("a", "C-8", "m", 8)],
+         "id STRING, Ref STRING, note STRING, _commit_version BIGINT")
+    view("mr", [(7, "seven", 1), (8, "eight", 2), (7, "SEVEN", 5), (8, None, 7)],
+         "rid BIGINT, name STRING, _commit_version BIGINT")
+    rows = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(ml), right => TABLE(mr), left_key => 'id', "
+                             "foreign_key => 'CAST(substring(ref, 3) AS BIGINT)', right_key => 'rid')").collect()
+    got = sorted((r._commit_version, r._change_type, r.Ref, r.note, r.rid, r.name) for r in rows)
+    assert got == sorted([
+        (3, "insert", "C-7", "n", 7, "seven"),
+        (4, "update_preimage", "C-7", "n", 7, "seven"), (4, "update_postimage", "C-8", "n", 8, "eight"),
+        (6, "update_preimage", "C-8", "n", 8, "eight"), (6, "update_postimage", "C-7", "m", 7, "SEVEN"),
+        (8, "delete", "C-7", "m", 7, "SEVEN"),  # right row 8 was deleted at 7: the inner join loses a
+    ])
+
+
 # ---- against the reference replay ------------------------------------------------------
 
 def _flatten(key, value):

@@ -1,25 +1,27 @@
-"""Rule: expand ``FK_JOIN(...)`` into native Spark SQL (window functions and one equi-join).
+"""Rule: expand ``FK_JOIN(...)`` into native Spark SQL (window functions and equi-joins).
 
 How the plan reproduces the sequential replay of :mod:`udfs.fk_join`:
 
-* Each input becomes a checked change stream (:mod:`rewrites.change_stream`); each change
-  opens an *interval* of its key's row, ``[version, next version)``.
-* Each right key's intervals are gathered into one sorted *history* (a small array: one
-  element per change of that key, with the row before and after it).
-* Each left change is joined, on its foreign key, with that history: one equi-join, no range
-  condition, so a right key with a million subscribed left rows is a skewed partition of an
-  ordinary join (which Spark splits, or avoids by broadcasting the histories), never a
-  single task or the driver.
-* Inside the joined row, higher-order functions pick the right interval covering the left
-  change's version (the as-of right row; right changes at the same version come first) and
-  the right changes that fall inside the left row's interval (the seed's prefix scan: each
-  one reaches this subscribed row).
-* ``changes``: each left change yields its result row after the change, and each right
-  change inside its interval a (before, after) pair; the row before a left change is the
-  result at the end of the key's previous interval, one ``LAG`` away in the left order. The
-  minimal diff is forwarded (at most one change per key and version).
+* Each input becomes a checked change stream (:mod:`rewrites.change_stream`); one window pass
+  per input gives each change the key's next change and the row before it.
+* Each right change opens an *interval* of its key's row, ``[version, next version)``,
+  carrying the row and the row before it; a virtual interval before the key's first change
+  holds the absent row.
+* Each left change is joined, on its foreign key, with the right intervals that overlap its
+  own interval ``[version, next version)``: one equi-join with a range condition. The
+  interval covering the left change's version is its as-of right row (right changes at the
+  same version come first); every later one is a right change reaching this subscribed row
+  (the seed's prefix scan). The intervals are broadcast when Spark estimates the right input
+  as small, so a right key with a million subscribed left rows is never a single task or the
+  driver; otherwise it is a skewed partition of an ordinary join, which Spark splits.
+* ``changes``: each event (a left change, or a right change reaching the row) yields the
+  result row before and after it, and the minimal diff is forwarded. The row before a left
+  change whose foreign key changed needs the right row at the previous key, found by a
+  second probe of the same intervals.
 * ``records``: the same events, each forwarded by the seed's rules.
 * ``final``: a plain join of the final left and right tables.
+
+Rows travel as plain columns with a presence flag (see :class:`_Columns`), never as structs.
 
 No stale right value can reach the output: every result row is computed from the right
 interval that covers its own version, never from a value remembered elsewhere; this is what

@@ -80,9 +80,10 @@ def checked_changes(shape: ChangeShape, source: str, extra: Sequence[str] = (), 
     return f"SELECT * FROM (SELECT *, {', '.join(columns)} FROM ({inputs})) WHERE {_tie(shape, tie_with)}"
 
 
-def _tie(shape: ChangeShape, next_order: str) -> str:
+def _tie(shape: ChangeShape, neighbour: str) -> str:
+    """The AMBIGUOUS_ORDER check of a change against the column holding its neighbour's order."""
     order = quote(shape.order_by)
-    return _checks([(f"{order} = {next_order}", raise_error_sql(
+    return _checks([(f"{order} = {neighbour}", raise_error_sql(
         "AMBIGUOUS_ORDER", shape.function, key=key_text_sql(shape.key), order_by=shape.order_by,
         value=SqlValue(order)))])
 

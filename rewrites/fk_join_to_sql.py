@@ -42,6 +42,9 @@ from udfs.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type
 
 RULE = "fk_join_to_sql"
 
+# does the joined interval hold a right row (no interval joined: no)
+RIGHT_HAS = "coalesce(__sx_rhas, FALSE)"
+
 # Right inputs up to this estimated size have their intervals broadcast: the left change
 # stream then never moves by foreign key.
 BROADCAST_RIGHT_BYTES = 256 * 1024 * 1024
@@ -91,8 +94,7 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     right_changes = checked_changes(right, right_source, window_extra=[
         # NULL before the key's first change
         f"LAG(__sx_present) OVER ({window(right)}) AS __sx_had_row",
-        *(f"LAG({quote(c)}) OVER ({window(right)}) AS __sx_lag{j}" for j, c in enumerate(right.data_columns)
-          if c not in right.key),
+        *(f"LAG({quote(c)}) OVER ({window(right)}) AS {cols.q[c]}" for c in right.value_columns),
     ])
     # Right intervals [from, to) of each right key's row (r, present if __sx_rhas; q is the row
     # before it, present if __sx_qhas), plus a virtual interval before the key's first change,
@@ -102,8 +104,7 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
         f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
         f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
         f"__sx_slot = 1 AND __sx_present AS __sx_rhas, __sx_slot = 1 AND coalesce(__sx_had_row, FALSE) AS __sx_qhas, "
-        + "".join(f"{quote(c)} AS {cols.r[c]}, __sx_lag{j} AS {cols.q[c]}, "
-                  for j, c in enumerate(right.data_columns) if c not in right.key)
+        + "".join(f"{quote(c)} AS {cols.r[c]}, {cols.q[c]}, " for c in right.value_columns)
         + f"__sx_slot = 1 AND (__sx_present OR coalesce(__sx_had_row, FALSE)) AS __sx_reach "
         f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_had_row IS NULL THEN array(0, 1) ELSE array(1) END) "
         f"__sx_slots AS __sx_slot"
@@ -145,7 +146,6 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     )
     # an event's version: the left change's own, or the right change's that reached the row
     version = f"CASE WHEN __sx_asof THEN __sx_from ELSE __sx_rfrom END AS {order}"
-    right_has = "coalesce(__sx_rhas, FALSE)"
     is_left = spec.join_type == "left"
 
     if spec.emit == "changes":
@@ -154,11 +154,11 @@ def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast:
     # emit => 'records': a left change forwards the joined row, the padded row (left join) or
     # a tombstone where the key had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, deletes);
     # each right change reaching a subscribed row forwards it
-    emits = f"NOT __sx_asof OR (__sx_present AND ({right_has} OR {str(is_left).upper()})) OR __sx_had_row"
-    has_row = "__sx_present" + ("" if is_left else f" AND {right_has}")
+    emits = f"NOT __sx_asof OR (__sx_present AND ({RIGHT_HAS} OR {str(is_left).upper()})) OR __sx_had_row"
+    has_row = "__sx_present" + ("" if is_left else f" AND {RIGHT_HAS}")
     columns = [quote(c) if c in left.key else f"CASE WHEN __sx_res THEN {quote(c)} END AS {quote(c)}"
                for c in left.data_columns]
-    columns += [f"CASE WHEN __sx_res AND {right_has} THEN {cols.r[c]} END AS {quote(n)}"
+    columns += [f"CASE WHEN __sx_res AND {RIGHT_HAS} THEN {cols.r[c]} END AS {quote(n)}"
                 for c, n in spec.right_names.items()]
     kind = f"CASE WHEN __sx_res THEN {sql_string(UPSERT)} ELSE {sql_string(DELETE)} END"
     return (
@@ -174,7 +174,6 @@ def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str,
     forwarded as the minimal change."""
     left = spec.left
     order = quote(left.order_by)
-    right_has = "coalesce(__sx_rhas, FALSE)"
     # The row before a left change is the previous left row with the right row in effect just
     # before this version at the previous foreign key: the interval covering this version
     # gives it, or the row before that interval if the right key changed at this version.
@@ -183,9 +182,10 @@ def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str,
     same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_present"
     at_this = f"__sx_ri.__sx_rfrom = __sx_lc.{order}"
     before = (
-        f"SELECT {hint}__sx_lc.*, __sx_ri.__sx_rk AS __sx_bk, "
+        f"SELECT {hint}__sx_lc.*, "
         f"CASE WHEN {at_this} THEN __sx_ri.__sx_qhas ELSE __sx_ri.__sx_rhas END AS __sx_bhas, "
-        + "".join(f"CASE WHEN {at_this} THEN __sx_ri.{cols.q[c]} ELSE __sx_ri.{cols.r[c]} END AS {cols.b[c]}, "
+        + "".join(f"__sx_ri.__sx_rk AS {cols.b[c]}, " if c in spec.right.key else
+                  f"CASE WHEN {at_this} THEN __sx_ri.{cols.q[c]} ELSE __sx_ri.{cols.r[c]} END AS {cols.b[c]}, "
                   for c in spec.right.data_columns)
         + f"{same_fk} AS __sx_same_fk FROM __sx_lc LEFT JOIN __sx_ri "
         f"ON (CASE WHEN NOT ({same_fk}) THEN __sx_lc.__sx_prev_fk END) = __sx_ri.__sx_rk "
@@ -197,7 +197,7 @@ def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str,
     # (the foreign key changed), 2 the interval's own row.
     source = ("CASE WHEN NOT __sx_asof OR __sx_same_fk AND __sx_rfrom = __sx_from THEN 0 "
               "WHEN NOT __sx_same_fk THEN 1 ELSE 2 END")
-    picks = {0: ("__sx_qhas", cols.q), 1: ("coalesce(__sx_bhas, FALSE)", cols.b), 2: (right_has, cols.r)}
+    picks = {0: ("__sx_qhas", cols.q), 1: ("coalesce(__sx_bhas, FALSE)", cols.b), 2: (RIGHT_HAS, cols.r)}
 
     def pick(i: int, c: str | None = None) -> str:
         return picks[i][0] if c is None else picks[i][1][c]
@@ -210,7 +210,7 @@ def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str,
         f"CASE WHEN __sx_asof THEN __sx_had_row ELSE __sx_present END AS __sx_blp, "
         + "".join(f"CASE WHEN __sx_asof THEN {cols.left_prev[c]} ELSE {quote(c)} END AS {cols.bl[c]}, "
                   for c in left.value_columns)
-        + f"__sx_present, {right_has} AS __sx_arp, "
+        + f"__sx_present, {RIGHT_HAS} AS __sx_arp, "
         + "".join(f"{cols.r[c]}, " for c in spec.right.data_columns)
         + f"{', '.join(before_right)} "
         f"FROM (SELECT *, {source} AS __sx_src FROM ({matched.format(left=f'({before})')}))"

@@ -12,7 +12,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FILTER_SQLEXT = """
 SELECT * FROM CHANGELOG_FILTER(
@@ -50,10 +50,16 @@ FROM w
 class Timing:
     name: str
     seconds: list[float]
+    # CPU seconds of Spark's JVM per run (local mode: driver and executors), where known
+    cpu: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu) if self.cpu else None
 
 
 def make_changes(spark, rows: int, directory: str) -> None:
@@ -76,14 +82,32 @@ def make_changes(spark, rows: int, directory: str) -> None:
     spark.read.parquet(directory).createOrReplaceTempView("bench_changes")
 
 
-def time_query(spark, frame_factory, runs: int) -> list[float]:
-    seconds = []
-    for _ in range(runs):
-        frame = frame_factory()
-        started = time.perf_counter()
-        frame.write.format("noop").mode("overwrite").save()
-        seconds.append(time.perf_counter() - started)
-    return seconds
+def jvm_cpu_seconds(spark) -> float | None:
+    """CPU time Spark's JVM has used so far. In local mode it runs the executors as well, so
+    the difference over a run is the run's whole CPU cost: steadier than wall time on a busy
+    machine, and it shows work that wall time hides behind idle cores."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.sparkContext._jvm.java.lang.ProcessHandle.current().info() \
+            .totalCpuDuration().get().toNanos() / 1e9
+    except (AttributeError, Py4JError, PySparkException):
+        return None  # not reported on this platform, or no JVM gateway (Spark Connect)
+
+
+def time_query(spark, frame_factory, timing: Timing | None = None) -> None:
+    """Run the query once, writing every row to Spark's no-op sink; record wall and CPU time."""
+    frame = frame_factory()
+    cpu = jvm_cpu_seconds(spark)
+    started = time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - started
+    after = jvm_cpu_seconds(spark)
+    if timing is not None:
+        timing.seconds.append(seconds)
+        if cpu is not None and after is not None:
+            timing.cpu.append(after - cpu)
 
 
 def fingerprint(spark, frame):
@@ -100,12 +124,12 @@ def compare(spark, name: str, ours, native, runs: int) -> tuple[Timing, Timing]:
 
 def alternate(spark, ours, native, runs: int) -> tuple[Timing, Timing]:
     """One warm-up each, then alternate, so that drift in the machine hits both sides alike."""
-    time_query(spark, ours, 1)
-    time_query(spark, native, 1)
+    time_query(spark, ours)
+    time_query(spark, native)
     mine, theirs = Timing("sqlext", []), Timing("native", [])
     for _ in range(runs):
-        mine.seconds += time_query(spark, ours, 1)
-        theirs.seconds += time_query(spark, native, 1)
+        time_query(spark, ours, mine)
+        time_query(spark, native, theirs)
     return mine, theirs
 
 
@@ -113,8 +137,11 @@ def report(title: str, mine: Timing, theirs: Timing) -> None:
     print(f"{title}")
     for timing in (mine, theirs):
         runs = ", ".join(f"{s:.2f}" for s in timing.seconds)
-        print(f"  {timing.name:<8} median {timing.median:8.2f} s   runs: {runs}")
+        cpu = "" if timing.cpu_median is None else f"   CPU median {timing.cpu_median:6.2f} s"
+        print(f"  {timing.name:<8} median {timing.median:8.2f} s{cpu}   runs: {runs}")
     print(f"  ratio sqlext/native: {mine.median / theirs.median:.2f}x")
+    if mine.cpu_median and theirs.cpu_median:
+        print(f"  CPU ratio sqlext/native: {mine.cpu_median / theirs.cpu_median:.2f}x")
 
 
 def bench_filter(spark, rows: int, runs: int) -> tuple[Timing, Timing]:

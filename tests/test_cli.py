@@ -75,8 +75,19 @@ def test_bench_filter_runs_both_sides_and_reports_a_ratio(spark, capsys):
 
     mine, theirs = bench_filter(spark, rows=5000, runs=1)
     out = capsys.readouterr().out
-    assert "ratio sqlext/native" in out
+    assert "ratio sqlext/native" in out and "CPU ratio sqlext/native" in out
     assert len(mine.seconds) == 1 and len(theirs.seconds) == 1
+    # each run's CPU time of Spark's JVM (local mode: driver and executors) is recorded too
+    assert len(mine.cpu) == 1 and len(theirs.cpu) == 1 and mine.cpu[0] > 0 and theirs.cpu[0] > 0
+
+
+def test_bench_fk_checks_final_rows_and_reports_both_ratios(spark, capsys):
+    assert main(["bench", "fk", "--left", "3000", "--right", "300", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "FK_JOIN emit => 'changes' (3,000 left and 300 right changes" in out
+    sqlext_line = next(line for line in out.splitlines() if line.strip().startswith("sqlext"))
+    assert "median" in sqlext_line and "CPU median" in sqlext_line
+    assert "ratio sqlext/native:" in out and "CPU ratio sqlext/native:" in out
 
 
 SELF_JOIN = EXAMPLE.parent / "self_join.sql"

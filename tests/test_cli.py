@@ -88,6 +88,7 @@ def test_bench_fk_checks_final_rows_and_reports_both_ratios(spark, capsys):
     sqlext_line = next(line for line in out.splitlines() if line.strip().startswith("sqlext"))
     assert "median" in sqlext_line and "CPU median" in sqlext_line
     assert "ratio sqlext/native:" in out and "CPU ratio sqlext/native:" in out
+    assert "floor: the left change stream alone" in out and "the snapshot join's)" in out
 
 
 SELF_JOIN = EXAMPLE.parent / "self_join.sql"

@@ -84,8 +84,8 @@ def make_changes(spark, rows: int, directory: str) -> None:
 
 def jvm_cpu_seconds(spark) -> float | None:
     """CPU time Spark's JVM has used so far. In local mode it runs the executors as well, so
-    the difference over a run is the run's whole CPU cost: steadier than wall time on a busy
-    machine, and it shows work that wall time hides behind idle cores."""
+    the difference over a run is the run's whole CPU cost (tasks, driver, JIT and garbage
+    collection), which moves less from run to run than wall time on a busy machine."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 

@@ -92,11 +92,9 @@ def _checks(checks: Sequence[tuple[str, str]]) -> str:
     return "CASE " + " ".join(f"WHEN {cond} THEN {err}" for cond, err in checks) + " ELSE TRUE END"
 
 
-def struct_sql(columns: Sequence[str], source: dict[str, str] | None = None) -> str:
-    """``named_struct`` of ``columns``, each read from ``source[name]`` or the column itself."""
-    source = source or {}
-    return "named_struct(" + ", ".join(
-        f"{sql_string(c)}, {source.get(c, quote(c))}" for c in columns) + ")"
+def struct_sql(columns: Sequence[str]) -> str:
+    """``named_struct`` of ``columns``, each read from the column of that name."""
+    return "named_struct(" + ", ".join(f"{sql_string(c)}, {quote(c)}" for c in columns) + ")"
 
 
 def minimal_changes_sql(query: str, columns: Sequence[str], order: str) -> str:

@@ -131,6 +131,10 @@ class SparkExt(Spark):
             **Spark.Generator.TRANSFORMS,
             TableArgument: lambda self, e: self.tableargument_sql(e),
         }
+        # Spark scopes a WITH inside a subquery or a CTE body to that query (an inner name
+        # shadows an outer one). sqlglot's Hive family hoists nested CTEs to the top level,
+        # which lets a shadowing CTE capture the outer query's references: keep them in place.
+        EXPRESSIONS_WITHOUT_NESTED_CTES: set = set()
 
         def tableargument_sql(self, expression: TableArgument) -> str:
             relation = expression.this

@@ -107,50 +107,114 @@ def _single_source(query: exp.Query) -> exp.Expression | None:
 
 
 def standalone_query(argument: exp.Expression) -> str:
-    """``SELECT * FROM <relation>`` for a table argument (or a table in a FROM clause), with
-    the CTEs it reads from the statements around it, so that it can be analysed on its own."""
+    """``SELECT * FROM <relation>`` for a table argument (or a table in a FROM clause), inside
+    the CTEs it reads from the statement around it, so that it can be analysed on its own."""
     relation = argument.this if isinstance(argument, TableArgument) else argument
     if isinstance(relation, exp.Table) and relation.args.get("alias"):
         relation = relation.copy()
         relation.set("alias", None)
-    source = to_sql(relation) if isinstance(relation, exp.Table) else f"({to_sql(relation)})"
-    ctes: list[exp.CTE] = []
-    node = argument.parent
-    while node is not None:
-        with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
-        if isinstance(with_, exp.With):
-            for cte in with_.expressions:
-                if argument not in list(cte.walk()):
-                    ctes.append(cte)
-        node = node.parent
-    needed = _needed_ctes(relation, ctes)
-    if not needed:
-        return f"SELECT * FROM {source}"
-    return f"WITH {', '.join(to_sql(c) for c in needed)} SELECT * FROM {source}"
+    source = relation.copy() if isinstance(relation, exp.Table) else exp.paren(relation.copy(), copy=False)
+    return to_sql(Scope.at(argument).wrap(exp.select("*").from_(source, copy=False)))
 
 
-def _needed_ctes(relation: exp.Expression, ctes: list[exp.CTE]) -> list[exp.CTE]:
-    by_name = {c.alias_or_name.lower(): c for c in ctes}
-    needed: dict[str, exp.CTE] = {}
-    pending = [relation]
-    while pending:
-        node = pending.pop()
-        tables = [node] if isinstance(node, exp.Table) else list(node.find_all(exp.Table))
-        for table in tables:
-            name = table.name.lower()
-            if name in by_name and name not in needed and not table.db:
-                needed[name] = by_name[name]
-                pending.append(by_name[name].this)
-    # keep the order the CTEs are defined in, so each sees the ones it reads
-    return [c for c in _definition_order(ctes) if c.alias_or_name.lower() in needed]
+class Scope:
+    """The CTEs visible at one place of a statement, as Spark resolves names there: one list
+    per enclosing ``WITH``, innermost first. In a ``WITH`` a CTE sees the ones defined before
+    it (and itself under ``RECURSIVE``); the query after it sees them all; an inner name
+    shadows an outer one.
+
+    :meth:`wrap` puts a query inside the CTEs it reads, keeping each level nested in the one
+    around it, so that shadowing names resolve as they did in the statement.
+
+    >>> from rewrites.dialect import parse_one
+    >>> tree = parse_one("WITH a AS (SELECT 1 AS x), b AS (WITH a AS (SELECT 2 AS x) SELECT * FROM a) SELECT 3")
+    >>> inside_b = tree.args["with_"].expressions[1].this.args["from_"]
+    >>> to_sql(Scope.at(inside_b).wrap(parse_one("SELECT x FROM a")))
+    'WITH a AS (SELECT 2 AS x) SELECT x FROM a'
+    >>> to_sql(Scope.at(tree.expressions[0]).wrap(parse_one("SELECT x FROM a JOIN b")))
+    'WITH a AS (SELECT 1 AS x), b AS (WITH a AS (SELECT 2 AS x) SELECT * FROM a) SELECT x FROM a JOIN b ON TRUE'
+    """
+
+    def __init__(self, levels: list[tuple[list[exp.CTE], bool]]):
+        self.levels = levels  # (visible CTEs in definition order, recursive), innermost first
+
+    @staticmethod
+    def at(node: exp.Expression) -> "Scope":
+        levels = []
+        child, current = node, node.parent
+        while current is not None:
+            if isinstance(current, exp.With):
+                ctes = current.expressions
+                index = next((i for i, c in enumerate(ctes) if c is child), None)
+                recursive = bool(current.args.get("recursive"))
+                if index is not None:  # inside a CTE body: the ones before it (and itself)
+                    levels.append((ctes[:index + 1] if recursive else ctes[:index], recursive))
+            elif isinstance(current.args.get("with_"), exp.With) and child is not current.args["with_"]:
+                with_ = current.args["with_"]
+                levels.append((list(with_.expressions), bool(with_.args.get("recursive"))))
+            child, current = current, current.parent
+        return Scope(levels)
+
+    def without(self, name: str) -> "Scope":
+        """This scope less the CTE ``name`` at the innermost level that defines it."""
+        levels = list(self.levels)
+        for i, (ctes, recursive) in enumerate(levels):
+            kept = [c for c in ctes if c.alias_or_name.lower() != name.lower()]
+            if len(kept) != len(ctes):
+                levels[i] = (kept, recursive)
+                break
+        return Scope(levels)
+
+    def wrap(self, query: exp.Query) -> exp.Query:
+        """``query`` (a tree, changed in place) inside the CTEs it reads, level by level."""
+        needed = free_table_names(query)
+        for ctes, recursive in self.levels:
+            chosen: list[exp.CTE] = []
+            for cte in reversed(ctes):
+                name = cte.alias_or_name.lower()
+                if name in needed:
+                    chosen.append(cte)
+                    needed.discard(name)
+                    needed |= free_table_names(cte.this)
+                    if recursive:
+                        needed.discard(name)
+            if not chosen:
+                continue
+            if query.args.get("with_") or not isinstance(query, exp.Select):
+                query = exp.select("*").from_(exp.paren(query, copy=False), copy=False)
+            query.set("with_", exp.With(expressions=[c.copy() for c in reversed(chosen)],
+                                        recursive=recursive or None))
+        return query
 
 
-def _definition_order(ctes: list[exp.CTE]) -> list[exp.CTE]:
-    # ctes were collected innermost statement first; outer definitions come first in scope
-    groups: list[list[exp.CTE]] = []
-    for cte in ctes:
-        if groups and groups[-1][0].parent is cte.parent:
-            groups[-1].append(cte)
-        else:
-            groups.append([cte])
-    return [c for group in reversed(groups) for c in group]
+def free_table_names(node: exp.Expression) -> set[str]:
+    """Lower-case names of the unqualified tables ``node`` reads that no ``WITH`` inside it
+    defines (the names it takes from the statement around it)."""
+    names = set()
+    for table in node.find_all(exp.Table):
+        if table.db or not isinstance(table.this, exp.Identifier):
+            continue
+        name = table.name.lower()
+        if not _bound_below(table, name, node):
+            names.add(name)
+    return names
+
+
+def _bound_below(table: exp.Table, name: str, top: exp.Expression) -> bool:
+    child, current = table, table.parent
+    while current is not None:
+        if isinstance(current, exp.With):
+            ctes = current.expressions
+            index = next((i for i, c in enumerate(ctes) if c is child), None)
+            recursive = bool(current.args.get("recursive"))
+            if index is not None:
+                visible = ctes[:index + 1] if recursive else ctes[:index]
+                if any(c.alias_or_name.lower() == name for c in visible):
+                    return True
+        elif isinstance(current.args.get("with_"), exp.With) and child is not current.args["with_"]:
+            if any(c.alias_or_name.lower() == name for c in current.args["with_"].expressions):
+                return True
+        if current is top:
+            return False
+        child, current = current, current.parent
+    return False

@@ -92,6 +92,17 @@ MESSAGES: dict[str, str] = {
         "WITH RECURSIVE {name}(...) MAX RECURSION LEVEL {suggested} AS (...); on cyclic data, "
         "use UNION instead of UNION ALL or add a condition that ends the recursion."
     ),
+    "RECURSION_ROW_LIMIT_EXCEEDED": (
+        "{function}: {name} holds more than {limit} rows after level {level}, the recursion row "
+        "limit. If the result is meant to be that large, raise the limit with "
+        "SET spark.sqlext.recursion.rowLimit = {suggested}; if not, add a condition that ends the "
+        "recursion or use UNION instead of UNION ALL."
+    ),
+    "RECURSION_REPEATS": (
+        "{function}: level {level} of {name} holds exactly the rows of level {previous}, so under "
+        "UNION ALL every later level would repeat them and the recursion never ends. Use UNION "
+        "instead of UNION ALL, or add a condition that ends the recursion."
+    ),
     "RECURSION_VALUE_OUT_OF_RANGE": (
         "{function}: a value computed for {name} does not fit its column's type ({reason}). "
         "Cast the anchor's column to a wider type, such as CAST(0 AS BIGINT)."

@@ -55,6 +55,11 @@ COLLAPSE_EVERY = 32
 
 _counter = itertools.count(1)
 
+# At most this many rows in a recursion's result, unless the session sets
+# spark.sqlext.recursion.rowLimit (Spark's native recursion has spark.sql.cteRecursionRowLimit).
+DEFAULT_ROW_LIMIT = 10_000_000
+ROW_LIMIT_CONF = "spark.sqlext.recursion.rowLimit"
+
 
 @dataclass
 class RecursiveSpec:
@@ -65,11 +70,21 @@ class RecursiveSpec:
     distinct: bool
     max_level: int
     key: list[str] = field(default_factory=list)
+    row_limit: int = DEFAULT_ROW_LIMIT
 
 
 def level_limit_error(name: str, level: int, limit: int) -> SqlextError:
     return SqlextError("RECURSION_LEVEL_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
                        limit=limit, suggested=max(2 * limit, 100))
+
+
+def row_limit_error(name: str, level: int, limit: int) -> SqlextError:
+    return SqlextError("RECURSION_ROW_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
+                       limit=limit, suggested=10 * limit)
+
+
+def repeats_error(name: str, level: int) -> SqlextError:
+    return SqlextError("RECURSION_REPEATS", function=FUNCTION, name=name, level=level, previous=level - 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,17 +309,19 @@ def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
     )
 
 
-def expand(spark, spec: RecursiveSpec, prefix: str = "", path: str | None = None):
+def expand(spark, spec: RecursiveSpec, scoped=None, path: str | None = None):
     """The recursion's result as a DataFrame: computed and checkpointed level by level, or a
     lazy graph walk (whose errors surface when the result is read).
 
-    ``prefix`` is the ``WITH ...`` clause of the relations anchor and step read; ``path``
+    ``scoped`` puts a query's text inside the CTEs that anchor and step read; ``path``
     ('auto', 'walk' or 'levels') defaults to ``spark.sqlext.recursion.path``.
     """
     from udfs import recursive_plan
 
     path = path or spark.conf.get("spark.sqlext.recursion.path", "auto")
-    anchor = spark.sql(f"{prefix} {spec.anchor_sql}" if prefix else spec.anchor_sql)
+    spec.row_limit = int(spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)))
+    scoped = scoped or (lambda text: text)
+    anchor = spark.sql(scoped(spec.anchor_sql))
     if spec.columns:
         if len(spec.columns) != len(anchor.columns):
             raise SqlextError(
@@ -315,13 +332,13 @@ def expand(spark, spec: RecursiveSpec, prefix: str = "", path: str | None = None
     else:
         spec.columns = list(anchor.columns)
     if not spec.key and path != "levels":
-        walk_frame = recursive_plan.try_walk(spark, spec, anchor, prefix, force=path == "walk")
+        walk_frame = recursive_plan.try_walk(spark, spec, anchor, scoped, force=path == "walk")
         if walk_frame is not None:
             return walk_frame
-    return run_levels(spark, spec, anchor, prefix)
+    return run_levels(spark, spec, anchor, scoped)
 
 
-def run_levels(spark, spec: RecursiveSpec, anchor, prefix: str):
+def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
     """Semi-naive iteration, one Spark query per level."""
     from pyspark.sql import functions as F
 
@@ -344,7 +361,7 @@ def run_levels(spark, spec: RecursiveSpec, anchor, prefix: str):
         working.createOrReplaceTempView(working_view)
         if union is not None:
             union.createOrReplaceTempView(union_view)
-        return conform(spark.sql(f"{prefix} {step_sql}" if prefix else step_sql))
+        return conform(spark.sql(scoped(step_sql)))
 
     try:
         if spec.key:
@@ -356,44 +373,58 @@ def run_levels(spark, spec: RecursiveSpec, anchor, prefix: str):
 
 
 def _levels(spec: RecursiveSpec, anchor, run_step):
-    level = anchor.distinct() if spec.distinct else anchor
-    level = _cut(level)
+    level, (rows, digest) = _cut(anchor.distinct() if spec.distinct else anchor)
     seen = level if spec.distinct else None
+    repeats_possible = not spec.distinct and not _nondeterministic(spec.step_sql)
     done, pending = None, []
+    total = 0
     k = 0
-    while not level.isEmpty():
+    while rows:
         if k >= spec.max_level:
             raise level_limit_error(spec.name, k, spec.max_level)
+        total += rows
+        if total > spec.row_limit:
+            raise row_limit_error(spec.name, k, spec.row_limit)
         pending.append(level)
         if len(pending) >= COLLAPSE_EVERY:
-            done = _cut(_union_all([done] + pending if done is not None else pending))
+            done = _cut(_union_all([done] + pending if done is not None else pending))[0]
             pending = []
         produced = run_step(level)
         if spec.distinct:
             produced = produced.distinct().subtract(seen)
-        level = _cut(produced)
-        if spec.distinct:
-            seen = _cut(seen.union(level))
+        previous, previous_size = level, (rows, digest)
+        level, (rows, digest) = _cut(produced)
         k += 1
+        if repeats_possible and rows and (rows, digest) == previous_size and _same_rows(level, previous):
+            # a deterministic step maps equal levels to equal levels: this one repeats forever
+            raise repeats_error(spec.name, k)
+        if spec.distinct and rows:
+            seen = _cut(seen.union(level))[0]
     parts = ([done] if done is not None else []) + pending
     if not parts:
         return anchor.limit(0)
-    return _cut(_union_all(parts))
+    return _cut(_union_all(parts))[0]
 
 
 def _levels_keyed(spec: RecursiveSpec, anchor, run_step):
     names = anchor.columns
-    key = [names[[c.lower() for c in names].index(k.lower())] for k in spec.key]
-    union = _cut(_one_per_key(anchor, key))
+    lowered = [c.lower() for c in names]
+    key = [names[lowered.index(k.lower())] for k in spec.key]
+    union, (rows, _) = _cut(_one_per_key(anchor, key))
     working = union
+    parallelism = anchor.sparkSession.sparkContext.defaultParallelism
     k = 0
-    while not working.isEmpty():
+    while rows:
         if k >= spec.max_level:
             raise level_limit_error(spec.name, k, spec.max_level)
         produced = _one_per_key(run_step(working, union), key)
-        changed = _cut(_anti_join(produced, union, names))
-        union = _cut(_anti_join(union, changed, key).unionByName(changed))
-        working = changed
+        working, (rows, _) = _cut(_anti_join(produced, union, names))
+        if rows:
+            merged = _anti_join(union, working, key).unionByName(working)
+            # keep the union's partitions few, or every level adds tasks to the next
+            union, (size, _) = _cut(merged.coalesce(max(parallelism, 1)))
+            if size > spec.row_limit:
+                raise row_limit_error(spec.name, k, spec.row_limit)
         k += 1
     return union
 
@@ -402,10 +433,10 @@ def _anti_join(left, right, columns: list[str]):
     """Rows of ``left`` with no row of ``right`` equal (NULL-safe) on ``columns``."""
     from pyspark.sql import functions as F
 
-    renamed = right.select([F.col(c).alias(f"__sx_r{i}") for i, c in enumerate(columns)])
+    renamed = right.select([F.col(_quote(c)).alias(f"__sx_r{i}") for i, c in enumerate(columns)])
     condition = None
     for i, c in enumerate(columns):
-        term = left[c].eqNullSafe(renamed[f"__sx_r{i}"])
+        term = left[_quote(c)].eqNullSafe(renamed[f"__sx_r{i}"])
         condition = term if condition is None else condition & term
     return left.join(renamed, on=condition, how="left_anti")
 
@@ -414,21 +445,57 @@ def _one_per_key(frame, key: list[str]):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = [F.col(c).asc_nulls_first() for c in frame.columns]
-    window = Window.partitionBy(*[F.col(k) for k in key]).orderBy(*order)
+    order = [F.col(_quote(c)).asc_nulls_first() for c in frame.columns]
+    window = Window.partitionBy(*[F.col(_quote(k)) for k in key]).orderBy(*order)
     return frame.withColumn("__sx_rank", F.row_number().over(window)) \
         .where("__sx_rank = 1").drop("__sx_rank")
 
 
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _cut(frame):
     """Materialise ``frame`` and cut its lineage, so that level k's plan does not hold level
-    k-1's. The columns are re-aliased on top of the checkpoint: a checkpoint keeps the
-    attribute ids of the plan it came from, which trips Spark's analyzer when the step joins
-    it with a relation that plan also read."""
+    k-1's; returns the new frame and (its row count, an order-free checksum of its rows).
+
+    The columns are re-aliased on top of the checkpoint: a checkpoint keeps the attribute ids
+    of the plan it came from, which trips Spark's analyzer when the step joins it with a
+    relation that plan also read. Constraint propagation is off while the checkpoint is made,
+    so that it carries no constraints over attributes of that plan (Spark fails to map them
+    when such checkpoints are unioned)."""
     from pyspark.sql import functions as F
 
-    checkpointed = frame.localCheckpoint()
-    return checkpointed.select([F.col(f"`{c}`").alias(c) for c in checkpointed.columns])
+    spark = frame.sparkSession
+    conf = "spark.sql.constraintPropagation.enabled"
+    before = spark.conf.get(conf)
+    spark.conf.set(conf, "false")
+    try:
+        checkpointed = frame.localCheckpoint()
+    finally:
+        spark.conf.set(conf, before)
+    cut = checkpointed.select([F.col(_quote(c)).alias(c) for c in checkpointed.columns])
+    columns = [F.col(_quote(c)) for c in cut.columns]
+    digest = F.xxhash64(*columns) if columns else F.lit(0)
+    count, total = cut.agg(F.count(F.lit(1)), F.sum(digest.cast("decimal(38,0)"))).first()
+    return cut, (count, total)
+
+
+def _same_rows(a, b) -> bool:
+    return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
+
+
+def _nondeterministic(step_sql: str) -> bool:
+    from sqlglot import exp
+
+    from rewrites.dialect import parse_one
+
+    return any(isinstance(f, exp.Rand) or f.sql_name().lower() in _NONDETERMINISTIC
+               for f in parse_one(step_sql).find_all(exp.Func))
+
+
+_NONDETERMINISTIC = {"rand", "randn", "random", "uuid", "shuffle", "monotonically_increasing_id",
+                     "spark_partition_id", "uniform", "randstr", "current_timestamp", "now"}
 
 
 def _union_all(frames):

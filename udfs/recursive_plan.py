@@ -29,17 +29,17 @@ class _NoWalk(Exception):
     pass
 
 
-def try_walk(spark, spec: RecursiveSpec, anchor, prefix: str, force: bool = False):
+def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
     """The recursion run as one graph walk, or ``None`` when the step is not one."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     try:
-        plan, edge_sql, edge_columns = compile_walk(spark, spec, anchor, prefix)
+        plan, edge_sql, edge_columns = compile_walk(spark, spec, anchor, scoped)
     except _NoWalk:
         if force:
             raise
         return None
-    edge_frame = spark.sql(f"{prefix} SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}")
+    edge_frame = spark.sql(scoped(f"SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}"))
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
@@ -102,7 +102,7 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def compile_walk(spark, spec: RecursiveSpec, anchor, prefix: str):
+def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     from rewrites.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
@@ -126,7 +126,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, prefix: str):
         e_source = f"({to_sql(e_table.this)})"
     else:
         raise _NoWalk("the joined relation is not a table or a subquery")
-    e_frame = spark.sql(f"{prefix} SELECT * FROM {e_source}")
+    e_frame = spark.sql(scoped(f"SELECT * FROM {e_source}"))
     r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
@@ -290,7 +290,7 @@ def run_calls(spark, sql_text: str) -> str:
     """Evaluate every ``RECURSIVE_EXPAND`` call of a rewritten statement, register each
     result as a temporary view, and return the statement reading those views."""
     from rewrites.dialect import parse_one, to_sql
-    from rewrites.relations import _needed_ctes
+    from rewrites.relations import Scope
     from rewrites.table_functions import find_calls, read_call
     from udfs.recursive_expand import ARGUMENTS
 
@@ -306,29 +306,16 @@ def run_calls(spark, sql_text: str) -> str:
             raise SqlextError("MISSING_ARGUMENT", function=FUNCTION, argument="anchor and step",
                               example="TABLE(SELECT ...), step => 'SELECT ...'")
         anchor = anchor_arg.this
-        visible = _visible_ctes(table)
         spec = spec_from_call(call.literals, to_sql(anchor))
-        step_tree = parse_one(spec.step_sql)
-        needed = _needed_ctes(exp.Tuple(expressions=[anchor.copy(), step_tree]), visible)
-        needed = [c for c in needed if c.alias_or_name.lower() != spec.name.lower()]
-        prefix = f"WITH {', '.join(to_sql(c) for c in needed)}" if needed else ""
-        result = expand(spark, spec, prefix)
+        scope = Scope.at(table).without(spec.name)
+
+        def scoped(text: str, scope=scope) -> str:
+            return to_sql(scope.wrap(parse_one(text)))
+
+        result = expand(spark, spec, scoped)
         view = f"__sx_recursive_{next(_views)}"
         result.createOrReplaceTempView(view)
         replacement = exp.Table(this=exp.to_identifier(view))
         if table.args.get("alias"):
             replacement.set("alias", table.args["alias"].copy())
         table.replace(replacement)
-
-
-def _visible_ctes(node: exp.Expression) -> list[exp.CTE]:
-    ctes: list[exp.CTE] = []
-    current = node.parent
-    while current is not None:
-        with_ = current.args.get("with_")
-        if isinstance(with_, exp.With):
-            for cte in with_.expressions:
-                if not any(n is node for n in cte.walk()):
-                    ctes.append(cte)
-        current = current.parent
-    return ctes

@@ -57,7 +57,7 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
             name = cte.alias_or_name
             if not _reads(cte.this, name):
                 continue
-            why = _unsupported(cte, name)
+            why = _unsupported(cte, name) or _in_view(with_)
             if why:
                 notes.skip(RULE, f"recursive CTE {name}: {why}; Spark runs it natively")
                 continue
@@ -65,7 +65,16 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
             anchor, step = body.this, body.expression
             keyed = bool(cte.args.get("key_expressions"))
             columns = [c.name for c in cte.args["alias"].args.get("columns") or []] or anchor.named_selects
-            _check_terminates(name, step, columns, distinct=bool(body.args.get("distinct")) or keyed)
+            _check_key(cte, name, columns)
+            try:
+                _check_terminates(name, step, columns, distinct=bool(body.args.get("distinct")) or keyed)
+            except SqlextError:
+                if not _read_under_limit(with_, name):
+                    raise
+                notes.skip(RULE, f"recursive CTE {name}: its step cannot end by itself, but the query "
+                                 "reads it under a LIMIT, which Spark's native recursion stops at; "
+                                 "Spark runs it natively")
+                continue
             cte.set("this", _expand_call(cte, anchor, step, bool(body.args.get("distinct"))))
             cte.set("max_recursion_level", None)
             cte.set("key_expressions", None)
@@ -77,6 +86,35 @@ def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = No
         if expanded and not any(_reads(c.this, c.alias_or_name) for c in with_.expressions):
             with_.set("recursive", None)
     return expression
+
+
+def _in_view(with_: exp.With) -> str | None:
+    """A view must see its tables as they are when it is read, so a recursion inside
+    CREATE VIEW cannot be computed once, when the view is created."""
+    create = with_.find_ancestor(exp.Create)
+    if create is not None and (create.kind or "").upper() == "VIEW":
+        return "it is part of a view, which must recompute it each time it is read"
+    return None
+
+
+def _read_under_limit(with_: exp.With, name: str) -> bool:
+    """Whether the query after ``with_`` reads ``name`` only as ``SELECT ... FROM name ... LIMIT n``."""
+    query = with_.parent
+    if not isinstance(query, exp.Select) or not query.args.get("limit"):
+        return False
+    return _is_ref(query.args["from_"].this, name) if query.args.get("from_") else False
+
+
+def _check_key(cte: exp.CTE, name: str, columns: list[str]) -> None:
+    keys = [k.name for k in cte.args.get("key_expressions") or []]
+    known = {c.lower() for c in columns}
+    missing = [k for k in keys if k.lower() not in known]
+    if missing and columns:
+        raise SqlextError(
+            "UNSUPPORTED_STATEMENT", function=FUNCTION,
+            reason=f"USING KEY ({', '.join(keys)}) of {name} names {', '.join(missing)}, which is not "
+                   f"one of its columns ({', '.join(columns)})",
+            fix="Name key columns from the CTE's column list.")
 
 
 def _reads(query: exp.Expression, name: str) -> bool:
@@ -120,36 +158,40 @@ def _unsupported(cte: exp.CTE, name: str) -> str | None:
 
 
 def _check_terminates(name: str, step: exp.Select, columns: list[str], distinct: bool) -> None:
-    """Seed 004: refuse a step that returns its input unchanged, and (under UNION ALL) a step
-    without any operator that can end a record's recursion."""
-    joins = step.args.get("joins") or []
-    ends = []
-    if step.args.get("where"):
-        ends.append("WHERE")
-    for join in joins:
-        if _join_can_drop_rows(join, step, name):
-            ends.append("JOIN")
-    if any(isinstance(f, exp.Explode) or (isinstance(f, exp.Func) and f.sql_name().lower() in _GENERATORS)
-           for f in step.find_all(exp.Func)):
-        ends.append("generator")
-    if step.args.get("distinct"):
-        ends.append("DISTINCT")
-    if ends:
+    """KIP-857's termination rule: refuse a step that cannot shrink its input.
+
+    Under ``UNION ALL`` a step must hold an operator that can end a row's recursion: a
+    ``WHERE``, a generator, or a join that drops rows of the CTE (an inner or semi join with a
+    condition; an anti join keeping the CTE's rows). A cross join only multiplies rows, and an
+    outer join keeps the rows of its preserved side whatever the CTE holds, so neither counts.
+    Under ``UNION`` or ``USING KEY`` a row that comes again adds nothing, so a step that
+    returns its input unchanged ends after one level and is accepted; anything else there is
+    bounded at run time (the level and row limits).
+    """
+    if distinct:
         return
-    identity = not joins and _is_identity(step.selects, columns)
-    step_sql = to_sql(step)
-    if identity:
-        raise SqlextError(
-            "RECURSION_NON_TERMINATING", function=FUNCTION, name=name, step=step_sql,
-            reason="it returns its input unchanged, so every level equals the one before",
-            fix="Join the CTE with another relation or add a WHERE condition that ends the recursion",
-        )
-    if not distinct:
-        raise SqlextError(
-            "RECURSION_NON_TERMINATING", function=FUNCTION, name=name, step=step_sql,
-            reason="it has no join, filter, limit or generator that can end a record's recursion",
-            fix="Add a WHERE condition (such as depth < 10) or an inner join that runs out of matches",
-        )
+    if step.args.get("where") or _has_generator(step):
+        return
+    if any(_join_can_drop_rows(join, name) for join in step.args.get("joins") or []):
+        return
+    joins = step.args.get("joins") or []
+    if not joins and _is_identity(step.selects, columns):
+        reason = "it returns its input unchanged, so every level equals the one before"
+    elif joins:
+        reason = ("its joins cannot drop a row of the CTE (a cross join multiplies rows; an outer "
+                  "join keeps its preserved side's rows whatever the CTE holds)")
+    else:
+        reason = "it has no join, filter, limit or generator that can end a record's recursion"
+    raise SqlextError(
+        "RECURSION_NON_TERMINATING", function=FUNCTION, name=name, step=to_sql(step), reason=reason,
+        fix="Add a WHERE condition (such as depth < 10) or an inner join that runs out of matches, "
+            "or use UNION instead of UNION ALL",
+    )
+
+
+def _has_generator(step: exp.Select) -> bool:
+    return any(isinstance(f, exp.Explode) or (isinstance(f, exp.Func) and f.sql_name().lower() in _GENERATORS)
+               for f in step.find_all(exp.Func))
 
 
 def _is_identity(selects: list[exp.Expression], columns: list[str]) -> bool:
@@ -166,16 +208,18 @@ def _is_identity(selects: list[exp.Expression], columns: list[str]) -> bool:
     return True
 
 
-def _join_can_drop_rows(join: exp.Join, step: exp.Select, name: str) -> bool:
+def _join_can_drop_rows(join: exp.Join, name: str) -> bool:
+    """Whether this join can leave a row of the CTE without any output row."""
     side = (join.args.get("side") or "").upper()
-    if side == "FULL":
+    kind = (join.args.get("kind") or "").upper()
+    has_condition = bool(join.args.get("on") or join.args.get("using"))
+    if side in ("LEFT", "RIGHT", "FULL") and kind not in ("SEMI", "ANTI"):
+        return False  # outer joins keep every row of their preserved side
+    if kind == "CROSS" or not has_condition:
         return False
-    joined_is_cte = _is_ref(join.this, name)
-    if side == "LEFT":
-        return joined_is_cte  # r LEFT JOIN x keeps every row of r
-    if side == "RIGHT":
-        return not joined_is_cte
-    return True  # inner, cross, semi, anti
+    if kind == "ANTI":
+        return not _is_ref(join.this, name)  # r ANTI JOIN x drops r's matched rows
+    return True  # inner and semi joins with a condition
 
 
 def _expand_call(cte: exp.CTE, anchor: exp.Expression, step: exp.Select, distinct: bool) -> exp.Select:

@@ -140,30 +140,82 @@ class WalkPlan:
 
     name: str
     columns: list[str]
-    key_r: str
-    key_e: str
+    key_r: str | None  # None: the step reads the CTE alone (no join)
+    key_e: str | None
     projections: list[tuple]
     filters: list[tuple]
     distinct: bool
     max_level: int
     types: list[pa.DataType] | None = None  # output types (the anchor's); None keeps them
+    key: list[str] = field(default_factory=list)  # USING KEY columns
+    row_limit: int = DEFAULT_ROW_LIMIT
 
 
 class NotExact(Exception):
     pass
 
 
-def walk(seeds: pa.Table, edges: EdgeIndex, plan: WalkPlan) -> Iterator[pa.Table]:
-    """Every level of the recursion from ``seeds`` (level 0 first), each as one table."""
+def walk(seeds: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> Iterator[pa.Table]:
+    """Every level of the recursion from ``seeds`` (level 0 first), each as one table; with
+    ``USING KEY``, the one final table of one row per key.
+
+    Under ``UNION ALL`` a level equal to the one before (as a multiset) means the step will
+    repeat it forever, which is reported at once rather than at the level limit."""
+    if plan.key:
+        yield from _walk_keyed(seeds, edges, plan)
+        return
     seen: set | None = set() if plan.distinct else None
     level = _new_rows(seeds, seen)
+    previous = None
+    total = 0
     k = 0
     while level.num_rows:
         if k >= plan.max_level:
             raise level_limit_error(plan.name, k, plan.max_level)
+        total += level.num_rows
+        if total > plan.row_limit:
+            raise row_limit_error(plan.name, k, plan.row_limit)
+        if previous is not None and not plan.distinct and _same_table(level, previous):
+            raise repeats_error(plan.name, k)
         yield level
+        previous = level
         level = _new_rows(step(level, edges, plan), seen)
         k += 1
+
+
+def _same_table(a: pa.Table, b: pa.Table) -> bool:
+    if a.num_rows != b.num_rows:
+        return False
+    keys = [(name, "ascending") for name in a.column_names]
+    try:
+        return a.sort_by(keys).equals(b.rename_columns(a.column_names).sort_by(keys))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a type that does not sort
+        return False
+
+
+def _walk_keyed(seeds: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> Iterator[pa.Table]:
+    """``USING KEY``: one row per key; a level's row replaces its key's row, and only rows that
+    changed go on to the next level (the same rules as the level-by-level path)."""
+    positions = [plan.columns.index(k) for k in plan.key]
+    union = _one_row_per_key(_rows(seeds), positions)
+    working = dict(union)
+    k = 0
+    while working:
+        if k >= plan.max_level:
+            raise level_limit_error(plan.name, k, plan.max_level)
+        level = pa.Table.from_pylist([dict(zip(plan.columns, row)) for row in working.values()],
+                                     schema=seeds.schema)
+        produced = _one_row_per_key(_rows(step(level, edges, plan)), positions)
+        working = {key: row for key, row in produced.items() if union.get(key) != row}
+        union.update(working)
+        if len(union) > plan.row_limit:
+            raise row_limit_error(plan.name, k, plan.row_limit)
+        k += 1
+    yield pa.Table.from_pylist([dict(zip(plan.columns, row)) for row in union.values()], schema=seeds.schema)
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return list(zip(*(column.to_pylist() for column in table.columns)))
 
 
 def _new_rows(table: pa.Table, seen: set | None) -> pa.Table:
@@ -180,8 +232,11 @@ def _new_rows(table: pa.Table, seen: set | None) -> pa.Table:
     return table.filter(pa.array(keep, pa.bool_()))
 
 
-def step(level: pa.Table, edges: EdgeIndex, plan: WalkPlan) -> pa.Table:
+def step(level: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> pa.Table:
     """One application of the step: join the level with the edges, filter, project."""
+    if edges is None:  # the step reads the CTE alone
+        context = _Context(level, None, np.arange(level.num_rows), np.zeros(0, np.int64))
+        return _filter_project(context, plan)
     key = level[plan.key_r]
     valid = pc.is_valid(key).to_numpy(zero_copy_only=False)
     values = pc.fill_null(key, 0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -192,11 +247,15 @@ def step(level: pa.Table, edges: EdgeIndex, plan: WalkPlan) -> pa.Table:
     total = int(counts.sum())
     r_index = np.repeat(rows, counts)
     e_index = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
-    context = _Context(level, edges.table, r_index, e_index)
+    return _filter_project(_Context(level, edges.table, r_index, e_index), plan)
+
+
+def _filter_project(context: "_Context", plan: WalkPlan) -> pa.Table:
     for condition in plan.filters:
         mask = evaluate(condition, context)
         mask = pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
-        context = _Context(level, edges.table, context.r_index[mask], context.e_index[mask])
+        context = _Context(context.level, context.edges, context.r_index[mask],
+                           context.e_index if context.edges is None else context.e_index[mask])
     arrays = [evaluate(p, context) for p in plan.projections]
     if plan.types is not None:
         try:
@@ -331,7 +390,7 @@ def expand(spark, spec: RecursiveSpec, scoped=None, path: str | None = None):
         anchor = anchor.toDF(*spec.columns)
     else:
         spec.columns = list(anchor.columns)
-    if not spec.key and path != "levels":
+    if path != "levels":
         walk_frame = recursive_plan.try_walk(spark, spec, anchor, scoped, force=path == "walk")
         if walk_frame is not None:
             return walk_frame

@@ -39,6 +39,15 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
         if force:
             raise
         return None
+    index = None if edge_sql is None else _collect_edges(spark, scoped, edge_sql, edge_columns, plan, force)
+    if edge_sql is not None and index is None:
+        return None
+    plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
+    return _walk_frame(spark, spec, anchor, index, plan)
+
+
+def _collect_edges(spark, scoped, edge_sql: str, edge_columns: list[str], plan: WalkPlan, force: bool):
+    """The joined relation, collected and indexed by its join key; None when it is too large."""
     edge_frame = spark.sql(scoped(f"SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}"))
     if not force:
         size = _size_in_bytes(edge_frame)
@@ -54,9 +63,10 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
         return None
     if table.num_rows > WALK_MAX_ROWS and not force:
         return None
-    index = EdgeIndex.build(table, plan.key_e)
-    plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
+    return EdgeIndex.build(table, plan.key_e)
 
+
+def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
     from pyspark.sql.types import StructField, StructType
 
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
@@ -82,8 +92,10 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
 
     seeds = anchor
     parallelism = spark.sparkContext.defaultParallelism
-    if spec.distinct:
-        seeds = seeds.coalesce(1)  # UNION drops rows seen from any seed: one walk over all seeds
+    if spec.distinct or spec.key:
+        # UNION drops rows seen from any seed, USING KEY keeps one row per key over all
+        # seeds: one walk over all of them
+        seeds = seeds.coalesce(1)
     elif seeds.rdd.getNumPartitions() < parallelism:
         seeds = seeds.repartition(parallelism)
     # Lazy, like any Spark query: materialising millions of rows costs more than the walk
@@ -106,11 +118,14 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     from rewrites.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
-    if not isinstance(step, exp.Select) or len(step.args.get("joins") or []) != 1:
-        raise _NoWalk("the step does not join the CTE with exactly one relation")
+    joins = step.args.get("joins") or []
+    if not isinstance(step, exp.Select) or len(joins) > 1 or not step.args.get("from_"):
+        raise _NoWalk("the step does not read the CTE alone or join it with exactly one relation")
     if step.args.get("distinct"):
         raise _NoWalk("DISTINCT step")
-    join = step.args["joins"][0]
+    if not joins:
+        return _compile_alone(spec, step, anchor)
+    join = joins[0]
     if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER") or join.args.get("using"):
         raise _NoWalk("not an inner join with ON")
     first, second = step.args["from_"].this, join.this
@@ -119,7 +134,11 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     if is_r.count(True) != 1:
         raise _NoWalk("the CTE is not one side of the join")
     r_table, e_table = (first, second) if is_r[0] else (second, first)
-    if isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
+    alias = e_table.args.get("alias")
+    if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
+        # t AS t1(c1, c2) renames t's columns: read it through that alias
+        e_source = f"({to_sql(exp.select('*').from_(e_table.copy()))})"
+    elif isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
         e_source = to_sql(exp.Table(this=e_table.this.copy(), db=e_table.args.get("db"),
                                     catalog=e_table.args.get("catalog")))
     elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):
@@ -147,6 +166,30 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         filters.append(compiler.boolean(condition))
     if key is None:
         raise _NoWalk("no integer equality between the CTE and the relation")
+    plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
+                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
+                    row_limit=spec.row_limit)
+    edge_columns = sorted(compiler.e_used | {key[1]})
+    return plan, e_source, edge_columns
+
+
+def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):
+    """A step that reads the CTE alone: ``SELECT ... FROM r [WHERE ...]``."""
+    source = step.args["from_"].this
+    if not (isinstance(source, exp.Table) and not source.db and source.name.lower() == spec.name.lower()):
+        raise _NoWalk("the step does not read the CTE")
+    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    compiler = _Compiler(source.alias_or_name.lower(), None, r_types, {})
+    filters = [compiler.boolean(c) for c in _conjuncts((step.args.get("where") or exp.Where()).this)]
+    plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=None, key_e=None,
+                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
+                    row_limit=spec.row_limit)
+    return plan, None, []
+
+
+def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", r_types: dict) -> list:
     selects = step.selects
     if len(selects) != len(spec.columns) or any(isinstance(s, exp.Star) for s in selects):
         raise _NoWalk("the step's columns are not listed one by one")
@@ -157,11 +200,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         if (kind == "int") != (target in _INTEGRAL) or (kind == "str") != (target == "string"):
             raise _NoWalk(f"a {kind} value for a {target} column")
         projections.append(node)
-    plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
-                    projections=projections, filters=filters, distinct=spec.distinct,
-                    max_level=spec.max_level)
-    edge_columns = sorted(compiler.e_used | {key[1]})
-    return plan, e_source, edge_columns
+    return projections
 
 
 def _conjuncts(node) -> list[exp.Expression]:

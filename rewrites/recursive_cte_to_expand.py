@@ -212,7 +212,9 @@ def _join_can_drop_rows(join: exp.Join, name: str) -> bool:
     """Whether this join can leave a row of the CTE without any output row."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
-    has_condition = bool(join.args.get("on") or join.args.get("using"))
+    on = join.args.get("on")
+    trivially_true = isinstance(on, exp.Boolean) and on.this  # sqlglot reads a bare JOIN as ON TRUE
+    has_condition = bool((on is not None and not trivially_true) or join.args.get("using"))
     if side in ("LEFT", "RIGHT", "FULL") and kind not in ("SEMI", "ANTI"):
         return False  # outer joins keep every row of their preserved side
     if kind == "CROSS" or not has_condition:

@@ -21,17 +21,25 @@ def error_of(run):
 NON_TERMINATING = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT * FROM r) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n FROM r) SELECT * FROM r",
-    "WITH RECURSIVE r(a, b) AS (SELECT 1, 2 UNION SELECT a, b FROM r) SELECT * FROM r",  # identity even under UNION
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n FROM r LEFT JOIN e ON r.n = e.src) SELECT * FROM r",
+    # the CTE on the null-supplying side: every level repeats e's rows whatever r holds
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e LEFT JOIN r ON r.n = e.src) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r CROSS JOIN e) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + e.w FROM r JOIN e) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e ANTI JOIN r ON r.n = e.src) SELECT * FROM r",
 ]
 
 TERMINATING = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM r JOIN e ON r.n = e.src) SELECT * FROM r",
-    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e LEFT JOIN r ON r.n = e.src) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT (n + 1) % 5 FROM r) SELECT * FROM r",  # UNION ends it
     "WITH RECURSIVE r(a, b) AS (SELECT 1, 2 UNION SELECT b, a FROM r) SELECT * FROM r",
+    # an identity step ends after one level when a row that comes again adds nothing
+    "WITH RECURSIVE r(a, b) AS (SELECT 1, 2 UNION SELECT a, b FROM r) SELECT * FROM r",
+    "WITH RECURSIVE r(n) USING KEY (n) AS (SELECT 1 UNION ALL SELECT n FROM r) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e LEFT SEMI JOIN r ON r.n = e.src) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r CROSS JOIN e WHERE r.n < 3) SELECT * FROM r",
 ]
 
 

@@ -34,7 +34,9 @@ from sqlglot import exp
 from rewrites.dialect import parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import Relations, standalone_query
-from rewrites.self_joins import INTEGRAL, SelfJoin, and_all, match_self_join
+from rewrites.self_joins import (
+    INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
+)
 
 RULE = "self_join_aggregate_to_window"
 PAIRS = "__sqlext_pairs"
@@ -71,6 +73,12 @@ def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], 
     a, b = join.left, join.right
     if join.rest:
         return f"the condition {to_sql(join.rest[0])} relates the two sides in a way a window frame cannot"
+    mixed = join.names_right(join.outside)
+    if mixed is not None:
+        # the rows of the other relations a pair meets would depend on b, not on a alone, so
+        # one partial per row of a could not stand for them
+        return (f"the condition {to_sql(mixed)} relates {b} with another relation of the chain of joins, "
+                f"so the other joins change how often each pair is counted")
     if join.band is not None and not join.band.exact:
         return f"a strict bound on {join.band.column!r} ({join.band.column_type}) is not a window frame edge"
     group = select.args.get("group")
@@ -95,7 +103,7 @@ def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], 
                 return f"{to_sql(aggregate)} sums {kind or 'values of unknown type'}, not integers"
     outside = _outside_aggregates(select)
     for column in outside:
-        if column.table.lower() != a:
+        if column.table.lower() == b or (column.table.lower() != a and not join.in_chain):
             return f"{to_sql(column)} is used outside an aggregate but is not a column of {a}"
     return None
 
@@ -130,11 +138,10 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
     for aggregate, combined in replacements:
         aggregate.replace(parse_one(combined))
     has_pairs = PAIRS in computed.values()
-    where = and_all(([parse_one(f"{join.left}.{PAIRS} > 0")] if has_pairs else []) + join.left_only)
-    select.set("joins", None)
-    select.set("from_", exp.From(this=exp.Subquery(
-        this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
-    select.set("where", exp.Where(this=where) if where is not None else None)
+    pairs_filter = [exp.column(PAIRS, table=alias_identifier(join.left_item)) > 0] if has_pairs else []
+    moved = replace_pair(select, join, exp.Subquery(
+        this=inner, alias=exp.TableAlias(this=alias_identifier(join.left_item))))
+    add_where(select, [*pairs_filter, *join.left_only, *moved])
 
 
 def _frame_holds_the_row_itself(join: SelfJoin) -> bool:

@@ -53,6 +53,12 @@ def band_self_join_to_window(
         if isinstance(join, str):
             notes.skip(RULE, join)
             continue
+        mixed = join.names_right(join.outside)
+        if join.band is None and mixed is not None:
+            notes.skip(RULE, f"the self-join has no band of its own: the condition {to_sql(mixed)} bounds "
+                             f"{join.right} by another relation of the chain of joins, which no window "
+                             f"frame over one relation can hold")
+            continue
         if join.band is None:
             notes.skip(RULE, "the self-join has no band on an ordering column; its output is every "
                              "pair of a key, which the join already produces with one shuffle")
@@ -88,13 +94,13 @@ def _rewrite_pair(select: exp.Select, join, kept: list[exp.Expression]) -> None:
         f"SELECT {join.columns_sql()}, COLLECT_LIST(STRUCT({', '.join(quote(c) for c in collected)})) "
         f"OVER {join.window_sql()} AS {BAND} FROM {join.source_sql()} WHERE {join.not_null_filter()}"
     )
-    select.set("from_", exp.From(this=exp.Subquery(
-        this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
+    left, right = alias_identifier(join.left_item), alias_identifier(join.right_item)
+    select.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=left))))
     select.set("laterals", [exp.Lateral(
-        this=exp.Anonymous(this="INLINE", expressions=[exp.column(BAND, table=join.left)]),
+        this=exp.Anonymous(this="INLINE", expressions=[exp.column(BAND, table=left.copy())]),
         view=True,
         alias=exp.TableAlias(
-            this=exp.to_identifier(join.right),
+            this=right,
             columns=[exp.to_identifier(c, quoted=True) for c in collected],
         ),
     )])
@@ -139,14 +145,16 @@ def _rewrite_in_chain(select: exp.Select, join, kept: list[exp.Expression], rela
             renames[column.lower()] = f"{PAIR}{len(renames) + 1}"
 
     left = alias_identifier(join.left_item)
+    right = alias_identifier(join.right_item)
     pair = exp.select(
-        *[exp.column(c, table=join.left, quoted=True) for c in join.columns],
-        *[exp.alias_(exp.column(c, table=join.right, quoted=True), renames[c.lower()], quoted=True)
+        *[exp.column(exp.to_identifier(c, quoted=True), table=left.copy()) for c in join.columns],
+        *[exp.alias_(exp.column(exp.to_identifier(c, quoted=True), table=right.copy()), renames[c.lower()],
+                     quoted=True)
           for c in join.columns if c.lower() in renames],
     )
     _rewrite_pair(pair, join, kept)
     for column in outer:
-        column.replace(exp.column(renames[column.name.lower()], table=left.copy(), quoted=True))
+        column.replace(exp.column(exp.to_identifier(renames[column.name.lower()], quoted=True), table=left.copy()))
     moved = replace_pair(select, join, exp.Subquery(this=pair, alias=exp.TableAlias(this=left)))
     add_where(select, moved, first=False)
     return None

@@ -129,14 +129,14 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
             if partial not in computed:  # the same partial twice is computed once
                 computed[partial] = f"{PARTIAL}{len(partials) + (0 if PAIRS in computed.values() else 1)}"
                 partials.append(f"{partial} AS {computed[partial]}")
-            names.append(f"{join.left}.{computed[partial]}")
+            names.append(exp.column(computed[partial], table=alias_identifier(join.left_item)))
         replacements.append((aggregate, _combine(type(aggregate), names)))
     inner = parse_one(
         f"SELECT {join.columns_sql()}, {', '.join(partials)} "
         f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
     )
     for aggregate, combined in replacements:
-        aggregate.replace(parse_one(combined))
+        aggregate.replace(combined)
     has_pairs = PAIRS in computed.values()
     pairs_filter = [exp.column(PAIRS, table=alias_identifier(join.left_item)) > 0] if has_pairs else []
     moved = replace_pair(select, join, exp.Subquery(
@@ -191,12 +191,14 @@ def _partial(kind: str, value: exp.Expression, condition: exp.Expression | None,
     return f"{kind}({to_sql(value)})"
 
 
-def _combine(kind: type, names: list[str]) -> str:
+def _combine(kind: type, names: list[exp.Column]) -> exp.Expression:
+    """The aggregate of the group from the per-row partials (columns of the left side)."""
     if kind is exp.Count:
-        return f"COALESCE(SUM({names[0]}), 0)"
+        return exp.Coalesce(this=exp.Sum(this=names[0]), expressions=[exp.Literal.number(0)])
     if kind is exp.Avg:
-        return f"SUM({names[0]}) / NULLIF(SUM({names[1]}), 0)"
-    return f"{kind.__name__.upper()}({names[0]})"
+        return exp.Div(this=exp.Sum(this=names[0]),
+                       expression=exp.Nullif(this=exp.Sum(this=names[1]), expression=exp.Literal.number(0)))
+    return kind(this=names[0])
 
 
 def _unqualified(node: exp.Expression) -> exp.Expression:

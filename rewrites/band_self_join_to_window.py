@@ -16,6 +16,15 @@ capture exactly (strict bounds on a continuous type, bounds on other columns, co
 relating the sides otherwise, conditions on one side) is applied to the unfolded pairs, as
 the join applied it.
 
+Inside a flat chain of inner joins (``t a JOIN t b ON <band> JOIN d ON d.x = b.y``, the shape
+Kafka's optimizer also rewrites, KIP-862) the pair's rewrite becomes a derived table named
+``a``, projecting ``a``'s columns under their names and the columns of ``b`` the statement
+reads under fresh ones (``b.y`` elsewhere reads ``a.__sqlext_pair_1``). The other joins keep
+their place and their ON conditions; a condition that was in ``b``'s ON clause and names
+another relation moves to WHERE, the same conjunction for inner joins. The derived table holds
+the pairs of the join of ``a`` and ``b`` on the pair's own conditions, so the chain's rows are
+the original's, one for one.
+
 >>> from rewrites.dialect import parse_one, to_sql
 >>> from rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
@@ -27,11 +36,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.dialect import parse_one
+from rewrites.dialect import parse_one, to_sql
 from rewrites.notes import Notes
-from rewrites.relations import Relations
-from rewrites.dialect import to_sql
-from rewrites.relations import standalone_query
+from rewrites.relations import Relations, standalone_query
 from rewrites.self_joins import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
 )
@@ -120,18 +127,15 @@ def _rewrite_in_chain(select: exp.Select, join, kept: list[exp.Expression], rela
     # every check first: a statement the rule leaves alone stays exactly as written
     if any(c.lower().startswith(PAIR) for c in join.columns):
         return "a column of the relation is named like the rewrite's own columns"
-    names: list[str] | None = None
-    for i, projection in enumerate(select.expressions):
-        if isinstance(projection, (exp.Alias, exp.Column, exp.Star)) or not _reads(projection, join.right):
-            continue
-        if any(p.is_star for p in select.expressions[:i]):
-            return (f"the projection {to_sql(projection)} reads {join.right} without an alias after a star, "
-                    f"and the name Spark gives it is unknown here")
-        if names is None:
-            names = relations.columns(standalone_query(select), select) or []
-        if i >= len(names) or not names[i]:
+    # an unaliased expression of b's columns keeps the name Spark gave it in the original
+    unnamed = [(i, p) for i, p in enumerate(select.expressions)
+               if not isinstance(p, (exp.Alias, exp.Column, exp.Star)) and _reads(p, join.right)]
+    names = (relations.columns(standalone_query(select), select) or []) if unnamed else []
+    for i, projection in unnamed:
+        if any(p.is_star for p in select.expressions[:i]) or i >= len(names) or not names[i]:
             return (f"the projection {to_sql(projection)} reads {join.right} without an alias, and the name "
                     f"Spark gives it is unknown here")
+    for i, projection in unnamed:
         projection.replace(exp.alias_(projection.copy(), names[i], quoted=True))
 
     expand_chain_stars(select, join)

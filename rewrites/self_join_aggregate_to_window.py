@@ -20,6 +20,15 @@ is one of these: a condition relating the two sides otherwise cannot be a frame.
 ``SUM``/``AVG`` of non-integral values alone (floating-point sums in another order differ in
 their last digits; decimal sums of sums widen the type) and aggregates with ``DISTINCT``.
 
+Inside a flat chain of inner joins (KIP-862's shape: ``t a JOIN t b ON ... JOIN d ON d.x =
+a.y``) the pair is replaced by the window over ``a`` and the other joins stay as written. It
+fires only when no condition outside the pair names ``b`` and the aggregates read ``b``
+alone: each row of ``a`` then meets the same rows of the other relations whatever its
+partners are, so a join that repeats (or drops) the row repeats (or drops) its whole frame,
+exactly as it repeated the row's pairs; the sums of partials over the group stay the sums
+over the pairs. A condition joining ``b`` to another relation would make that multiplicity
+depend on ``b``, which one partial per row cannot carry: the band form takes such a query.
+
 >>> from rewrites.dialect import parse_one, to_sql
 >>> from rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")

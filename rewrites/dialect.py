@@ -154,6 +154,17 @@ class SparkExt(Spark):
             text = ", ".join(self.sql(item) for item in items)
             return text if len(items) == 1 else f"({text})"
 
+        def lateral_sql(self, expression: exp.Lateral) -> str:
+            # sqlglot writes a LATERAL VIEW's table name as it is, unquoted: a name holding a
+            # space, a quote or a backtick would come out as other SQL. Quote it as an identifier.
+            alias = expression.args.get("alias")
+            if expression.args.get("view") and isinstance(alias, exp.TableAlias) \
+                    and isinstance(alias.this, exp.Identifier):
+                expression = expression.copy()
+                name = self.sql(expression.args["alias"].this)
+                expression.args["alias"].set("this", exp.Identifier(this=name, quoted=False))
+            return super().lateral_sql(expression)
+
         def cte_sql(self, expression: exp.CTE) -> str:
             sql = super().cte_sql(expression)
             level = expression.args.get("max_recursion_level")

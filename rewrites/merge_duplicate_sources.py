@@ -1,15 +1,15 @@
 """Rule: two identical subqueries joined with each other become one CTE read twice.
 
-Seed 001 merges duplicate source nodes of a topology so that a stream joined with itself
-is recognised as a self-join. The SQL counterpart: in ``FROM (q) a JOIN (q) b`` both sides
-are the same relation, written twice. Naming it once (``WITH s AS (q) ... FROM s a JOIN s b``)
+Kafka Streams' topology optimizer merges duplicate source nodes, which is what lets its
+self-join optimization (KIP-862) see a stream joined with itself. The SQL counterpart: in
+``FROM (q) a JOIN (q) b`` both sides are the same relation, written twice. Naming it once (``WITH s AS (q) ... FROM s a JOIN s b``)
 lets the self-join rules that follow see one relation, as they already do for a table, view
 or CTE named on both sides.
 
 Why the result is the same: a CTE read twice is the query evaluated for each reference, as
 the two subqueries were. Only deterministic subqueries are merged (``rand()`` evaluated once
 or twice gives different rows), and only for inner joins, the joins the self-join rules
-rewrite.
+rewrite. In a chain of inner joins, one pair of identical subqueries is merged the same way.
 
 >>> from rewrites.dialect import parse_one, to_sql
 >>> q = parse_one("SELECT a.k FROM (SELECT k, ts FROM e WHERE v > 0) a JOIN (SELECT k, ts FROM e WHERE v > 0) b ON a.k = b.k")
@@ -35,16 +35,23 @@ def merge_duplicate_sources(expression: exp.Expression, notes: Notes | None = No
     for select in list(expression.find_all(exp.Select)):
         joins = select.args.get("joins") or []
         from_ = select.args.get("from_")
-        if len(joins) != 1 or from_ is None:
+        if not joins or from_ is None:
             continue
-        join = joins[0]
-        left, right = from_.this, join.this
-        if not (isinstance(left, exp.Subquery) and isinstance(right, exp.Subquery)):
-            continue
-        if to_sql(left.this) != to_sql(right.this):
+        items = [from_.this] + [j.this for j in joins]
+        subqueries = [i for i in items if isinstance(i, exp.Subquery)]
+        same = [(x, y) for n, x in enumerate(subqueries) for y in subqueries[n + 1:]
+                if to_sql(x.this) == to_sql(y.this)]
+        if len(joins) == 1 and len(subqueries) == 2 and not same:
             notes.skip(RULE, "the two joined subqueries differ, so they are two relations")
             continue
-        if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER", "CROSS"):
+        if not same:
+            continue
+        if len(same) > 1:
+            notes.skip(RULE, "more than two identical subqueries in the chain of joins are left as written")
+            continue
+        left, right = same[0]
+        if any(j.args.get("side") or (j.args.get("kind") or "").upper() not in ("", "INNER", "CROSS")
+               for j in joins):
             notes.skip(RULE, "identical subqueries under an outer join are left as written")
             continue
         if has_non_deterministic(left.this):

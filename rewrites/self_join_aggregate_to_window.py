@@ -20,6 +20,15 @@ is one of these: a condition relating the two sides otherwise cannot be a frame.
 ``SUM``/``AVG`` of non-integral values alone (floating-point sums in another order differ in
 their last digits; decimal sums of sums widen the type) and aggregates with ``DISTINCT``.
 
+Inside a flat chain of inner joins (KIP-862's shape: ``t a JOIN t b ON ... JOIN d ON d.x =
+a.y``) the pair is replaced by the window over ``a`` and the other joins stay as written. It
+fires only when no condition outside the pair names ``b`` and the aggregates read ``b``
+alone: each row of ``a`` then meets the same rows of the other relations whatever its
+partners are, so a join that repeats (or drops) the row repeats (or drops) its whole frame,
+exactly as it repeated the row's pairs; the sums of partials over the group stay the sums
+over the pairs. A condition joining ``b`` to another relation would make that multiplicity
+depend on ``b``, which one partial per row cannot carry: the band form takes such a query.
+
 >>> from rewrites.dialect import parse_one, to_sql
 >>> from rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
@@ -34,7 +43,9 @@ from sqlglot import exp
 from rewrites.dialect import parse_one, to_sql
 from rewrites.notes import Notes
 from rewrites.relations import Relations, standalone_query
-from rewrites.self_joins import INTEGRAL, SelfJoin, and_all, match_self_join
+from rewrites.self_joins import (
+    INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
+)
 
 RULE = "self_join_aggregate_to_window"
 PAIRS = "__sqlext_pairs"
@@ -71,6 +82,12 @@ def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], 
     a, b = join.left, join.right
     if join.rest:
         return f"the condition {to_sql(join.rest[0])} relates the two sides in a way a window frame cannot"
+    mixed = join.names_right(join.outside)
+    if mixed is not None:
+        # the rows of the other relations a pair meets would depend on b, not on a alone, so
+        # one partial per row of a could not stand for them
+        return (f"the condition {to_sql(mixed)} relates {b} with another relation of the chain of joins, "
+                f"so the other joins change how often each pair is counted")
     if join.band is not None and not join.band.exact:
         return f"a strict bound on {join.band.column!r} ({join.band.column_type}) is not a window frame edge"
     group = select.args.get("group")
@@ -95,7 +112,7 @@ def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], 
                 return f"{to_sql(aggregate)} sums {kind or 'values of unknown type'}, not integers"
     outside = _outside_aggregates(select)
     for column in outside:
-        if column.table.lower() != a:
+        if column.table.lower() == b or (column.table.lower() != a and not join.in_chain):
             return f"{to_sql(column)} is used outside an aggregate but is not a column of {a}"
     return None
 
@@ -121,20 +138,19 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
             if partial not in computed:  # the same partial twice is computed once
                 computed[partial] = f"{PARTIAL}{len(partials) + (0 if PAIRS in computed.values() else 1)}"
                 partials.append(f"{partial} AS {computed[partial]}")
-            names.append(f"{join.left}.{computed[partial]}")
+            names.append(exp.column(computed[partial], table=alias_identifier(join.left_item)))
         replacements.append((aggregate, _combine(type(aggregate), names)))
     inner = parse_one(
         f"SELECT {join.columns_sql()}, {', '.join(partials)} "
         f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
     )
     for aggregate, combined in replacements:
-        aggregate.replace(parse_one(combined))
+        aggregate.replace(combined)
     has_pairs = PAIRS in computed.values()
-    where = and_all(([parse_one(f"{join.left}.{PAIRS} > 0")] if has_pairs else []) + join.left_only)
-    select.set("joins", None)
-    select.set("from_", exp.From(this=exp.Subquery(
-        this=inner, alias=exp.TableAlias(this=exp.to_identifier(join.left)))))
-    select.set("where", exp.Where(this=where) if where is not None else None)
+    pairs_filter = [exp.column(PAIRS, table=alias_identifier(join.left_item)) > 0] if has_pairs else []
+    moved = replace_pair(select, join, exp.Subquery(
+        this=inner, alias=exp.TableAlias(this=alias_identifier(join.left_item))))
+    add_where(select, [*pairs_filter, *join.left_only, *moved])
 
 
 def _frame_holds_the_row_itself(join: SelfJoin) -> bool:
@@ -184,12 +200,14 @@ def _partial(kind: str, value: exp.Expression, condition: exp.Expression | None,
     return f"{kind}({to_sql(value)})"
 
 
-def _combine(kind: type, names: list[str]) -> str:
+def _combine(kind: type, names: list[exp.Column]) -> exp.Expression:
+    """The aggregate of the group from the per-row partials (columns of the left side)."""
     if kind is exp.Count:
-        return f"COALESCE(SUM({names[0]}), 0)"
+        return exp.Coalesce(this=exp.Sum(this=names[0]), expressions=[exp.Literal.number(0)])
     if kind is exp.Avg:
-        return f"SUM({names[0]}) / NULLIF(SUM({names[1]}), 0)"
-    return f"{kind.__name__.upper()}({names[0]})"
+        return exp.Div(this=exp.Sum(this=names[0]),
+                       expression=exp.Nullif(this=exp.Sum(this=names[1]), expression=exp.Literal.number(0)))
+    return kind(this=names[0])
 
 
 def _unqualified(node: exp.Expression) -> exp.Expression:

@@ -137,6 +137,24 @@ class SelfJoin:
     left_only: list[exp.Expression] = field(default_factory=list)
     right_only: list[exp.Expression] = field(default_factory=list)
     rest: list[exp.Expression] = field(default_factory=list)  # relate both sides otherwise
+    left_item: exp.Table | None = None  # the FROM items of the pair, as written
+    right_item: exp.Table | None = None
+    # conditions naming a relation of the chain other than the pair (empty for the pair alone)
+    outside: list[exp.Expression] = field(default_factory=list)
+    # every condition on the pair alone (keys, band, one side, the rest), wherever written
+    pair_conditions: list[exp.Expression] = field(default_factory=list)
+
+    @property
+    def in_chain(self) -> bool:
+        """The pair is two of more than two FROM items."""
+        return len(self.select.args.get("joins") or []) > 1
+
+    def names_right(self, conditions: list[exp.Expression]) -> exp.Expression | None:
+        """The first condition that reads a column of the right side."""
+        for condition in conditions:
+            if any(c.table.lower() == self.right for c in condition.find_all(exp.Column)):
+                return condition
+        return None
 
     def columns_sql(self) -> str:
         """The relation's columns, quoted, in order: the inner query's projection."""
@@ -168,27 +186,43 @@ class SelfJoin:
 
 
 def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin | str:
-    """The self-join read off ``select``, or the reason it is not one a rule may touch."""
+    """The self-join read off ``select``, or the reason it is not one a rule may touch.
+
+    The FROM clause is either the pair alone (``FROM t a JOIN t b ON ...``) or a flat chain of
+    inner joins holding exactly one such pair (``FROM t a JOIN t b ON ... JOIN d ON ...``, the
+    shape Kafka's optimizer also rewrites inside a chain, KIP-862). In a chain, the conditions
+    that name a relation other than the pair are kept apart (:attr:`SelfJoin.outside`): the
+    rules leave them where they are and rewrite only the pair.
+    """
     joins = select.args.get("joins") or []
-    if len(joins) != 1:
-        return "no join" if not joins else "more than one join"
-    join = joins[0]
+    if not joins:
+        return "no join"
     if select.args.get("laterals"):
         return "the query already has a LATERAL VIEW"
-    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER", "CROSS"):
-        kind = " ".join(filter(None, [join.args.get("side"), join.args.get("kind")])).upper()
-        return f"{kind} JOIN keeps unmatched rows, which a window over one relation does not produce"
-    if join.args.get("using") or join.args.get("method"):
-        return "the join uses USING or a join method"
+    for join in joins:
+        if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER", "CROSS"):
+            kind = " ".join(filter(None, [join.args.get("side"), join.args.get("kind")])).upper()
+            where = "" if len(joins) == 1 else " in the chain of joins"
+            return f"{kind} JOIN{where} keeps unmatched rows, which a window over one relation does not produce"
+        if join.args.get("using") or join.args.get("method"):
+            return "the join uses USING or a join method"
     if select.args.get("from_") is None:
         return "the join has no FROM clause before it"
-    left, right = select.args["from_"].this, join.this
-    if not isinstance(left, exp.Table) or not isinstance(right, exp.Table):
-        return "the two sides are not the same relation (different subqueries)"
-    if isinstance(left.this, (exp.Anonymous, exp.Func)) or isinstance(right.this, (exp.Anonymous, exp.Func)):
-        return "a side is a table function"
-    if _unaliased(left) != _unaliased(right):
-        return f"the two sides read different relations ({to_sql(_unaliased(left))}, {to_sql(_unaliased(right))})"
+    items = [select.args["from_"].this] + [j.this for j in joins]
+    chain = len(items) > 2
+    if chain:
+        found = _chain_pair(select, items)
+        if isinstance(found, str):
+            return found
+        left, right = found
+    else:
+        left, right = items
+        if not isinstance(left, exp.Table) or not isinstance(right, exp.Table):
+            return "the two sides are not the same relation (different subqueries)"
+        if _is_function(left) or _is_function(right):
+            return "a side is a table function"
+        if _unaliased(left) != _unaliased(right):
+            return f"the two sides read different relations ({to_sql(_unaliased(left))}, {to_sql(_unaliased(right))})"
     a, b = left.alias_or_name.lower(), right.alias_or_name.lower()
     if a == b:
         return "the two sides have the same name"
@@ -204,13 +238,31 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     if not columns:
         return f"the columns of {to_sql(source)} are unknown here"
 
-    conjuncts = _conjuncts(join.args.get("on")) + _conjuncts(select.args.get("where"))
-    sides = {}
+    conditions = [j.args.get("on") for j in joins] + [select.args.get("where")]
+    conjuncts = [c for node in conditions for c in _conjuncts(node)]
+    if chain:
+        aliases = {item.alias_or_name.lower() for item in items}
+        ambiguous = _ambiguous_column(select, {c.lower() for c in columns})
+        if ambiguous is not None:
+            return (f"the column {to_sql(ambiguous)} has no relation's alias and both sides of the "
+                    f"self-join have a column of that name")
+    sides, outside = {}, []
     for conjunct in conjuncts:
-        touched = _sides(conjunct, a, b)
-        if touched is None:
-            return f"the condition {to_sql(conjunct)} names a column without its side's alias"
+        if chain:
+            touched = _chain_sides(conjunct, aliases)
+            if touched is None:
+                return f"the condition {to_sql(conjunct)} names a relation that is not in the chain of joins"
+            if not touched <= {a, b}:
+                outside.append(conjunct)
+                continue
+        else:
+            touched = _sides(conjunct, a, b)
+            if touched is None:
+                return f"the condition {to_sql(conjunct)} names a column without its side's alias"
         sides[id(conjunct)] = touched
+    conjuncts = [c for c in conjuncts if id(c) in sides]
+    if chain and not conjuncts:
+        return "the chain of joins has no condition on the self-join's pair"
 
     keys, candidates, left_only, right_only = [], [], [], []
     for conjunct in conjuncts:
@@ -247,7 +299,78 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     return SelfJoin(
         select, a, b, source, list(columns), query, keys, band,
         left_only=left_only, right_only=right_only, rest=_unique(rest),
+        left_item=left, right_item=right, outside=outside, pair_conditions=conjuncts,
     )
+
+
+def _is_function(item: exp.Expression) -> bool:
+    return isinstance(item, exp.Table) and isinstance(item.this, (exp.Anonymous, exp.Func))
+
+
+def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Table, exp.Table] | str:
+    """The one pair of FROM items of a chain that read the same relation and are joined on an
+    equal key column, earlier item first; or why there is not exactly one."""
+    names = []
+    for item in items:
+        if not isinstance(item, (exp.Table, exp.Subquery)) or _is_function(item):
+            return f"{to_sql(item)} in the chain of joins is not a table or a subquery"
+        if item.args.get("pivots") or (isinstance(item, exp.Subquery) and not item.alias):
+            return f"{to_sql(item)} in the chain of joins has a PIVOT or no alias"
+        names.append(item.alias_or_name.lower())
+    if len(set(names)) != len(names):
+        return "two relations of the chain of joins have the same name"
+    parts = [*select.expressions, *(j.args.get("on") for j in select.args.get("joins") or [])]
+    parts += [select.args.get(k) for k in ("where", "group", "having", "order", "qualify")]
+    for part in filter(None, parts):
+        nested = part.find(exp.Query)
+        if nested is not None:
+            return f"the subquery {to_sql(nested)} inside the chain of joins' statement is left as written"
+    conditions = [j.args.get("on") for j in select.args.get("joins") or []] + [select.args.get("where")]
+    conjuncts = [c for node in conditions for c in _conjuncts(node)]
+    tables = [item for item in items if isinstance(item, exp.Table)]
+    same = [(x, y) for i, x in enumerate(tables) for y in tables[i + 1:] if _unaliased(x) == _unaliased(y)]
+    if not same:
+        return "no two relations of the chain of joins are the same relation"
+    pairs = [
+        (x, y) for x, y in same
+        if any(_key_equality(c, x.alias_or_name.lower(), y.alias_or_name.lower()) for c in conjuncts)
+    ]
+    if not pairs:
+        return "the two sides are not joined on equal key columns"
+    if len(pairs) > 1:
+        named = ", ".join(f"{x.alias_or_name}/{y.alias_or_name}" for x, y in pairs)
+        return f"the chain of joins holds more than one self-join ({named}); which one to rewrite is not clear"
+    return pairs[0]
+
+
+def _chain_sides(node: exp.Expression, aliases: set[str]) -> set[str] | None:
+    """The relations of the chain ``node`` names; an unqualified column (one the pair does not
+    have, see :func:`_ambiguous_column`) stands for another relation ('?'). None when a
+    qualifier is not a relation of the chain (an outer query's or a subquery's)."""
+    touched = set()
+    for column in node.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        qualifier = column.table.lower()
+        if not qualifier:
+            touched.add("?")
+        elif column.args.get("db") or qualifier not in aliases:
+            return None
+        else:
+            touched.add(qualifier)
+    return touched
+
+
+def _ambiguous_column(select: exp.Select, pair_columns: set[str]) -> exp.Column | None:
+    """An unqualified column of ``select`` (not a projection's alias) named like a column of the
+    pair: it cannot be told which relation it reads."""
+    named = {p.alias.lower() for p in select.expressions if isinstance(p, exp.Alias)}
+    for column in select.find_all(exp.Column):
+        if column.table or isinstance(column.this, exp.Star) or column.find_ancestor(exp.Select) is not select:
+            continue
+        if column.name.lower() in pair_columns and column.name.lower() not in named:
+            return column
+    return None
 
 
 def _band(column: str, column_type: str | None, pairs: list[tuple[str, Bound]]) -> Band | str:
@@ -471,9 +594,9 @@ def expand_stars(select: exp.Select, join: SelfJoin) -> None:
     for projection in select.expressions:
         if isinstance(projection, exp.Star):
             projections += qualified_columns(join.left, join.columns) + qualified_columns(join.right, join.columns)
-        elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star):
-            alias = projection.table.lower()
-            projections += qualified_columns(join.left if alias == join.left else join.right, join.columns)
+        elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star) \
+                and projection.table.lower() in (join.left, join.right):
+            projections += qualified_columns(projection.table.lower(), join.columns)
         else:
             projections.append(projection)
     select.set("expressions", projections)
@@ -484,3 +607,69 @@ def and_all(conditions: list[exp.Expression]) -> exp.Expression | None:
     if not conditions:
         return None
     return exp.and_(*conditions) if len(conditions) > 1 else conditions[0]
+
+
+def replace_pair(select: exp.Select, join: SelfJoin, replacement: exp.Expression) -> list[exp.Expression]:
+    """Put ``replacement`` where the pair's left item stands in the FROM chain, drop the right
+    item's join and take every condition on the pair alone out of the ON clauses and WHERE.
+
+    Returns the conditions that lost their place with the right item's ON clause (they name
+    other relations of the chain); the caller puts them in WHERE with the pair's own
+    conditions it still needs. For inner joins that is the same condition on the same rows:
+    the chain is one conjunction over the product of its relations, wherever a conjunct is
+    written.
+    """
+    consumed = join.pair_conditions
+
+    def remaining(node: exp.Expression | None) -> list[exp.Expression]:
+        return [c for c in _conjuncts(node) if not any(c is x for x in consumed)]
+
+    moved: list[exp.Expression] = []
+    joins = []
+    for item_join in select.args.get("joins") or []:
+        if item_join.this is join.right_item:
+            moved = remaining(item_join.args.get("on"))
+            continue
+        item_join.set("on", and_all(remaining(item_join.args.get("on"))))
+        joins.append(item_join)
+    where = remaining(select.args.get("where"))
+    join.left_item.replace(replacement)
+    select.set("joins", joins or None)
+    select.set("where", exp.Where(this=and_all(where)) if where else None)
+    return moved
+
+
+def add_where(select: exp.Select, conditions: list[exp.Expression], first: bool = True) -> None:
+    """AND ``conditions`` into WHERE, before (``first``) or after what it holds."""
+    existing = _conjuncts(select.args.get("where"))
+    combined = [*conditions, *existing] if first else [*existing, *conditions]
+    where = and_all(combined)
+    select.set("where", exp.Where(this=where) if where is not None else None)
+
+
+def expand_chain_stars(select: exp.Select, join: SelfJoin) -> None:
+    """Spell out ``*`` over a chain as each relation's star in FROM order (the order Spark
+    expands it in), the pair's with their columns."""
+    items = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
+    projections = []
+    for projection in select.expressions:
+        if not isinstance(projection, exp.Star):
+            projections.append(projection)
+            continue
+        for item in items:
+            if item is join.left_item:
+                projections += qualified_columns(join.left, join.columns)
+            elif item is join.right_item:
+                projections += qualified_columns(join.right, join.columns)
+            else:
+                projections.append(exp.Column(this=exp.Star(), table=alias_identifier(item)))
+    select.set("expressions", projections)
+    expand_stars(select, join)
+
+
+def alias_identifier(item: exp.Expression) -> exp.Identifier:
+    """The identifier a FROM item is referred to by, quoted as written."""
+    alias = item.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.this is not None:
+        return alias.this.copy()
+    return item.this.copy() if isinstance(item.this, exp.Identifier) else exp.to_identifier(item.alias_or_name)

@@ -3,13 +3,15 @@ the same text rewritten by sqlext, in one session.
 
     sqlext bench selfjoin --rows 1000000 --runs 3
 
-Three cases over one table of user events (id, user_id, ts over 30 days, v):
+Four cases over one table of user events (id, user_id, ts over 30 days, v):
 
 * band, uniform keys: each event with the events of its user within 10 minutes either side
   (about 10 events per user);
 * band, hot key: the same query where one user holds 20% of the events;
 * triangular: a running total per event (``b.ts <= a.ts``, ``SUM(b.v)``, about 1,000 events
-  per user).
+  per user);
+* band in a chain of joins: the uniform band self-join joined to a table of users (one row
+  per user) on ``a`` and filtered on it, the pair inside a three-way join (KIP-862's shape).
 
 Each timed run computes the row count and an order-free checksum of all output columns of
 both queries (so every pair is produced) and stops if they differ. A native run that passes
@@ -37,11 +39,19 @@ SELECT a.id, SUM(b.v) AS running FROM {table} a JOIN {table} b
 GROUP BY a.id
 """
 
+BAND_CHAIN = """
+SELECT a.id, b.id AS other, b.v, u.tier FROM {table} a JOIN {table} b
+  ON a.user_id = b.user_id AND b.ts BETWEEN a.ts - INTERVAL 10 MINUTES AND a.ts + INTERVAL 10 MINUTES
+  JOIN {users} u ON u.user_id = a.user_id
+WHERE u.tier > 0
+"""
+
 CASES = [
     # (title, query, events per user, share of the hot user in percent)
     ("band self-join, uniform keys", BAND, 10, 0),
     ("band self-join, one user with 20% of the rows", BAND, 10, 20),
     ("triangular running-total self-join", RUNNING_TOTAL, 1000, 0),
+    ("band self-join inside a three-way join, uniform keys", BAND_CHAIN, 10, 0),
 ]
 
 
@@ -54,6 +64,10 @@ def make_events(spark, rows: int, per_user: int, hot_percent: int, path: str, ta
         "CAST(pmod(hash(id, 11), 100) AS INT) AS v",
     ).write.mode("overwrite").parquet(path)
     spark.read.parquet(path).createOrReplaceTempView(table)
+    spark.range(users + 1).selectExpr(
+        "CAST(id AS INT) AS user_id", "CAST(pmod(hash(id, 13), 5) AS INT) AS tier",
+    ).write.mode("overwrite").parquet(f"{path}_users")
+    spark.read.parquet(f"{path}_users").createOrReplaceTempView(f"{table}_users")
 
 
 def timed_fingerprint(spark, frame, limit: float | None = None) -> tuple[float, tuple | None]:
@@ -128,7 +142,7 @@ def bench_selfjoin(spark, rows: int, runs: int, native_runs: int | None = None,
         for index, (title, query, per_user, hot) in enumerate(CASES):
             table = f"bench_events_{index}"
             make_events(spark, rows, per_user, hot, f"{directory}/{table}", table)
-            results.append(bench_case(spark, f"{title} ({rows:,} rows)", query.format(table=table),
+            results.append(bench_case(spark, f"{title} ({rows:,} rows)", query.format(table=table, users=f"{table}_users"),
                                       runs, native_runs or runs, native_limit))
         return results
     finally:

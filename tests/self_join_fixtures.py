@@ -15,7 +15,10 @@ EVENTS = {
     "id": "int", "user_id": "int", "ts": "timestamp", "n": "int", "v": "int", "page": "string",
     "amount": "double",
 }
-SCHEMA = {"events": EVENTS}
+# Relations joined with the pair in the chain-of-joins fixtures (not unique on their keys).
+USERS = {"user_id": "int", "name": "string", "tier": "int"}
+PAGES = {"page": "string", "section": "string"}
+SCHEMA = {"events": EVENTS, "users": USERS, "pages": PAGES}
 
 
 @dataclass

@@ -115,7 +115,7 @@ def test_explain_shows_rules_and_both_plans_as_topologies(spark, capsys):
 def test_bench_selfjoin_runs_both_sides_and_checks_rows(spark, capsys):
     assert main(["bench", "selfjoin", "--rows", "2000", "--runs", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.count("ratio sqlext/native:") == 3
+    assert out.count("ratio sqlext/native:") == 4
     assert "rules: band_self_join_to_window" in out and "rules: self_join_aggregate_to_window" in out
 
 

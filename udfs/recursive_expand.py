@@ -398,9 +398,17 @@ def expand(spark, spec: RecursiveSpec, scoped=None, path: str | None = None):
 
 
 def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
-    """Semi-naive iteration, one Spark query per level."""
+    """Semi-naive iteration, one Spark query per level.
+
+    A ``UNION ALL`` recursion that Spark's own recursion accepts runs there, with sqlext's
+    level and row limits (Spark iterates in one plan, with no query to plan per level);
+    ``UNION``, ``USING KEY`` and the shapes Spark refuses run in sqlext's own loop."""
     from pyspark.sql import functions as F
 
+    if not spec.distinct and not spec.key:
+        native = _native_levels(spark, spec, anchor, scoped)
+        if native is not None:
+            return native
     tag = next(_counter)
     working_view, union_view = f"__sx_rec_{tag}_working", f"__sx_rec_{tag}_union"
     step_sql = substitute_step(spec.step_sql, spec.name, working_view, union_view)
@@ -416,11 +424,13 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
         return renamed.select([F.col(f"__sx_c{i}").cast(f.dataType).alias(f.name)
                                for i, f in enumerate(schema.fields)])
 
+    step_text = scoped(step_sql)  # the same text every level: read the views anew
+
     def run_step(working, union=None):
         working.createOrReplaceTempView(working_view)
         if union is not None:
             union.createOrReplaceTempView(union_view)
-        return conform(spark.sql(scoped(step_sql)))
+        return conform(spark.sql(step_text))
 
     try:
         if spec.key:
@@ -429,6 +439,39 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
     finally:
         spark.catalog.dropTempView(working_view)
         spark.catalog.dropTempView(union_view)
+
+
+def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
+    """The recursion run by Spark's native ``WITH RECURSIVE`` with sqlext's limits, or None
+    when Spark refuses its shape."""
+    from pyspark.errors import PySparkException
+    from sqlglot import exp
+
+    from rewrites.dialect import parse_one, to_sql
+
+    union = exp.Union(this=parse_one(spec.anchor_sql), expression=parse_one(spec.step_sql), distinct=False)
+    alias = exp.TableAlias(this=exp.to_identifier(spec.name),
+                           columns=[exp.to_identifier(c) for c in spec.columns])
+    cte = exp.CTE(this=union, alias=alias)
+    cte.set("max_recursion_level", exp.Literal.number(spec.max_level))
+    query = exp.select("*").from_(exp.to_identifier(spec.name))
+    query.set("with_", exp.With(expressions=[cte], recursive=True))
+    try:
+        frame = spark.sql(scoped(to_sql(query)))
+    except PySparkException:  # a shape Spark's recursion refuses: sqlext's own loop runs it
+        return None
+    if [f.dataType for f in frame.schema.fields] != [f.dataType for f in anchor.schema.fields]:
+        return None
+    limits = {"spark.sql.cteRecursionRowLimit": str(spec.row_limit)}
+    try:
+        return _cut(frame, limits)[0]
+    except Exception as error:  # noqa: BLE001 - a Spark error (PySpark's or py4j's), mapped below
+        text = str(error)
+        if "RECURSION_LEVEL_LIMIT_EXCEEDED" in text:
+            raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
+        if "RECURSION_ROW_LIMIT_EXCEEDED" in text:
+            raise row_limit_error(spec.name, spec.max_level, spec.row_limit) from None
+        raise
 
 
 def _levels(spec: RecursiveSpec, anchor, run_step):
@@ -514,7 +557,7 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _cut(frame):
+def _cut(frame, settings: dict | None = None):
     """Materialise ``frame`` and cut its lineage, so that level k's plan does not hold level
     k-1's; returns the new frame and (its row count, an order-free checksum of its rows).
 
@@ -526,13 +569,15 @@ def _cut(frame):
     from pyspark.sql import functions as F
 
     spark = frame.sparkSession
-    conf = "spark.sql.constraintPropagation.enabled"
-    before = spark.conf.get(conf)
-    spark.conf.set(conf, "false")
+    settings = {"spark.sql.constraintPropagation.enabled": "false", **(settings or {})}
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
     try:
         checkpointed = frame.localCheckpoint()
     finally:
-        spark.conf.set(conf, before)
+        for k, v in before.items():
+            spark.conf.set(k, v)
     cut = checkpointed.select([F.col(_quote(c)).alias(c) for c in checkpointed.columns])
     columns = [F.col(_quote(c)) for c in cut.columns]
     digest = F.xxhash64(*columns) if columns else F.lit(0)

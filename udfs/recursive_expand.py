@@ -54,6 +54,7 @@ WALK_MAX_ROWS = 50_000_000
 COLLAPSE_EVERY = 32
 
 _counter = itertools.count(1)
+last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'levels'
 
 
 @dataclass
@@ -299,9 +300,10 @@ def expand(spark, spec: RecursiveSpec, prefix: str = "", path: str | None = None
     lazy graph walk (whose errors surface when the result is read).
 
     ``prefix`` is the ``WITH ...`` clause of the relations anchor and step read; ``path``
-    ('auto', 'walk' or 'levels') defaults to ``spark.sqlext.recursion.path``.
+    ('auto', 'walk', 'jump' or 'levels') defaults to ``spark.sqlext.recursion.path``; the
+    path that ran is left in ``last_path['path']``.
     """
-    from udfs import recursive_plan
+    from udfs import recursive_jump, recursive_plan
 
     path = path or spark.conf.get("spark.sqlext.recursion.path", "auto")
     anchor = spark.sql(f"{prefix} {spec.anchor_sql}" if prefix else spec.anchor_sql)
@@ -315,9 +317,15 @@ def expand(spark, spec: RecursiveSpec, prefix: str = "", path: str | None = None
     else:
         spec.columns = list(anchor.columns)
     if not spec.key and path != "levels":
-        walk_frame = recursive_plan.try_walk(spark, spec, anchor, prefix, force=path == "walk")
+        walk_frame = None if path == "jump" else \
+            recursive_plan.try_walk(spark, spec, anchor, prefix, force=path == "walk")
+        last_path["path"] = "walk"
+        if walk_frame is None and path in ("auto", "jump"):  # one parent per node: path doubling
+            walk_frame = recursive_jump.try_jump(spark, spec, anchor, prefix)
+            last_path["path"] = "jump"
         if walk_frame is not None:
             return walk_frame
+    last_path["path"] = "levels"
     return run_levels(spark, spec, anchor, prefix)
 
 

@@ -47,7 +47,10 @@ FUNCTION = "RECURSIVE_EXPAND"
 
 # Open rows up to this count are broadcast to the join with the lists (no shuffle of the
 # lists, which grow to the size of the result); above it the round is a shuffled join.
-BROADCAST_OPEN_ROWS = 2_000_000
+BROADCAST_OPEN_ROWS = 100_000
+# From the second round on, the keys jumped to are a small part of all keys (in a random
+# forest of 10^6 nodes: 28%, 10%, 2%): up to this many, they filter the lists map-side.
+BROADCAST_TARGETS = 2_000_000
 
 _INTEGRAL = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 _tags = itertools.count(1)
@@ -256,6 +259,8 @@ def try_jump(spark, spec, anchor, prefix: str):
         step, r_alias, e_alias, e_sql = _split_step(spec)
         e_frame = spark.sql(f"{prefix} {e_sql}" if prefix else e_sql)
         plan = compile_jump(spec, anchor, e_frame, r_alias, e_alias, step)
+        if any(k[0] == "count" and abs(k[1]) * spec.max_level >= 2**62 for k in plan.kinds):
+            raise _NoJump("a counter's step times the level limit does not fit a BIGINT")
     except _NoJump as why:
         last_run.clear()
         last_run.update(path=None, why=str(why))
@@ -288,17 +293,23 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     parent = plan.kinds[plan.frontier][1]
     values = sorted({kind[1] for kind in plan.kinds if kind[0] == "node"})  # e columns in the output
     arrays = {i: f"__sx_a{i}" for i in values}
+    # one row per key, counting the key's rows: one parent per node is checked on the data
+    # (a key twice means the step branches, which this method cannot follow)
     start = e.select(as_key(F.col(_e_name(plan.key))).alias("__sx_k"),
                      as_key(F.col(_e_name(parent))).alias("__sx_n"),
-                     *[F.array(F.col(_e_name(i))).alias(arrays[i]) for i in values]) \
-        .where(F.col("__sx_k").isNotNull())
+                     *[F.col(_e_name(i)).alias(arrays[i]) for i in values]) \
+        .where(F.col("__sx_k").isNotNull()).groupBy("__sx_k").agg(
+            F.count(F.lit(1)).alias("__sx_count"), F.first("__sx_n").alias("__sx_n"),
+            *[F.array(F.first(a)).alias(a) for a in arrays.values()])
+    _trace("start")
     start = _cut(start.withColumn("__sx_o", F.col("__sx_n").isNotNull()))
-    # one parent per node: a key twice means the step branches, which this method cannot follow
-    if not start.groupBy("__sx_k").count().where(F.col("count") > 1).isEmpty():
+    _trace("lists of one value")
+    if not start.where(F.col("__sx_count") > 1).isEmpty():
         last_run.clear()
         last_run.update(path=None, why="the key is not unique")
         return None
-
+    start = start.drop("__sx_count")
+    _trace("unique keys checked")
     lists = [name for name in arrays.values()]
     done = []  # rows whose chain ended, one frame per round
     current = start
@@ -307,7 +318,12 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     done.append(current.where("NOT __sx_o"))
     rounds, counts, length = 0, [open_count], 1
     while open_count and length < spec.max_level:
-        lookup = _union(done + [opened]).select(
+        lookup = _union(done + [opened])
+        if rounds:  # from the second round on, few rows are jumped to: filter the lists on them
+            targets = _cut(opened.select(F.col("__sx_n").alias("__sx_t")).where("__sx_t IS NOT NULL").distinct())
+            if targets.count() <= BROADCAST_TARGETS:
+                lookup = lookup.join(F.broadcast(targets), F.col("__sx_k") == F.col("__sx_t"), "left_semi")
+        lookup = lookup.select(
             F.col("__sx_k").alias("__sx_lk"), F.col("__sx_n").alias("__sx_ln"), F.col("__sx_o").alias("__sx_lo"),
             *[F.col(a).alias(a + "l") for a in lists])
         if open_count <= BROADCAST_OPEN_ROWS:
@@ -328,9 +344,11 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         opened = current.where("__sx_o")
         done.append(current.where("NOT __sx_o"))
         open_count = opened.count()
+        _trace(f"round {rounds}: {open_count} open")
         rounds += 1
         length *= 2
         counts.append(open_count)
+    _trace("rounds done")
     chains = _union(done + [opened])  # still open here: at least max_level values
 
     anchor_rows = anchor.toDF(*[_c_name(j) for j in range(len(anchor.columns))])
@@ -341,44 +359,58 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         if not reached.isEmpty():
             raise level_limit_error(spec.name, spec.max_level, spec.max_level)
 
+    _trace("level limit checked")
     last_run.clear()
     last_run.update(path="jump", rounds=rounds, open_rows=counts)
     fields = anchor.schema.fields
     joined = anchor_rows.join(chains.drop("__sx_n", "__sx_o"), frontier_key == F.col("__sx_k"), "left")
-    first = F.struct(*[F.col(_c_name(j)).alias(_c_name(j)) for j in range(len(fields))])
+    # level 0 is the anchor row: the walked list gets a NULL in front, so that position p of
+    # the exploded list is level p (flat columns and posexplode: code-generated, unlike a lambda)
     walked = arrays[parent]
-
-    def level(value, i):
-        out = []
-        for j, kind in enumerate(plan.kinds):
-            if kind[0] == "carry":
-                column = F.col(_c_name(j))
-            elif kind[0] == "node":
-                column = (value if kind[1] == parent else F.col(arrays[kind[1]])[i]).cast(fields[j].dataType)
-            else:
-                column = _counter(F.col(_c_name(j)), i + 1, kind[1], fields[j].dataType, spec.name)
-            out.append(column.alias(_c_name(j)))
-        return F.struct(*out)
-
-    later = F.transform(F.col(walked), level)
-    rows = F.when(F.col(walked).isNull(), F.array(first)).otherwise(F.concat(F.array(first), later))
-    result = joined.select(F.inline(rows))
-    return result.select([F.col(_c_name(j)).alias(f.name) for j, f in enumerate(fields)])
+    empty = F.array().cast(chains.schema[walked].dataType)
+    exploded = joined.select(
+        *[_c_name(j) for j in range(len(fields))], *[a for a in lists if a != walked],
+        F.posexplode(F.concat(F.array(F.lit(None).cast(chains.schema[walked].dataType.elementType)),
+                              F.coalesce(F.col(walked), empty))).alias("__sx_p", "__sx_v"))
+    at_anchor = F.col("__sx_p") == 0
+    out = []
+    for j, kind in enumerate(plan.kinds):
+        column = F.col(_c_name(j))
+        if kind[0] == "node":
+            value = F.col("__sx_v") if kind[1] == parent else F.get(F.col(arrays[kind[1]]), F.col("__sx_p") - 1)
+            column = F.when(at_anchor, column).otherwise(value.cast(fields[j].dataType))
+        elif kind[0] == "count":
+            column = F.when(at_anchor, column).otherwise(
+                _counter(column, F.col("__sx_p"), kind[1], fields[j].dataType, spec.name))
+        out.append(column.alias(fields[j].name))
+    return exploded.select(out)
 
 
 def _counter(column, level, step: int, data_type, name: str):
-    """``column + level * step`` in the column's type; out of range fails as the walk does."""
+    """``column + level * step`` in the column's type; out of range fails as the walk does
+    (BIGINT arithmetic; a BIGINT column is added with try_add, whose NULL is the overflow)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DecimalType
+    from pyspark.sql.types import LongType
 
     bits = _INTEGRAL[data_type.simpleString()]
-    wide = DecimalType(38, 0)
-    value = column.cast(wide) + level.cast(wide) * F.lit(step).cast(wide)
-    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    long = LongType()
+    offset = level.cast(long) * F.lit(step).cast(long)  # level <= max_level: the rounds stop there
     message = message_text("RECURSION_VALUE_OUT_OF_RANGE", function=FUNCTION, name=name,
-                           reason=f"{data_type.simpleString()} is {low} to {high}")
-    outside = (value < F.lit(low).cast(wide)) | (value > F.lit(high).cast(wide))
+                           reason=f"{data_type.simpleString()} is {-(2 ** (bits - 1))} to {2 ** (bits - 1) - 1}")
+    if bits == 64:
+        value = F.try_add(column, offset)
+        outside = value.isNull() & column.isNotNull()
+    else:
+        value = column.cast(long) + offset
+        outside = (value < F.lit(-(2 ** (bits - 1)))) | (value > F.lit(2 ** (bits - 1) - 1))
     return F.when(outside, F.raise_error(F.lit(message))).otherwise(value.cast(data_type))
+
+
+def _trace(what):
+    import os
+    import time
+    if os.environ.get("SQLEXT_JUMP_TRACE"):
+        print(f"  jump {time.perf_counter():.2f}: {what}", flush=True)
 
 
 def _union(frames):

@@ -36,7 +36,6 @@ counter out of its column's range fails when it is read, with
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -53,7 +52,6 @@ BROADCAST_OPEN_ROWS = 100_000
 BROADCAST_TARGETS = 2_000_000
 
 _INTEGRAL = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
-_tags = itertools.count(1)
 
 # What the last run did (for ``sqlext bench recursion`` and tests): rounds, open rows per round.
 last_run: dict = {}

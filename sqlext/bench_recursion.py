@@ -18,6 +18,14 @@ Timing starts before ``sqlext.sql``, which computes the recursion eagerly, so no
 left out of sqlext's side.
 
     sqlext bench recursion --nodes 1000000 --depth 1000 --runs 3
+
+Each case prints the path sqlext took (``walk``, ``jump`` or ``levels``). With
+``--forest-only`` only the forest runs, on sqlext alone (native would take hours at 10^7
+nodes), timed from the text to the last row (written to Spark's ``noop`` sink, as ``bench
+scale`` does) with the peak resident memory of the Python driver and of the JVM; ``--path``
+forces a path (``spark.sqlext.recursion.path``):
+
+    sqlext bench recursion --forest-only --nodes 10000000 --path jump --runs 1
 """
 
 from __future__ import annotations
@@ -57,15 +65,28 @@ SELECT * FROM bom"""
 LAYERS = 20
 
 
-def make_inputs(spark, nodes: int, depth: int, directory: str) -> None:
-    spark.range(1, depth).selectExpr("id AS src", "id + 1 AS dst") \
-        .write.mode("overwrite").parquet(f"{directory}/chain")
+def make_inputs(spark, nodes: int, depth: int, directory: str, only: tuple[str, ...] = ("chain", "forest", "parts")) -> None:
+    if "chain" in only:
+        spark.range(1, depth).selectExpr("id AS src", "id + 1 AS dst") \
+            .write.mode("overwrite").parquet(f"{directory}/chain")
+    if "forest" in only:
+        _make_forest(spark, nodes, directory)
+    if "parts" in only:
+        _make_parts(spark, nodes, directory)
+    for name in only:
+        spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(f"bench_{name}")
+
+
+def _make_forest(spark, nodes: int, directory: str) -> None:
     roots = max(1, nodes // 1000)
     spark.range(nodes).selectExpr(
         "id",
         f"CASE WHEN id < {roots} THEN NULL "
         "ELSE CAST(floor(pmod(hash(id, 1), 1000000007) / 1000000007.0 * id) AS BIGINT) END AS parent",
     ).write.mode("overwrite").parquet(f"{directory}/forest")
+
+
+def _make_parts(spark, nodes: int, directory: str) -> None:
     width = max(1, nodes // 5 // LAYERS)
     # a part in layer l (not the last) has two sub-parts in layer l + 1 half of the time, none
     # otherwise: about one child per part, and parts of the next layer shared by several parents
@@ -75,8 +96,6 @@ def make_inputs(spark, nodes: int, depth: int, directory: str) -> None:
         f"(CAST(parent / {width} AS BIGINT) + 1) * {width} + pmod(hash(parent, j, 3), {width}) AS child",
         "CAST(1 + pmod(hash(parent, j, 5), 3) AS BIGINT) AS qty",
     ).write.mode("overwrite").parquet(f"{directory}/parts")
-    for name in ("chain", "forest", "parts"):
-        spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(f"bench_{name}")
 
 
 def timed(factory) -> tuple[float, tuple]:
@@ -132,8 +151,8 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
             mine, theirs, (rows, _) = measure(name, lambda q=query: sqlext.sql(spark, q),
                                               lambda q=query: spark.sql(q), runs, native_runs, warm_native)
             note = "" if warm_native else ", native without warm-up"
-            report(f"{title}; {rows:,} rows (sqlext {len(mine.seconds)} runs, native "
-                   f"{len(theirs.seconds)}{note})", mine, theirs)
+            report(f"{title}; {rows:,} rows (sqlext {len(mine.seconds)} runs on the {_path_taken()} path, "
+                   f"native {len(theirs.seconds)}{note})", mine, theirs)
             print(f"  speed-up native/sqlext: {theirs.median / mine.median:.1f}x")
             results[name] = (mine, theirs)
         return results
@@ -141,4 +160,42 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
         spark.conf.unset("spark.sql.cteRecursionLevelLimit")
         spark.conf.unset("spark.sql.cteRecursionRowLimit")
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _path_taken() -> str:
+    from udfs import recursive_expand, recursive_jump
+
+    path = recursive_expand.last_path.get("path") or "?"
+    if path == "jump" and recursive_jump.last_run.get("path") == "jump":
+        path += f" ({recursive_jump.last_run['rounds']} rounds)"
+    return path
+
+
+def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
+    """The forest's ancestors on sqlext alone: seconds per run (from the text to the last
+    row, written to the noop sink) and the peak resident memory (MB) of the Python driver
+    and of the JVM over all runs."""
+    import os
+
+    import sqlext
+    from sqlext.bench_scale import Sampler, _jvm_pid
+
+    directory = tempfile.mkdtemp(prefix="sqlext-bench-")
+    spark.conf.set("spark.sqlext.recursion.path", path)
+    try:
+        make_inputs(spark, nodes, 2, directory, only=("forest",))
+        seconds = []
+        with Sampler((os.getpid(), _jvm_pid(spark))) as sampler:
+            for _ in range(runs):
+                started = time.perf_counter()
+                sqlext.sql(spark, FOREST).write.format("noop").mode("overwrite").save()
+                seconds.append(time.perf_counter() - started)
+        rows = spark.table("bench_forest").count()
+        print(f"random forest of {rows:,} nodes, all (node, ancestor, depth) pairs, path {path!r}: "
+              f"{_path_taken()}; runs {', '.join(f'{s:.2f} s' for s in seconds)}; peak RSS: Python driver "
+              f"{sampler.peaks[0]:.0f} MB, JVM {sampler.peaks[1]:.0f} MB", flush=True)
+        return seconds, sampler.peaks
+    finally:
+        spark.conf.unset("spark.sqlext.recursion.path")
         shutil.rmtree(directory, ignore_errors=True)

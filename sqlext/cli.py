@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--depth", type=int, default=1_000, help="recursion: chain depth")
     bench.add_argument("--native-chain-runs", type=int, default=1,
                        help="recursion: native runs on the chain (each costs a job per level)")
+    bench.add_argument("--forest-only", action="store_true",
+                       help="recursion: only the forest, sqlext alone, with the driver's peak memory")
+    bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
+                       help="recursion --forest-only: force the recursion's path (default auto)")
 
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -77,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         from sqlext.models import main as build_main
 
         return build_main(args)
+    if args.command == "bench" and args.what == "recursion" and args.forest_only:
+        from sqlext.bench_recursion import bench_forest
+        from sqlext.session import local_session
+
+        bench_forest(local_session("sqlext-bench"), nodes=args.nodes, runs=args.runs, path=args.path)
+        return 0
     if args.command == "bench" and args.what == "recursion":
         from sqlext.bench_recursion import bench_recursion
         from sqlext.session import local_session

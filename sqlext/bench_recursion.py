@@ -155,12 +155,56 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
                    f"native {len(theirs.seconds)}{note})", mine, theirs)
             print(f"  speed-up native/sqlext: {theirs.median / mine.median:.1f}x")
             results[name] = (mine, theirs)
+        results["levels"] = bench_levels(spark, LEVELS, runs)
         return results
     finally:
         spark.conf.unset("spark.sql.cteRecursionLevelLimit")
         spark.conf.unset("spark.sql.cteRecursionRowLimit")
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+LEVELS = 300
+
+COUNTER = """
+WITH RECURSIVE r(n) MAX RECURSION LEVEL {limit} AS (
+  SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < {levels})
+SELECT * FROM r"""
+
+KEYED = """
+WITH RECURSIVE r(k, v) USING KEY (k) MAX RECURSION LEVEL {limit} AS (
+  SELECT id, 0 FROM range(100) UNION ALL SELECT k, v + 1 FROM r WHERE v < {levels})
+SELECT * FROM r"""
+
+
+def bench_levels(spark, levels: int, runs: int):
+    """The level-by-level path's cost per level: a counter to ``levels`` forced onto the level
+    path against Spark's native recursion of the same text, and a ``USING KEY`` recursion (100
+    keys, every key changing at every level: sqlext's own loop) at ``levels / 4`` and
+    ``levels`` levels, whose cost per level should not grow with the number of levels."""
+    import sqlext
+
+    spark.conf.set("spark.sqlext.recursion.path", "levels")
+    try:
+        query = COUNTER.format(levels=levels, limit=levels + 10)
+        mine, theirs, _ = measure("counter", lambda: sqlext.sql(spark, query), lambda: spark.sql(query),
+                                  runs, runs, True)
+        per = 1000 / levels
+        print(f"level path, a counter to {levels}: sqlext {mine.median * per:.1f} ms a level "
+              f"({_path_taken()} path), native {theirs.median * per:.1f} ms a level: "
+              f"{mine.median / theirs.median:.2f}x")
+        keyed = {}
+        for depth in (max(1, levels // 4), levels):
+            text = KEYED.format(levels=depth, limit=depth + 10)
+            seconds = sorted(timed(lambda t=text: sqlext.sql(spark, t))[0] for _ in range(max(runs, 1)))
+            keyed[depth] = seconds[len(seconds) // 2] / (depth + 1)
+        low, high = sorted(keyed)
+        print(f"USING KEY on sqlext's level loop (100 keys): {keyed[low] * 1000:.1f} ms a level at {low} "
+              f"levels, {keyed[high] * 1000:.1f} ms a level at {high} levels "
+              f"({keyed[high] / keyed[low]:.2f}x)", flush=True)
+        return mine, theirs, keyed
+    finally:
+        spark.conf.unset("spark.sqlext.recursion.path")
 
 
 def _path_taken() -> str:

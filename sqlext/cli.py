@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="recursion: native runs on the chain (each costs a job per level)")
     bench.add_argument("--forest-only", action="store_true",
                        help="recursion: only the forest, sqlext alone, with the driver's peak memory")
+    bench.add_argument("--levels-only", type=int, default=None, metavar="N",
+                       help="recursion: only the level path's cost per level, over N levels, against native")
     bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
                        help="recursion --forest-only: force the recursion's path (default auto)")
 
@@ -81,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         from sqlext.models import main as build_main
 
         return build_main(args)
+    if args.command == "bench" and args.what == "recursion" and args.levels_only:
+        from sqlext.bench_recursion import bench_levels
+        from sqlext.session import local_session
+
+        bench_levels(local_session("sqlext-bench"), levels=args.levels_only, runs=args.runs)
+        return 0
     if args.command == "bench" and args.what == "recursion" and args.forest_only:
         from sqlext.bench_recursion import bench_forest
         from sqlext.session import local_session

@@ -140,20 +140,7 @@ class Scope:
 
     @staticmethod
     def at(node: exp.Expression) -> "Scope":
-        levels = []
-        child, current = node, node.parent
-        while current is not None:
-            if isinstance(current, exp.With):
-                ctes = current.expressions
-                index = next((i for i, c in enumerate(ctes) if c is child), None)
-                recursive = bool(current.args.get("recursive"))
-                if index is not None:  # inside a CTE body: the ones before it (and itself)
-                    levels.append((ctes[:index + 1] if recursive else ctes[:index], recursive))
-            elif isinstance(current.args.get("with_"), exp.With) and child is not current.args["with_"]:
-                with_ = current.args["with_"]
-                levels.append((list(with_.expressions), bool(with_.args.get("recursive"))))
-            child, current = current, current.parent
-        return Scope(levels)
+        return Scope(list(_enclosing_levels(node)))
 
     def without(self, name: str) -> "Scope":
         """This scope less the CTE ``name`` at the innermost level that defines it."""
@@ -201,20 +188,23 @@ def free_table_names(node: exp.Expression) -> set[str]:
 
 
 def _bound_below(table: exp.Table, name: str, top: exp.Expression) -> bool:
-    child, current = table, table.parent
+    return any(c.alias_or_name.lower() == name for ctes, _ in _enclosing_levels(table, top) for c in ctes)
+
+
+def _enclosing_levels(node: exp.Expression, top: exp.Expression | None = None):
+    """The CTEs visible at ``node`` from each ``WITH`` around it (up to ``top``), innermost
+    first, as (CTEs in definition order, recursive)."""
+    child, current = node, node.parent
     while current is not None:
         if isinstance(current, exp.With):
             ctes = current.expressions
             index = next((i for i, c in enumerate(ctes) if c is child), None)
             recursive = bool(current.args.get("recursive"))
-            if index is not None:
-                visible = ctes[:index + 1] if recursive else ctes[:index]
-                if any(c.alias_or_name.lower() == name for c in visible):
-                    return True
+            if index is not None:  # inside a CTE body: the ones before it (and itself)
+                yield (ctes[:index + 1] if recursive else ctes[:index]), recursive
         elif isinstance(current.args.get("with_"), exp.With) and child is not current.args["with_"]:
-            if any(c.alias_or_name.lower() == name for c in current.args["with_"].expressions):
-                return True
+            with_ = current.args["with_"]
+            yield list(with_.expressions), bool(with_.args.get("recursive"))
         if current is top:
-            return False
+            return
         child, current = current, current.parent
-    return False

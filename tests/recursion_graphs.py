@@ -58,3 +58,17 @@ def semi_naive(anchor: list[tuple], step, distinct: bool, max_level: int = 10_00
 
 def multiset(rows) -> Counter:
     return Counter(tuple(r) for r in rows)
+
+
+def error_of(run):
+    """The sqlext error ``run()`` raises, whether sqlext raises it itself (level by level) or
+    reading the result does (the graph walk is lazy, like any Spark query)."""
+    import pytest
+
+    from sqlext.errors import find_in
+
+    with pytest.raises(Exception) as caught:
+        run()
+    found = find_in(caught.value)
+    assert found is not None, caught.value
+    return found

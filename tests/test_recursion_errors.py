@@ -1,22 +1,13 @@
-"""Seed 004's termination rules: steps that cannot stop are refused before anything runs
+"""KIP-857's termination rules: steps that cannot stop are refused before anything runs
 (RECURSION_NON_TERMINATING), and a recursion still producing rows at its level limit fails
 with RECURSION_LEVEL_LIMIT_EXCEEDED, counted as Spark counts levels."""
 
 import pytest
 
 import sqlext
+from recursion_graphs import error_of
 from sqlext.cli import main
-from sqlext.errors import find_in
 
-
-def error_of(run):
-    """The sqlext error a statement raises, whether sqlext.sql raises it (level by level) or
-    reading the result does (the graph walk is lazy, like any Spark query)."""
-    with pytest.raises(Exception) as caught:
-        run()
-    found = find_in(caught.value)
-    assert found is not None, caught.value
-    return found
 
 NON_TERMINATING = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT * FROM r) SELECT * FROM r",

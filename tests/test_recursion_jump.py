@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from recursion_graphs import multiset, semi_naive, tree
-from sqlext.errors import find_in
+from recursion_graphs import error_of, multiset, semi_naive, tree
 from udfs import recursive_expand, recursive_jump
 
 ANCESTORS = """
@@ -36,14 +35,6 @@ def same_on_all_paths(spark, path, query, paths=("walk", "levels")):
     for name in paths:
         assert run(spark, path, name, query)[:2] == (schema, rows), name
     return schema, rows
-
-
-def error_of(run_it):
-    with pytest.raises(Exception) as caught:
-        run_it()
-    found = find_in(caught.value)
-    assert found is not None, caught.value
-    return found
 
 
 def forest(rng, nodes, trees):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import sqlext
-from recursion_graphs import multiset
+from recursion_graphs import error_of, multiset
 from sqlext.errors import find_in
 
 PATHS = ["auto", "walk", "levels"]
@@ -17,14 +17,6 @@ PATHS = ["auto", "walk", "levels"]
 
 def both(spark, query):
     return multiset(sqlext.sql(spark, query).collect()), multiset(spark.sql(query).collect())
-
-
-def error_of(run):
-    with pytest.raises(Exception) as caught:
-        run()
-    found = find_in(caught.value)
-    assert found is not None, caught.value
-    return found
 
 
 @pytest.fixture

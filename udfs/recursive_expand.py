@@ -8,17 +8,21 @@ every row seen at an earlier level (so cyclic data ends). A level limit ``n`` al
 one row per key: a level's row for a key replaces the key's row, and only rows that changed
 go on to the next level.
 
-Two executions give the same rows:
+Three executions give the same rows:
 
-* **graph walk** (:func:`walk`, pure Arrow/numpy, no JVM): the step joins the previous level
-  with one relation on an integer equality and computes its columns in a small vocabulary
+* **graph walk** (:func:`walk`, pure Arrow/numpy, no JVM): the step reads the previous level
+  alone or joins it with one relation on an integer equality, and computes its columns in a
+  small vocabulary
   (column references, integer ``+``/``-``/``*``, string ``||``/``concat``, ``CAST(.. AS STRING)``,
   comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``). The relation is collected once,
   sorted by the join key (CSR adjacency), shipped to the workers, and each partition of seeds
   runs the whole fixpoint in one pass of vectorised code (``mapInArrow``): one Spark job in
   all, not one per level.
-* **levels** (:func:`run_levels`): anything else, one Spark query per level over the
-  previous level (checkpointed, so the plan does not grow).
+* **path doubling** (:mod:`udfs.recursive_jump`, on request): one parent per node, in
+  ``log2(depth) + 1`` Spark joins.
+* **levels** (:func:`run_levels`): anything else; under ``UNION ALL`` Spark's own recursion
+  where it accepts the shape, else one Spark query per level over the previous level
+  (checkpointed, so the plan does not grow).
 
 >>> import pyarrow as pa
 >>> edges = EdgeIndex.build(pa.table({"src": [1, 2], "dst": [2, 3]}), "src")

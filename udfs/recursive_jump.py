@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlext.errors import message_text
+from udfs.recursive_plan import conjuncts
 
 FUNCTION = "RECURSIVE_EXPAND"
 
@@ -115,7 +116,7 @@ def compile_jump(spec, anchor, e_frame, r_alias: str, e_alias: str, step: exp.Se
         return found[0]
 
     join = step.args["joins"][0]
-    conditions = _conjuncts(join.args.get("on")) + _conjuncts((step.args.get("where") or exp.Where()).this)
+    conditions = conjuncts(join.args.get("on")) + conjuncts((step.args.get("where") or exp.Where()).this)
     key = None
     kept = []
     for condition in conditions:
@@ -201,16 +202,6 @@ def _integer(node) -> int | None:
     if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
         return sign * int(node.this)
     return None
-
-
-def _conjuncts(node) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
 
 
 def _split_step(spec):

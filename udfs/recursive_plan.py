@@ -150,7 +150,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
 
-    conditions = _conjuncts(join.args.get("on")) + _conjuncts((step.args.get("where") or exp.Where()).this)
+    conditions = conjuncts(join.args.get("on")) + conjuncts((step.args.get("where") or exp.Where()).this)
     key = None
     filters = []
     for condition in conditions:
@@ -181,7 +181,7 @@ def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):
         raise _NoWalk("the step does not read the CTE")
     r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
     compiler = _Compiler(source.alias_or_name.lower(), None, r_types, {})
-    filters = [compiler.boolean(c) for c in _conjuncts((step.args.get("where") or exp.Where()).this)]
+    filters = [compiler.boolean(c) for c in conjuncts((step.args.get("where") or exp.Where()).this)]
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=None, key_e=None,
                     projections=_projections(step, spec, compiler, r_types), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
@@ -203,13 +203,13 @@ def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", r
     return projections
 
 
-def _conjuncts(node) -> list[exp.Expression]:
+def conjuncts(node) -> list[exp.Expression]:
     if node is None:
         return []
     if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
+        return conjuncts(node.this)
     if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
+        return conjuncts(node.this) + conjuncts(node.expression)
     return [node]
 
 

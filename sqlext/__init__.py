@@ -101,6 +101,8 @@ def run_statement(spark, text: str):
     from sqlext.errors import find_in
     from sqlext.session import SparkRelations
 
+    from sqlglot.errors import ParseError, TokenError
+
     rewritten = rewrite_statement(text, SparkRelations(spark))
     try:
         if "recursive_cte_to_expand" in rewritten.notes.fired:
@@ -108,6 +110,12 @@ def run_statement(spark, text: str):
 
             return spark.sql(run_calls(spark, rewritten.sql))
         return spark.sql(rewritten.sql)
+    except (ParseError, TokenError) as error:  # a part sqlext wrote cannot be read back
+        raise SqlextError(
+            "UNSUPPORTED_STATEMENT", function="sqlext sql",
+            reason=f"sqlext cannot read back a part of the rewritten statement "
+                   f"({str(error).splitlines()[0] if str(error) else type(error).__name__})",
+            fix="Run it with spark.sql, or simplify the recursive CTE's anchor or step.") from None
     except PySparkException as error:
         ours = find_in(error)
         if ours is not None:

@@ -48,18 +48,12 @@ def main(master: str, work: Path) -> None:
 
     result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES}
 
-    from self_join_fixtures import EVENTS, PAGES, USERS, read_fixtures
-    from test_self_join_differential import random_dimensions, random_events
+    from self_join_fixtures import read_fixtures
+    from test_self_join_differential import register_fixture_relations
     from rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 
-    def ddl(columns):
-        return ", ".join(f"{c} {t}" for c, t in columns.items())
-
-    users, pages = random_dimensions(1)
-    for name, data, columns in (("events", random_events(1), EVENTS), ("users", users, USERS),
-                                ("pages", pages, PAGES)):
-        spark.createDataFrame(data, ddl(columns)).createOrReplaceTempView(name)
+    register_fixture_relations(spark, 1)
     result["self_joins"] = {}
     for fixture in read_fixtures()[1]:
         if fixture.noop:

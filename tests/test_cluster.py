@@ -64,11 +64,9 @@ def test_examples_match_their_golden_output(cluster_result):
 
 
 def test_self_join_rewrites_match_the_original_and_local_mode(spark, cluster_result):
-    from self_join_fixtures import EVENTS
-    from test_self_join_differential import random_events
+    from test_self_join_differential import FIXTURE_RELATIONS, register_fixture_relations
 
-    ddl = ", ".join(f"{c} {t}" for c, t in EVENTS.items())
-    spark.createDataFrame(random_events(1), ddl).createOrReplaceTempView("events")
+    register_fixture_relations(spark, 1)
     try:
         assert len(cluster_result["self_joins"]) >= 15
         for title, (original, rewritten) in cluster_result["self_joins"].items():
@@ -80,7 +78,8 @@ def test_self_join_rewrites_match_the_original_and_local_mode(spark, cluster_res
                 local = sorted(repr(tuple(r)) for r in spark.sql(fixture.query).collect())
                 assert cluster_result["self_joins"][fixture.title][0] == local, fixture.title
     finally:
-        spark.catalog.dropTempView("events")
+        for name in FIXTURE_RELATIONS:
+            spark.catalog.dropTempView(name)
 
 
 def test_table_function_runs_on_executors_like_the_rewrite(cluster_result):

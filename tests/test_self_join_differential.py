@@ -55,15 +55,22 @@ def random_dimensions(seed: int):
     return users + users[:2], pages + pages[:1]
 
 
-@pytest.fixture(scope="module", params=[1, 2])
-def events(request, spark):
-    frame = spark.createDataFrame(random_events(request.param), DDL)
-    frame.createOrReplaceTempView("events")
-    users, pages = random_dimensions(request.param)
+FIXTURE_RELATIONS = ("events", "users", "pages")
+
+
+def register_fixture_relations(spark, seed: int) -> None:
+    """The relations the fixtures read, as temporary views of random rows."""
+    users, pages = random_dimensions(seed)
+    spark.createDataFrame(random_events(seed), DDL).createOrReplaceTempView("events")
     spark.createDataFrame(users, ddl(USERS)).createOrReplaceTempView("users")
     spark.createDataFrame(pages, ddl(PAGES)).createOrReplaceTempView("pages")
+
+
+@pytest.fixture(scope="module", params=[1, 2])
+def events(request, spark):
+    register_fixture_relations(spark, request.param)
     yield "events"
-    for name in ("events", "users", "pages"):
+    for name in FIXTURE_RELATIONS:
         spark.catalog.dropTempView(name)
 
 

@@ -290,15 +290,12 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         .where(F.col("__sx_k").isNotNull()).groupBy("__sx_k").agg(
             F.count(F.lit(1)).alias("__sx_count"), F.first("__sx_n").alias("__sx_n"),
             *[F.array(F.first(a)).alias(a) for a in arrays.values()])
-    _trace("start")
     start = _cut(start.withColumn("__sx_o", F.col("__sx_n").isNotNull()))
-    _trace("lists of one value")
     if not start.where(F.col("__sx_count") > 1).isEmpty():
         last_run.clear()
         last_run.update(path=None, why="the key is not unique")
         return None
     start = start.drop("__sx_count")
-    _trace("unique keys checked")
     lists = [name for name in arrays.values()]
     done = []  # rows whose chain ended, one frame per round
     current = start
@@ -333,11 +330,9 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         opened = current.where("__sx_o")
         done.append(current.where("NOT __sx_o"))
         open_count = opened.count()
-        _trace(f"round {rounds}: {open_count} open")
         rounds += 1
         length *= 2
         counts.append(open_count)
-    _trace("rounds done")
     chains = _union(done + [opened])  # still open here: at least max_level values
 
     anchor_rows = anchor.toDF(*[_c_name(j) for j in range(len(anchor.columns))])
@@ -348,7 +343,6 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         if not reached.isEmpty():
             raise level_limit_error(spec.name, spec.max_level, spec.max_level)
 
-    _trace("level limit checked")
     last_run.clear()
     last_run.update(path="jump", rounds=rounds, open_rows=counts)
     fields = anchor.schema.fields
@@ -393,13 +387,6 @@ def _counter(column, level, step: int, data_type, name: str):
         value = column.cast(long) + offset
         outside = (value < F.lit(-(2 ** (bits - 1)))) | (value > F.lit(2 ** (bits - 1) - 1))
     return F.when(outside, F.raise_error(F.lit(message))).otherwise(value.cast(data_type))
-
-
-def _trace(what):
-    import os
-    import time
-    if os.environ.get("SQLEXT_JUMP_TRACE"):
-        print(f"  jump {time.perf_counter():.2f}: {what}", flush=True)
 
 
 def _union(frames):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlext.errors import message_text
-from udfs.recursive_plan import conjuncts
+from udfs.recursive_plan import conjuncts, split_join
 
 FUNCTION = "RECURSIVE_EXPAND"
 
@@ -209,21 +209,15 @@ def _split_step(spec):
     from rewrites.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
-    if not isinstance(step, exp.Select) or len(step.args.get("joins") or []) != 1:
-        raise _NoJump("the step does not join the CTE with exactly one relation")
+    if not isinstance(step, exp.Select):
+        raise _NoJump("the step is not a SELECT")
     if any(step.args.get(k) for k in ("distinct", "group", "having", "qualify", "limit", "offset", "order",
                                        "windows", "laterals", "with_", "distribute", "sort", "cluster")):
         raise _NoJump("the step has a clause of its own")
-    join = step.args["joins"][0]
-    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER") \
-            or join.args.get("using") or join.args.get("method"):
-        raise _NoJump("not an inner join with ON")
-    first, second = step.args["from_"].this, join.this
-    is_r = [isinstance(t, exp.Table) and not t.db and isinstance(t.this, exp.Identifier)
-            and t.name.lower() == spec.name.lower() for t in (first, second)]
-    if is_r.count(True) != 1:
-        raise _NoJump("the CTE is not one side of the join")
-    r_table, e_table = (first, second) if is_r[0] else (second, first)
+    try:
+        _, r_table, e_table = split_join(step, spec.name)
+    except ValueError as why:
+        raise _NoJump(str(why)) from None
     if isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
         source = exp.Table(this=e_table.this.copy(), db=e_table.args.get("db"), catalog=e_table.args.get("catalog"))
     elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):

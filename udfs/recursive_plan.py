@@ -125,15 +125,10 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         raise _NoWalk("DISTINCT step")
     if not joins:
         return _compile_alone(spec, step, anchor)
-    join = joins[0]
-    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER") or join.args.get("using"):
-        raise _NoWalk("not an inner join with ON")
-    first, second = step.args["from_"].this, join.this
-    is_r = [isinstance(t, exp.Table) and not t.db and isinstance(t.this, exp.Identifier)
-            and t.name.lower() == spec.name.lower() for t in (first, second)]
-    if is_r.count(True) != 1:
-        raise _NoWalk("the CTE is not one side of the join")
-    r_table, e_table = (first, second) if is_r[0] else (second, first)
+    try:
+        join, r_table, e_table = split_join(step, spec.name)
+    except ValueError as why:
+        raise _NoWalk(str(why)) from None
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
@@ -172,6 +167,25 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
                     row_limit=spec.row_limit)
     edge_columns = sorted(compiler.e_used | {key[1]})
     return plan, e_source, edge_columns
+
+
+def split_join(step: exp.Select, name: str):
+    """The one inner join (with ON) of a step that joins the CTE ``name`` with one relation:
+    (the join, the CTE's table, the relation), whichever is written first; ValueError says
+    why the step is not that."""
+    joins = step.args.get("joins") or []
+    if len(joins) != 1:
+        raise ValueError("the step does not join the CTE with exactly one relation")
+    join = joins[0]
+    if join.args.get("side") or (join.args.get("kind") or "").upper() not in ("", "INNER") \
+            or join.args.get("using") or join.args.get("method"):
+        raise ValueError("not an inner join with ON")
+    first, second = step.args["from_"].this, join.this
+    is_r = [isinstance(t, exp.Table) and not t.db and isinstance(t.this, exp.Identifier)
+            and t.name.lower() == name.lower() for t in (first, second)]
+    if is_r.count(True) != 1:
+        raise ValueError("the CTE is not one side of the join")
+    return (join, first, second) if is_r[0] else (join, second, first)
 
 
 def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):

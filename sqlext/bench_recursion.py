@@ -124,7 +124,7 @@ def measure(name: str, ours, native, runs: int, native_runs: int, warm_native: b
     return mine, theirs, prints.pop()
 
 
-def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs: int = 1):
+def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs: int = 1, levels: int = 300):
     import sqlext
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-")
@@ -155,7 +155,7 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
                    f"native {len(theirs.seconds)}{note})", mine, theirs)
             print(f"  speed-up native/sqlext: {theirs.median / mine.median:.1f}x")
             results[name] = (mine, theirs)
-        results["levels"] = bench_levels(spark, LEVELS, runs)
+        results["levels"] = bench_levels(spark, levels, runs)
         return results
     finally:
         spark.conf.unset("spark.sql.cteRecursionLevelLimit")
@@ -163,8 +163,6 @@ def bench_recursion(spark, nodes: int, depth: int, runs: int, native_chain_runs:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
         shutil.rmtree(directory, ignore_errors=True)
 
-
-LEVELS = 300
 
 COUNTER = """
 WITH RECURSIVE r(n) MAX RECURSION LEVEL {limit} AS (

@@ -479,7 +479,7 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
         return None
     limits = {"spark.sql.cteRecursionRowLimit": str(spec.row_limit)}
     try:
-        return _cut(frame, limits)[0]
+        return _cut(frame, limits, measure=False)[0]
     except Exception as error:  # noqa: BLE001 - a Spark error (PySpark's or py4j's), mapped below
         text = str(error)
         if "RECURSION_LEVEL_LIMIT_EXCEEDED" in text:
@@ -504,7 +504,7 @@ def _levels(spec: RecursiveSpec, anchor, run_step):
             raise row_limit_error(spec.name, k, spec.row_limit)
         pending.append(level)
         if len(pending) >= COLLAPSE_EVERY:
-            done = _cut(_union_all([done] + pending if done is not None else pending))[0]
+            done = _cut(_union_all([done] + pending if done is not None else pending), measure=False)[0]
             pending = []
         produced = run_step(level)
         if spec.distinct:
@@ -516,11 +516,11 @@ def _levels(spec: RecursiveSpec, anchor, run_step):
             # a deterministic step maps equal levels to equal levels: this one repeats forever
             raise repeats_error(spec.name, k)
         if spec.distinct and rows:
-            seen = _cut(seen.union(level))[0]
+            seen = _cut(seen.union(level), measure=False)[0]
     parts = ([done] if done is not None else []) + pending
     if not parts:
         return anchor.limit(0)
-    return _cut(_union_all(parts))[0]
+    return _cut(_union_all(parts), measure=False)[0]
 
 
 def _levels_keyed(spec: RecursiveSpec, anchor, run_step):
@@ -572,9 +572,10 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _cut(frame, settings: dict | None = None):
+def _cut(frame, settings: dict | None = None, measure: bool = True):
     """Materialise ``frame`` and cut its lineage, so that level k's plan does not hold level
-    k-1's; returns the new frame and (its row count, an order-free checksum of its rows).
+    k-1's; returns the new frame and (its row count, an order-free checksum of its rows), or
+    (None, None) without ``measure`` (a job saved where the caller needs neither).
 
     The columns are re-aliased on top of the checkpoint: a checkpoint keeps the attribute ids
     of the plan it came from, which trips Spark's analyzer when the step joins it with a
@@ -594,6 +595,8 @@ def _cut(frame, settings: dict | None = None):
         for k, v in before.items():
             spark.conf.set(k, v)
     cut = checkpointed.select([F.col(_quote(c)).alias(c) for c in checkpointed.columns])
+    if not measure:
+        return cut, (None, None)
     columns = [F.col(_quote(c)) for c in cut.columns]
     digest = F.xxhash64(*columns) if columns else F.lit(0)
     count, total = cut.agg(F.count(F.lit(1)), F.sum(digest.cast("decimal(38,0)"))).first()

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlext.errors import message_text
+from udfs.recursive_expand import _union_all
 from udfs.recursive_plan import conjuncts, split_join
 
 FUNCTION = "RECURSIVE_EXPAND"
@@ -298,7 +299,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     done.append(current.where("NOT __sx_o"))
     rounds, counts, length = 0, [open_count], 1
     while open_count and length < spec.max_level:
-        lookup = _union(done + [opened])
+        lookup = _union_all(done + [opened])
         if rounds:  # from the second round on, few rows are jumped to: filter the lists on them
             targets = _cut(opened.select(F.col("__sx_n").alias("__sx_t")).where("__sx_t IS NOT NULL").distinct())
             if targets.count() <= BROADCAST_TARGETS:
@@ -313,7 +314,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
                 *[F.concat(F.col(a), F.col(a + "l")).alias(a) for a in lists], F.col("__sx_lo").alias("__sx_o")))
             ended = opened.join(F.broadcast(matched.select("__sx_k")), "__sx_k", "left_anti") \
                 .withColumn("__sx_o", F.lit(False))
-            current = _union([matched, _cut(ended)])
+            current = _union_all([matched, _cut(ended)])
         else:
             joined = opened.join(lookup, F.col("__sx_n") == F.col("__sx_lk"), "left")
             found = F.col("__sx_lk").isNotNull()
@@ -327,7 +328,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         rounds += 1
         length *= 2
         counts.append(open_count)
-    chains = _union(done + [opened])  # still open here: at least max_level values
+    chains = _union_all(done + [opened])  # still open here: at least max_level values
 
     anchor_rows = anchor.toDF(*[_c_name(j) for j in range(len(anchor.columns))])
     frontier_key = as_key(F.col(_c_name(plan.frontier)))
@@ -381,10 +382,3 @@ def _counter(column, level, step: int, data_type, name: str):
         value = column.cast(long) + offset
         outside = (value < F.lit(-(2 ** (bits - 1)))) | (value > F.lit(2 ** (bits - 1) - 1))
     return F.when(outside, F.raise_error(F.lit(message))).otherwise(value.cast(data_type))
-
-
-def _union(frames):
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result

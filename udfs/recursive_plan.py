@@ -19,6 +19,7 @@ from udfs.recursive_expand import (
     FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
     RecursiveSpec, expand, spec_from_call, walk,
 )
+from udfs.recursive_expand import _quote as quote_name
 
 _views = itertools.count(1)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -48,7 +49,7 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
 
 def _collect_edges(spark, scoped, edge_sql: str, edge_columns: list[str], plan: WalkPlan, force: bool):
     """The joined relation, collected and indexed by its join key; None when it is too large."""
-    edge_frame = spark.sql(scoped(f"SELECT {', '.join(_quote(c) for c in edge_columns)} FROM {edge_sql}"))
+    edge_frame = spark.sql(scoped(f"SELECT {', '.join(quote_name(c) for c in edge_columns)} FROM {edge_sql}"))
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
@@ -108,10 +109,6 @@ def _size_in_bytes(frame) -> int | None:
         return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate (a Spark Connect session)
         return None
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):

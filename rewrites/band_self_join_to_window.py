@@ -25,8 +25,8 @@ another relation moves to WHERE, the same conjunction for inner joins. The deriv
 the pairs of the join of ``a`` and ``b`` on the pair's own conditions, so the chain's rows are
 the original's, one for one.
 
->>> from rewrites.dialect import parse_one, to_sql
->>> from rewrites.relations import MappingRelations
+>>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
 >>> print(to_sql(band_self_join_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))))
 SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sqlext_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sqlext_band) b AS `id`
@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.dialect import parse_one, to_sql
-from rewrites.notes import Notes
-from rewrites.relations import Relations, standalone_query
-from rewrites.self_joins import (
+from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.self_joins import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
 )
-from rewrites.table_functions import quote
+from sqlext.rewrites.table_functions import quote
 
 RULE = "band_self_join_to_window"
 BAND = "__sqlext_band"

@@ -2,7 +2,7 @@
 
 Why the result is the same: the filter's output for a change depends only on the key's
 previous applied change (its row and whether that row passed) and on the change itself
-(see :mod:`udfs.changelog_filter`). ``LAG`` over ``PARTITION BY key ORDER BY order_by`` is
+(see :mod:`sqlext.udfs.changelog_filter`). ``LAG`` over ``PARTITION BY key ORDER BY order_by`` is
 exactly "the previous change of this key", so one window pass computes every case of the
 seed's table; an ``explode`` of 0, 1 or 2 slots forwards nothing, one image or a pre/post pair.
 With ``sequence_by`` a first window drops stale changes (older than the running maximum of
@@ -11,11 +11,11 @@ raises it). The data errors of DESIGN.md section 1 (ordering ties, NULL ordering
 unknown change types) are raised by ``raise_error`` in the same pass, before any row is
 forwarded.
 
-The rule needs the input's columns; with no :class:`rewrites.relations.Relations` that knows
+The rule needs the input's columns; with no :class:`sqlext.rewrites.relations.Relations` that knows
 them it leaves the call unchanged (Spark then runs the registered table function).
 
->>> from rewrites.relations import MappingRelations
->>> from rewrites.dialect import parse_one, to_sql
+>>> from sqlext.rewrites.relations import MappingRelations
+>>> from sqlext.rewrites.dialect import parse_one, to_sql
 >>> tree = parse_one("SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
 >>> out = changelog_filter_to_sql(tree, relations=MappingRelations({"t": ["id", "v", "_commit_version"]}))
 >>> "LAG(" in to_sql(out) and "CHANGELOG_FILTER(" not in to_sql(out)
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
-from rewrites.notes import Notes
-from rewrites.relations import Relations
-from rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
-from udfs.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
-from udfs.changes import CHANGE_TYPE, DELETE, UPSERT
+from sqlext.rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.relations import Relations
+from sqlext.rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
+from sqlext.udfs.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
+from sqlext.udfs.changes import CHANGE_TYPE, DELETE, UPSERT
 
 RULE = "changelog_filter_to_sql"
 

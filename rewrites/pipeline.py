@@ -15,15 +15,15 @@ from typing import Callable
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from rewrites.band_self_join_to_window import band_self_join_to_window
-from rewrites.changelog_filter_to_sql import changelog_filter_to_sql
-from rewrites.fk_join_to_sql import fk_join_to_sql
-from rewrites.merge_duplicate_sources import merge_duplicate_sources
-from rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
-from rewrites.recursive_cte_to_expand import recursive_cte_to_expand
-from rewrites.dialect import SparkExt, parse_one, to_sql
-from rewrites.notes import Notes
-from rewrites.relations import MappingRelations, Relations
+from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
+from sqlext.rewrites.changelog_filter_to_sql import changelog_filter_to_sql
+from sqlext.rewrites.fk_join_to_sql import fk_join_to_sql
+from sqlext.rewrites.merge_duplicate_sources import merge_duplicate_sources
+from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
+from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
+from sqlext.rewrites.dialect import SparkExt, parse_one, to_sql
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.relations import MappingRelations, Relations
 from sqlext.errors import SqlextError
 
 RULES: list[Callable[..., exp.Expression]] = [

@@ -12,7 +12,7 @@ from typing import Mapping, Protocol
 
 from sqlglot import exp
 
-from rewrites.dialect import TableArgument, to_sql
+from sqlext.rewrites.dialect import TableArgument, to_sql
 
 
 class Relations(Protocol):
@@ -56,7 +56,7 @@ class MappingRelations:
 
     def expression_type(self, query: str, expression: str) -> str | None:
         """The type of a bare column of a described table (through ``SELECT *`` and CTEs)."""
-        from rewrites.dialect import parse_one
+        from sqlext.rewrites.dialect import parse_one
 
         try:
             column = parse_one(expression)
@@ -126,7 +126,7 @@ class Scope:
     :meth:`wrap` puts a query inside the CTEs it reads, keeping each level nested in the one
     around it, so that shadowing names resolve as they did in the statement.
 
-    >>> from rewrites.dialect import parse_one
+    >>> from sqlext.rewrites.dialect import parse_one
     >>> tree = parse_one("WITH a AS (SELECT 1 AS x), b AS (WITH a AS (SELECT 2 AS x) SELECT * FROM a) SELECT 3")
     >>> inside_b = tree.args["with_"].expressions[1].this.args["from_"]
     >>> to_sql(Scope.at(inside_b).wrap(parse_one("SELECT x FROM a")))

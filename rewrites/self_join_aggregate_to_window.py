@@ -29,8 +29,8 @@ exactly as it repeated the row's pairs; the sums of partials over the group stay
 over the pairs. A condition joining ``b`` to another relation would make that multiplicity
 depend on ``b``, which one partial per row cannot carry: the band form takes such a query.
 
->>> from rewrites.dialect import parse_one, to_sql
->>> from rewrites.relations import MappingRelations
+>>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
 >>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
 SELECT a.id, SUM(a.__sqlext_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a GROUP BY a.id
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from rewrites.dialect import parse_one, to_sql
-from rewrites.notes import Notes
-from rewrites.relations import Relations, standalone_query
-from rewrites.self_joins import (
+from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.self_joins import (
     INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
 )
 

@@ -1,8 +1,8 @@
 """Recognising an inner join of one relation with itself, for the self-join rules.
 
-Both rules (:mod:`rewrites.self_join_aggregate_to_window`, :mod:`rewrites.band_self_join_to_window`)
+Both rules (:mod:`sqlext.rewrites.self_join_aggregate_to_window`, :mod:`sqlext.rewrites.band_self_join_to_window`)
 start from the same reading of a ``SELECT``: two FROM items that are the same relation (the
-same table, view or CTE: :mod:`rewrites.merge_duplicate_sources` has already turned identical
+same table, view or CTE: :mod:`sqlext.rewrites.merge_duplicate_sources` has already turned identical
 subqueries into one CTE), joined on equal key columns, optionally within a band of one
 ordering column::
 
@@ -18,8 +18,8 @@ BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds exactly the rows ``b`` with
 What a window does not do and a join does is dropping NULL keys and NULL times (``=`` and
 ``<=`` are never true on NULL); :func:`not_null_filter` adds that back.
 
->>> from rewrites.dialect import parse_one
->>> from rewrites.relations import MappingRelations
+>>> from sqlext.rewrites.dialect import parse_one
+>>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 2")
 >>> join = match_self_join(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))
 >>> join.keys, join.band.frame_sql()
@@ -33,9 +33,9 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from rewrites.dialect import to_sql
-from rewrites.relations import Relations, standalone_query
-from rewrites.table_functions import quote
+from sqlext.rewrites.dialect import to_sql
+from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.table_functions import quote
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from sqlglot import exp
 
-from rewrites.dialect import TableArgument, to_sql
+from sqlext.rewrites.dialect import TableArgument, to_sql
 from sqlext.errors import SqlextError
 
 
@@ -123,7 +123,7 @@ def partitioning_defaults(function: str, argument: TableArgument, literals: dict
 
 def replace_call(table: exp.Table, sql: str) -> None:
     """Put the native query where the call stood, keeping the call's alias and joins."""
-    from rewrites.dialect import parse_one
+    from sqlext.rewrites.dialect import parse_one
 
     subquery = exp.Subquery(this=parse_one(sql))
     alias = table.args.get("alias")
@@ -195,7 +195,7 @@ def table_inputs(call: Call, keys: dict[str, str], relations) -> dict[str, Table
     """The call's table arguments, ``keys`` naming each one and the argument that holds its
     key. Checks that exactly these are tables, applies ``PARTITION BY``/``ORDER BY`` clauses,
     and asks ``relations`` for their columns."""
-    from rewrites.relations import standalone_query
+    from sqlext.rewrites.relations import standalone_query
 
     function = call.function
     for name in keys:

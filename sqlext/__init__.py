@@ -35,7 +35,7 @@ def rewrite(text: str, schema: Mapping | None = None) -> str:
     or ``{"t": {"id": "bigint", ...}}``); calls over relations it does not describe are kept
     as they are, for the registered table functions.
     """
-    from rewrites.pipeline import MappingRelations, rewrite_statement
+    from sqlext.rewrites.pipeline import MappingRelations, rewrite_statement
     from sqlext.statements import split_statements
 
     relations = MappingRelations(schema)
@@ -45,7 +45,7 @@ def rewrite(text: str, schema: Mapping | None = None) -> str:
 
 def explain(text: str, spark=None, schema: Mapping | None = None):
     """Each statement of ``text`` before and after rewriting, with what every rule did."""
-    from rewrites.pipeline import MappingRelations, rewrite_statement
+    from sqlext.rewrites.pipeline import MappingRelations, rewrite_statement
     from sqlext.session import SparkRelations
     from sqlext.statements import split_statements
 
@@ -62,7 +62,7 @@ def explain(text: str, spark=None, schema: Mapping | None = None):
 def _defines_temp_view(text: str) -> bool:
     from sqlglot import exp
 
-    from rewrites.dialect import parse_one
+    from sqlext.rewrites.dialect import parse_one
 
     try:
         tree = parse_one(text)
@@ -97,7 +97,7 @@ def run_statement(spark, text: str):
     """Rewrite one statement against the session and hand it to Spark (lazily, as spark.sql)."""
     from pyspark.errors import PySparkException
 
-    from rewrites.pipeline import rewrite_statement
+    from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.errors import find_in
     from sqlext.session import SparkRelations
 
@@ -106,7 +106,7 @@ def run_statement(spark, text: str):
     rewritten = rewrite_statement(text, SparkRelations(spark))
     try:
         if "recursive_cte_to_expand" in rewritten.notes.fired:
-            from udfs.recursive_plan import run_calls
+            from sqlext.udfs.recursive_plan import run_calls
 
             return spark.sql(run_calls(spark, rewritten.sql))
         return spark.sql(rewritten.sql)

@@ -206,7 +206,7 @@ def bench_levels(spark, levels: int, runs: int):
 
 
 def _path_taken() -> str:
-    from udfs import recursive_expand, recursive_jump
+    from sqlext.udfs import recursive_expand, recursive_jump
 
     path = recursive_expand.last_path.get("path") or "?"
     if path == "jump" and recursive_jump.last_run.get("path") == "jump":

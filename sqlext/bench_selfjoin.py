@@ -101,7 +101,7 @@ def timed_fingerprint(spark, frame, limit: float | None = None) -> tuple[float, 
 def bench_case(spark, title: str, query: str, runs: int, native_runs: int,
                native_limit: float | None = None) -> tuple[Timing, Timing]:
     import sqlext
-    from rewrites.pipeline import rewrite_statement
+    from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 
     rewritten = rewrite_statement(query, SparkRelations(spark))

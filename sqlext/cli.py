@@ -162,7 +162,7 @@ def _report(path: Path, statement: Statement, message: str) -> None:
 
 def _explain(path: Path, no_spark: bool) -> int:
     import sqlext
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     source = _read(path)
     spark = None
@@ -200,7 +200,7 @@ def _print_topologies(spark, result) -> None:
     from pyspark.errors import PySparkException
     from sqlglot import exp
 
-    from rewrites.dialect import parse_one
+    from sqlext.rewrites.dialect import parse_one
     from sqlext.topology import topology
 
     try:

@@ -79,7 +79,7 @@ def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
 def explain_text(spark, text: str) -> str:
     """Each statement of ``text`` before and after rewriting, and what every rule did."""
     import sqlext
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     parts = []
     for result in sqlext.explain(text, spark=spark):

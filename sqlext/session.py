@@ -68,7 +68,7 @@ def quiet_query_context_logs() -> None:
 def register_table_functions(spark) -> None:
     from pyspark.sql.functions import udtf
 
-    from udfs.changelog_filter import ChangelogFilterUDTF
+    from sqlext.udfs.changelog_filter import ChangelogFilterUDTF
 
     spark.udtf.register("CHANGELOG_FILTER", udtf(ChangelogFilterUDTF, useArrow=True))
 

@@ -50,7 +50,7 @@ def main(master: str, work: Path) -> None:
 
     from self_join_fixtures import read_fixtures
     from test_self_join_differential import register_fixture_relations
-    from rewrites.pipeline import rewrite_statement
+    from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 
     register_fixture_relations(spark, 1)

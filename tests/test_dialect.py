@@ -3,7 +3,7 @@
 import pytest
 from sqlglot import exp
 
-from rewrites.dialect import TableArgument, parse_one, to_sql
+from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 
 ROUND_TRIPS = [
     "SELECT * FROM F(arg => TABLE(t), x => 'y')",

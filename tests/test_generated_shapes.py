@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import sqlext
 from recursion_graphs import dag, multiset
-from rewrites.pipeline import rewrite_statement
+from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import sqlext
 from recursion_graphs import error_of, multiset, semi_naive, tree
-from udfs import recursive_expand, recursive_jump
+from sqlext.udfs import recursive_expand, recursive_jump
 
 ANCESTORS = """
 WITH RECURSIVE anc(node, ancestor, depth) {limit} AS (
@@ -201,7 +201,7 @@ def test_auto_runs_levels_when_the_walk_does_not_fit(spark, view, path, monkeypa
     view("rj_auto", rows, "id int, parent int")
     query = ANCESTORS.format(limit="", nodes="rj_auto")
     assert run(spark, path, "auto", query)[2] == "walk"
-    import udfs.recursive_plan as plan
+    import sqlext.udfs.recursive_plan as plan
 
     monkeypatch.setattr(plan, "WALK_MAX_BYTES", 0)  # as if the relation were too big to collect
     _, rows_auto, taken = run(spark, path, "auto", query)

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 import sqlext
-from rewrites.dialect import parse_one, to_sql
-from rewrites.notes import Notes
-from rewrites.pipeline import rewrite_statement
-from rewrites.recursive_cte_to_expand import recursive_cte_to_expand
+from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.pipeline import rewrite_statement
+from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 
 FIXTURES = Path(__file__).parent / "fixtures" / "recursive_cte_to_expand.sql"
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from recursion_graphs import multiset, semi_naive
 from sqlext.errors import SqlextError
-from udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
+from sqlext.udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
 
 node = st.one_of(st.none(), st.integers(1, 8))
 graphs = st.lists(st.tuples(node, node), max_size=25)

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from rewrites.pipeline import rewrite_statement
-from rewrites.relations import MappingRelations
+from sqlext.rewrites.pipeline import rewrite_statement
+from sqlext.rewrites.relations import MappingRelations
 from self_join_fixtures import EVENTS, SCHEMA
 from sqlext.errors import SqlextError
 from sqlext.statements import split_statements
@@ -126,8 +126,8 @@ FRAGMENTS = ["v", "id", " > ", "0", "1=1", ")", "(", "'", "''", "\\'", ";", " UN
 @given(parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8),
        argument=st.sampled_from(["predicate", "key", "order_by"]))
 def test_argument_strings_are_rejected_or_confined_to_one_expression(parts, argument):
-    from rewrites.dialect import parse
-    from rewrites.table_functions import sql_string
+    from sqlext.rewrites.dialect import parse
+    from sqlext.rewrites.table_functions import sql_string
 
     value = "".join(parts)
     arguments = {"key": "'id'", "predicate": "'v > 0'", "order_by": "'_commit_version'"}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewrites.pipeline import rewrite_statement
+from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 from self_join_fixtures import EVENTS, PAGES, USERS, read_fixtures
 

@@ -4,12 +4,12 @@ the expected SQL, and every noop case comes back unchanged with a reason from ea
 import pytest
 
 import sqlext
-from rewrites.band_self_join_to_window import band_self_join_to_window
-from rewrites.dialect import parse_one, to_sql
-from rewrites.notes import Notes
-from rewrites.pipeline import rewrite_statement
-from rewrites.relations import MappingRelations
-from rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
+from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
+from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.pipeline import rewrite_statement
+from sqlext.rewrites.relations import MappingRelations
+from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from self_join_fixtures import REGENERATE, SCHEMA, read_fixtures, write_fixtures
 
 HEADER, FIXTURES = read_fixtures()

@@ -20,7 +20,7 @@ downstream table cannot otherwise learn that the key left the filtered table.
 ``emit => 'final'`` is the filtered table after the last change.
 
 This module holds the argument checks shared with the native rewrite
-(:mod:`rewrites.changelog_filter_to_sql`), the reference logic over Arrow data, and the
+(:mod:`sqlext.rewrites.changelog_filter_to_sql`), the reference logic over Arrow data, and the
 handler that Spark runs when CHANGELOG_FILTER is called as a registered table function.
 """
 
@@ -33,12 +33,12 @@ import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
 
 from sqlext.errors import SqlextError
-from udfs.changes import (
+from sqlext.udfs.changes import (
     CHANGE_TYPE, DELETE, EMIT_MODES, INSERT, POSTIMAGE, PREIMAGE, UPSERT, ChangeShape,
     change_shape, changes_by_key, check_arguments, check_option,
 )
-from rewrites.table_functions import quote
-from udfs.expressions import check_columns, parse_expression
+from sqlext.rewrites.table_functions import quote
+from sqlext.udfs.expressions import check_columns, parse_expression
 
 FUNCTION = "CHANGELOG_FILTER"
 ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
@@ -73,7 +73,7 @@ def filter_spec(arguments: Mapping[str, Any], columns: Sequence[str]) -> FilterS
     predicate = parse_expression(FUNCTION, "predicate", args.get("predicate"), "'balance >= 0'")
     check_columns(FUNCTION, "input", predicate, columns, "predicate")
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    from rewrites.dialect import to_sql
+    from sqlext.rewrites.dialect import to_sql
 
     return FilterSpec(shape, to_sql(predicate), emit)
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from rewrites.dialect import SparkExt, to_sql
+from sqlext.rewrites.dialect import SparkExt, to_sql
 from sqlext.errors import SqlextError
 
 

@@ -2,7 +2,7 @@
 
 The left table's rows find their right row through a foreign key computed from the left row;
 the result is keyed by the left key. This module checks a call's arguments (shared by the
-native expansion in :mod:`rewrites.fk_join_to_sql`) and names the output columns.
+native expansion in :mod:`sqlext.rewrites.fk_join_to_sql`) and names the output columns.
 
 Semantics, for a sequential replay in ``order_by`` order (at equal ordering values the right
 input's change is applied first, as a referenced table is written before the rows that
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError
-from udfs.changes import (
+from sqlext.udfs.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
-from udfs.expressions import check_columns, parse_expression
+from sqlext.udfs.expressions import check_columns, parse_expression
 
 FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",
@@ -100,7 +100,7 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     check_columns(FUNCTION, "left", foreign_key, left_columns, "foreign_key")
     join_type = check_option(FUNCTION, "join_type", args.get("join_type", "inner"), JOIN_TYPES)
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    from rewrites.dialect import to_sql
+    from sqlext.rewrites.dialect import to_sql
 
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 

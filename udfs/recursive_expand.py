@@ -18,7 +18,7 @@ Three executions give the same rows:
   sorted by the join key (CSR adjacency), shipped to the workers, and each partition of seeds
   runs the whole fixpoint in one pass of vectorised code (``mapInArrow``): one Spark job in
   all, not one per level.
-* **path doubling** (:mod:`udfs.recursive_jump`, on request): one parent per node, in
+* **path doubling** (:mod:`sqlext.udfs.recursive_jump`, on request): one parent per node, in
   ``log2(depth) + 1`` Spark joins.
 * **levels** (:func:`run_levels`): anything else; under ``UNION ALL`` Spark's own recursion
   where it accepts the shape, else one Spark query per level over the previous level
@@ -381,7 +381,7 @@ def expand(spark, spec: RecursiveSpec, scoped=None, path: str | None = None):
     ('auto', 'walk', 'jump' or 'levels') defaults to ``spark.sqlext.recursion.path``; the
     path that ran is left in ``last_path['path']``.
     """
-    from udfs import recursive_jump, recursive_plan
+    from sqlext.udfs import recursive_jump, recursive_plan
 
     path = path or spark.conf.get("spark.sqlext.recursion.path", "auto")
     spec.row_limit = int(spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)))
@@ -462,7 +462,7 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
     from pyspark.errors import PySparkException
     from sqlglot import exp
 
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     union = exp.Union(this=parse_one(spec.anchor_sql), expression=parse_one(spec.step_sql), distinct=False)
     alias = exp.TableAlias(this=exp.to_identifier(spec.name),
@@ -610,7 +610,7 @@ def _same_rows(a, b) -> bool:
 def _nondeterministic(step_sql: str) -> bool:
     from sqlglot import exp
 
-    from rewrites.dialect import parse_one
+    from sqlext.rewrites.dialect import parse_one
 
     return any(isinstance(f, exp.Rand) or f.sql_name().lower() in _NONDETERMINISTIC
                for f in parse_one(step_sql).find_all(exp.Func))
@@ -632,7 +632,7 @@ def substitute_step(step_sql: str, name: str, working_view: str, union_view: str
     alias, so qualified columns still resolve) and ``union_view`` for ``recurring.name``."""
     from sqlglot import exp
 
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     tree = parse_one(step_sql)
     for table in list(tree.find_all(exp.Table)):

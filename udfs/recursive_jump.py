@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlext.errors import message_text
-from udfs.recursive_expand import _union_all
-from udfs.recursive_plan import conjuncts, split_join
+from sqlext.udfs.recursive_expand import _union_all
+from sqlext.udfs.recursive_plan import conjuncts, split_join
 
 FUNCTION = "RECURSIVE_EXPAND"
 
@@ -207,7 +207,7 @@ def _integer(node) -> int | None:
 
 def _split_step(spec):
     """The step's tree, the CTE's alias, the relation's alias and the relation as SQL."""
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
     if not isinstance(step, exp.Select):
@@ -263,11 +263,11 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
-    from udfs.recursive_expand import level_limit_error
+    from sqlext.udfs.recursive_expand import level_limit_error
 
     e = e_frame.toDF(*[_e_name(i) for i in range(len(e_frame.columns))])
     if plan.condition is not None:
-        from rewrites.dialect import to_sql
+        from sqlext.rewrites.dialect import to_sql
 
         e = e.where(F.expr(to_sql(plan.condition)))
 

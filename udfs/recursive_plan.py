@@ -3,7 +3,7 @@
 
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
-condition is in the vocabulary of :func:`udfs.recursive_expand.evaluate`, and ``e`` is small
+condition is in the vocabulary of :func:`sqlext.udfs.recursive_expand.evaluate`, and ``e`` is small
 enough to collect. Anything else returns ``None`` and runs level by level.
 """
 
@@ -15,11 +15,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
-from udfs.recursive_expand import (
+from sqlext.udfs.recursive_expand import (
     FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
     RecursiveSpec, expand, spec_from_call, walk,
 )
-from udfs.recursive_expand import _quote as quote_name
+from sqlext.udfs.recursive_expand import _quote as quote_name
 
 _views = itertools.count(1)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -112,7 +112,7 @@ def _size_in_bytes(frame) -> int | None:
 
 
 def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
-    from rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
     joins = step.args.get("joins") or []
@@ -339,10 +339,10 @@ class _Compiler:
 def run_calls(spark, sql_text: str) -> str:
     """Evaluate every ``RECURSIVE_EXPAND`` call of a rewritten statement, register each
     result as a temporary view, and return the statement reading those views."""
-    from rewrites.dialect import parse_one, to_sql
-    from rewrites.relations import Scope
-    from rewrites.table_functions import find_calls, read_call
-    from udfs.recursive_expand import ARGUMENTS
+    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.rewrites.relations import Scope
+    from sqlext.rewrites.table_functions import find_calls, read_call
+    from sqlext.udfs.recursive_expand import ARGUMENTS
 
     tree = parse_one(sql_text)
     while True:

@@ -42,7 +42,7 @@ from sqlext.rewrites.relations import Relations, standalone_query
 from sqlext.rewrites.self_joins import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
 )
-from sqlext.rewrites.table_functions import quote
+from sqlext.catalog.arguments import quote
 
 RULE = "band_self_join_to_window"
 BAND = "__sqlext_band"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from sqlext.rewrites.table_functions import SqlValue, key_text_sql, quote, raise_error_sql, sql_string
-from sqlext.udfs.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
+from sqlext.catalog.arguments import SqlValue, key_text_sql, quote, raise_error_sql, sql_string
+from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
 
 
 def window(shape: ChangeShape) -> str:
@@ -118,7 +118,7 @@ def minimal_changes_from_parts_sql(query: str, columns: Sequence[tuple[str, str,
     ``columns`` are (name, SQL of its value before, SQL of its value after); the three
     conditions say whether the key has a row before, after, and whether the rows are equal
     (only read when both are there). Slot 0 forwards the old row, slot 1 the new one."""
-    from sqlext.udfs.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE
+    from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE
 
     none = "CAST(array() AS ARRAY<INT>)"
     slots = (

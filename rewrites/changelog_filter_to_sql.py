@@ -28,10 +28,10 @@ from sqlglot import exp
 
 from sqlext.rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
 from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations
-from sqlext.rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
-from sqlext.udfs.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
-from sqlext.udfs.changes import CHANGE_TYPE, DELETE, UPSERT
+from sqlext.rewrites.relations import Relations, table_inputs
+from sqlext.catalog.arguments import find_calls, quote, read_call, replace_call, sql_string
+from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
 
 RULE = "changelog_filter_to_sql"
 

@@ -1,6 +1,6 @@
 """Rule: expand ``FK_JOIN(...)`` into native Spark SQL (window functions and equi-joins).
 
-How the plan reproduces the sequential replay of :mod:`sqlext.udfs.fk_join`:
+How the plan reproduces the sequential replay of :mod:`sqlext.catalog.fk_join`:
 
 * Each input becomes a checked change stream (:mod:`sqlext.rewrites.change_stream`); one window pass
   per input gives each change the key's next change and the row before it.
@@ -34,11 +34,11 @@ from sqlglot import exp
 
 from sqlext.rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, window
 from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations
-from sqlext.rewrites.table_functions import find_calls, quote, read_call, replace_call, sql_string, table_inputs
-from sqlext.udfs.changes import CHANGE_TYPE, DELETE, UPSERT
-from sqlext.udfs.expressions import over_columns
-from sqlext.udfs.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
+from sqlext.rewrites.relations import Relations, table_inputs
+from sqlext.catalog.arguments import find_calls, quote, read_call, replace_call, sql_string
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
+from sqlext.catalog.expressions import over_columns
+from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
 

@@ -9,7 +9,8 @@ because a pattern does not fit; it leaves that part of the tree unchanged and sa
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Callable
 
 from sqlglot import exp
@@ -23,7 +24,11 @@ from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to
 from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 from sqlext.rewrites.dialect import SparkExt, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import MappingRelations, Relations
+from sqlext.rewrites.relations import MappingRelations, Relations, Scope
+from sqlext.catalog.arguments import find_calls, read_call
+from sqlext.catalog.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
+from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
+from sqlext.catalog.recursive_expand import RecursiveSpec, spec_from_call
 from sqlext.errors import SqlextError
 
 RULES: list[Callable[..., exp.Expression]] = [
@@ -64,16 +69,66 @@ def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
 
 
 @dataclass
+class Recursion:
+    """A recursion the rewritten statement reads: run it first (``spec``, whose anchor and
+    step texts ``scoped`` puts under the CTEs visible where the recursion was written) and
+    register its result as the temporary view ``view``."""
+
+    view: str
+    spec: RecursiveSpec
+    scoped: Callable[[str], str]
+
+
+@dataclass
 class Rewritten:
-    """One statement before and after rewriting."""
+    """One statement before and after rewriting, as a plan to run: ``sql`` is the rewritten
+    text (what ``sqlext.rewrite`` shows); ``recursions`` must run before ``runnable_sql``,
+    which reads their results by view name. Without recursions ``runnable_sql`` is ``sql``."""
 
     original: str
     sql: str
     notes: Notes
+    recursions: list[Recursion] = field(default_factory=list)
+    runnable_sql: str = ""
+
+    def __post_init__(self):
+        self.runnable_sql = self.runnable_sql or self.sql
 
     @property
     def changed(self) -> bool:
         return bool(self.notes.fired)
+
+
+_views = itertools.count(1)
+
+
+def recursions_of(tree: exp.Expression) -> tuple[exp.Expression, list[Recursion]]:
+    """The ``RECURSIVE_EXPAND`` calls of a rewritten tree as :class:`Recursion` steps, innermost
+    first, and a copy of the tree where each call is replaced by its view."""
+    tree = tree.copy()
+    steps = []
+    while True:
+        calls = find_calls(tree, RECURSIVE_EXPAND)
+        if not calls:
+            return tree, steps
+        table = calls[0]
+        call = read_call(table, RECURSIVE_EXPAND, RECURSIVE_ARGUMENTS)
+        anchor = call.tables.get("anchor")
+        if anchor is None or "step" not in call.literals:
+            raise SqlextError("MISSING_ARGUMENT", function=RECURSIVE_EXPAND, argument="anchor and step",
+                              example="TABLE(SELECT ...), step => 'SELECT ...'")
+        spec = spec_from_call(call.literals, to_sql(anchor.this))
+        scope = Scope.at(table).without(spec.name)
+
+        def scoped(text: str, scope=scope) -> str:
+            return to_sql(scope.wrap(parse_one(text)))
+
+        view = f"__sx_recursive_{next(_views)}"
+        steps.append(Recursion(view, spec, scoped))
+        replacement = exp.Table(this=exp.to_identifier(view))
+        if table.args.get("alias"):
+            replacement.set("alias", table.args["alias"].copy())
+        table.replace(replacement)
 
 
 def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritten:
@@ -94,7 +149,8 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
             notes.skip(rule.__name__, "nothing in this statement for it to rewrite")
     if not notes.fired:
         return Rewritten(text, text, notes)
-    return Rewritten(text, to_sql(out), notes)
+    runnable, recursions = recursions_of(out)
+    return Rewritten(text, to_sql(out), notes, recursions, to_sql(runnable) if recursions else "")
 
 
 __all__ = [

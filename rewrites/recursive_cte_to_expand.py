@@ -10,7 +10,7 @@ recursion computes level by level too. The rule replaces the CTE's body with a v
       anchor => TABLE(<anchor>), step => '<step, reading r>',
       distinct => FALSE, max_level => 10000)
 
-which :func:`sqlext.run_statement` evaluates on the session (a graph walk in one pass over a
+which :func:`sqlext.runner.run_statement` evaluates on the session (a graph walk in one pass over a
 collected edge set where it can, level by level otherwise) and replaces by a temporary view; the rest of
 the statement is untouched and reads that view under the CTE's name. ``UNION`` (distinct)
 drops every row seen before, including the anchor's, so it ends on cyclic data; ``USING KEY

@@ -8,10 +8,12 @@ mapping (no Spark needed, for ``sqlext.rewrite``), and the session-backed one in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Protocol
 
 from sqlglot import exp
 
+from sqlext.catalog.arguments import Call, check_table_arguments, relation_source
 from sqlext.rewrites.dialect import TableArgument, to_sql
 
 
@@ -208,3 +210,25 @@ def _enclosing_levels(node: exp.Expression, top: exp.Expression | None = None):
         if current is top:
             return
         child, current = current, current.parent
+
+
+@dataclass
+class TableInput:
+    argument: TableArgument
+    query: str  # SELECT * FROM the relation, with the CTEs it reads
+    columns: list[str] | None  # None: unknown here
+    source: str  # the relation as a FROM item
+
+
+def table_inputs(call: Call, keys: dict[str, str], relations: Relations | None) -> dict[str, TableInput]:
+    """The call's table arguments, ``keys`` naming each one and the argument that holds its
+    key: checked (:func:`sqlext.catalog.arguments.check_table_arguments`), each with its
+    standalone query and the columns ``relations`` knows for it."""
+    check_table_arguments(call, keys)
+    inputs = {}
+    for name in keys:
+        argument = call.tables[name]
+        query = standalone_query(argument)
+        columns = relations.columns(query, argument.this) if relations is not None else None
+        inputs[name] = TableInput(argument, query, columns, relation_source(argument))
+    return inputs

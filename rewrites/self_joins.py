@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.relations import Relations, standalone_query
-from sqlext.rewrites.table_functions import quote
+from sqlext.catalog.arguments import quote
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.

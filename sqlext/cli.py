@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from sqlext.errors import SqlextError, find_in, spark_error_summary
+from sqlext.errors import SqlextError, spark_error_summary
 from sqlext.statements import Statement, split_statements
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "explain":
         return _explain(args.file, args.no_spark)
     if args.command == "bench" and args.what == "scale":
-        from sqlext.bench_scale import bench_scale
+        from sqlext.bench.scale import bench_scale
         from sqlext.session import local_session
 
         bench_scale(local_session("sqlext-bench"), [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
@@ -84,19 +84,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return build_main(args)
     if args.command == "bench" and args.what == "recursion" and args.levels_only:
-        from sqlext.bench_recursion import bench_levels
+        from sqlext.bench.recursion import bench_levels
         from sqlext.session import local_session
 
         bench_levels(local_session("sqlext-bench"), levels=args.levels_only, runs=args.runs)
         return 0
     if args.command == "bench" and args.what == "recursion" and args.forest_only:
-        from sqlext.bench_recursion import bench_forest
+        from sqlext.bench.recursion import bench_forest
         from sqlext.session import local_session
 
         bench_forest(local_session("sqlext-bench"), nodes=args.nodes, runs=args.runs, path=args.path)
         return 0
     if args.command == "bench" and args.what == "recursion":
-        from sqlext.bench_recursion import bench_recursion
+        from sqlext.bench.recursion import bench_recursion
         from sqlext.session import local_session
 
         bench_recursion(local_session("sqlext-bench"), nodes=args.nodes, depth=args.depth, runs=args.runs,
@@ -130,28 +130,17 @@ def _run(files: list[Path], limit: int) -> int:
 
 
 def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
-    from pyspark.errors import PySparkException
-
-    from sqlext import run_statement
     from sqlext.display import format_table
+    from sqlext.runner import run_and_fetch
 
     first_line = statement.text.splitlines()[0][:100]
     print(f"-- {path}:{statement.line}: {first_line}")
     started = time.perf_counter()
-    try:
-        frame = run_statement(spark, statement.text)
-        if frame.columns:
-            rows = frame.limit(limit + 1).collect()
-            print(format_table(frame.columns, [tuple(r) for r in rows[:limit]], truncated=len(rows) > limit))
-        else:
-            print("OK")
-    except SqlextError as error:
-        _report(path, statement, str(error))
+    outcome = run_and_fetch(spark, statement.text, limit)
+    if outcome.error is not None:
+        _report(path, statement, outcome.error)
         return False
-    except PySparkException as error:
-        ours = find_in(error)
-        _report(path, statement, str(ours) if ours else spark_error_summary(error))
-        return False
+    print(format_table(outcome.columns, outcome.rows, truncated=outcome.truncated) if outcome.columns else "OK")
     print(f"-- {time.perf_counter() - started:.2f} s\n")
     return True
 
@@ -161,7 +150,7 @@ def _report(path: Path, statement: Statement, message: str) -> None:
 
 
 def _explain(path: Path, no_spark: bool) -> int:
-    import sqlext
+    from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     source = _read(path)
@@ -171,7 +160,7 @@ def _explain(path: Path, no_spark: bool) -> int:
 
         spark = local_session()
     try:
-        results = sqlext.explain(source, spark=spark)
+        results = explain(source, spark=spark)
     except SqlextError as error:
         print(f"{path}: {error}", file=sys.stderr)
         return 1

@@ -48,10 +48,8 @@ class Result:
 def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
     """Rewrite and run every statement of ``cell``; the last one's result (None if it has no
     columns). Errors are printed as ``cell:LINE:COLUMN: [CLASS] message``; then None."""
-    from pyspark.errors import PySparkException
-
-    from sqlext import install, run_statement
-    from sqlext.errors import SqlextError, find_in, spark_error_summary
+    from sqlext.session import install
+    from sqlext.runner import run_and_fetch
     from sqlext.session import INSTALLED_FLAG
     from sqlext.statements import split_statements
 
@@ -59,30 +57,21 @@ def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
         install(spark)
     result = None
     for statement in split_statements(cell):
-        try:
-            frame = run_statement(spark, statement.text)
-            if not frame.columns:
-                result = None
-                continue
-            rows = [tuple(r) for r in frame.limit(limit + 1).collect()]
-        except SqlextError as error:
-            _report(statement, str(error))
+        outcome = run_and_fetch(spark, statement.text, limit)
+        if outcome.error is not None:
+            _report(statement, outcome.error)
             return None
-        except PySparkException as error:
-            ours = find_in(error)
-            _report(statement, str(ours) if ours else spark_error_summary(error))
-            return None
-        result = Result(frame, list(frame.columns), rows[:limit], len(rows) > limit)
+        result = Result(outcome.frame, outcome.columns, outcome.rows, outcome.truncated) if outcome.columns else None
     return result
 
 
 def explain_text(spark, text: str) -> str:
     """Each statement of ``text`` before and after rewriting, and what every rule did."""
-    import sqlext
+    from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     parts = []
-    for result in sqlext.explain(text, spark=spark):
+    for result in explain(text, spark=spark):
         after = to_sql(parse_one(result.sql), pretty=True) if result.changed else "(unchanged)"
         notes = [f"   {note}" for note in result.notes] or ["   no rule applies"]
         parts.append("\n".join(["-- before", result.original, "-- after", after, "-- rules", *notes]))

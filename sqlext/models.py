@@ -241,7 +241,7 @@ def build(spark, directory: Path, warehouse: Path | str = DEFAULT_WAREHOUSE, sel
     """Build the models of ``directory`` on ``spark``, in dependency order; returns a result
     per model. A failing model is reported (file, line, class) and its dependents are
     skipped; every other model is still built, and tables built before stay intact."""
-    from sqlext import install
+    from sqlext.session import install
     from sqlext.session import INSTALLED_FLAG
 
     err = err or (lambda text: print(text, file=sys.stderr))
@@ -338,10 +338,7 @@ def _ensure_upstream(spark, model: Model, models: Mapping[str, Model], chosen: s
 
 def _frame(spark, model: Model):
     """The model's rewritten query as a DataFrame; errors located in the model file."""
-    from pyspark.errors import PySparkException
-
-    from sqlext import run_statement
-    from sqlext.errors import find_in, spark_error_summary
+    from sqlext.runner import error_message, run_statement
     from sqlext.statements import split_statements
 
     statements = split_statements(model.sql)
@@ -353,19 +350,19 @@ def _frame(spark, model: Model):
         try:
             frame = run_statement(spark, statement.text)
             frame.schema  # analyse now (a Connect session is lazy), so errors point here
-        except SqlextError as error:
-            raise ModelError(model.path, statement.line, statement.column, error) from None
-        except PySparkException as error:
-            ours = find_in(error)
+        except Exception as error:  # noqa: BLE001 - only errors with a message are reported
+            message = error_message(error)
+            if message is None:
+                raise
             raise ModelError(model.path, statement.line, statement.column,
-                             ours or spark_error_summary(error)) from None
+                             error if isinstance(error, SqlextError) else message) from None
     return frame
 
 
 def _materialize(spark, model: Model, warehouse: Path) -> int:
     from pyspark.errors import PySparkException
 
-    from sqlext.errors import find_in, spark_error_summary
+    from sqlext.runner import error_message
 
     frame = _frame(spark, model)
     statement_line = _first_statement_position(model)
@@ -381,8 +378,7 @@ def _materialize(spark, model: Model, warehouse: Path) -> int:
         # run the view once: a failing view is reported here, not by the models reading it
         return spark.table(model.name).count()
     except PySparkException as error:
-        ours = find_in(error)
-        raise ModelError(model.path, *statement_line, ours or spark_error_summary(error)) from None
+        raise ModelError(model.path, *statement_line, error_message(error)) from None
 
 
 def _first_statement_position(model: Model) -> tuple[int, int]:

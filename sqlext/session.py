@@ -48,12 +48,17 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
 
 def local_session(app_name: str = "sqlext", **options):
     """Start (or reuse) the embedded local session and install sqlext on it."""
-    from sqlext import install
-
     spark = local_builder(app_name, **options).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     return install(spark)
+
+
+def install(spark):
+    """Register sqlext's table functions on ``spark`` and return it."""
+    register_table_functions(spark)
+    spark.conf.set(INSTALLED_FLAG, "true")
+    return spark
 
 
 def quiet_query_context_logs() -> None:

@@ -31,7 +31,8 @@ def executors(spark) -> int:
 
 def main(master: str, work: Path) -> None:
     import sqlext
-    from sqlext.bench import FK_SQLEXT, fingerprint, make_fk_inputs
+    from sqlext.bench.changes import FK_SQLEXT, make_fk_inputs
+    from sqlext.bench.common import fingerprint
     from sqlext.session import local_builder, quiet_query_context_logs
 
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \

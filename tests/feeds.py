@@ -16,7 +16,8 @@ import itertools
 import pyarrow as pa
 
 import sqlext
-from sqlext.udfs.changelog_filter import changelog_filter, filter_spec
+from sqlext.catalog.changelog_filter import filter_spec
+from sqlext.udfs.changelog_filter import changelog_filter
 
 CDF_SCHEMA = "id BIGINT, name STRING, v BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT"
 UPSERT_SCHEMA = "id BIGINT, name STRING, v BIGINT, ts BIGINT, _commit_version BIGINT"

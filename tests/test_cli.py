@@ -71,7 +71,7 @@ def test_runtime_data_errors_are_reported_by_class(spark, capsys, tmp_path):
 
 
 def test_bench_filter_runs_both_sides_and_reports_a_ratio(spark, capsys):
-    from sqlext.bench import bench_filter
+    from sqlext.bench.changes import bench_filter
 
     mine, theirs = bench_filter(spark, rows=5000, runs=1)
     out = capsys.readouterr().out

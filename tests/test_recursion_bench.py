@@ -1,7 +1,7 @@
 """``sqlext bench recursion`` at a tiny size: both sides run, agree, and report medians and
 ratios (timings are printed, never asserted)."""
 
-from sqlext.bench_recursion import bench_recursion
+from sqlext.bench.recursion import bench_recursion
 
 
 def test_bench_recursion_runs_all_three_cases_and_reports_ratios(spark, capsys):

@@ -1,89 +1,24 @@
-"""CHANGELOG_FILTER: a table filter that forwards minimal old/new pairs (seed 003, KAFKA-3902).
+"""CHANGELOG_FILTER as a registered table function: the reference logic over Arrow data and the
+handler Spark runs when the function is called by name (without the native rewrite).
 
-Per key, in order, each change moves the key from an old row (or none) to a new row (or none).
-With ``emit => 'changes'`` (Kafka's "send old values" on) the filter forwards, by the seed's
-case table:
-
-==================  ==================  =============================================
-old row             new row             forwarded
-==================  ==================  =============================================
-none or filtered    none or filtered    nothing (3a, 3b, 3c2)
-none or filtered    passes              ``insert`` of the new row (3a, 3c4)
-passes              none or filtered    ``delete`` of the old row (3b, 3c3)
-passes              passes              ``update_preimage``/``update_postimage`` (3c1),
-                                        nothing if the two rows are equal
-==================  ==================  =============================================
-
-With ``emit => 'records'`` (old values off, case 2) every change is forwarded: an ``upsert`` of
-the new row if it passes, otherwise a tombstone (``delete`` with NULL values), because a
-downstream table cannot otherwise learn that the key left the filtered table.
-``emit => 'final'`` is the filtered table after the last change.
-
-This module holds the argument checks shared with the native rewrite
-(:mod:`sqlext.rewrites.changelog_filter_to_sql`), the reference logic over Arrow data, and the
-handler that Spark runs when CHANGELOG_FILTER is called as a registered table function.
+The function's semantics, arguments and output shape are described in
+:mod:`sqlext.catalog.changelog_filter`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
 
 from sqlext.errors import SqlextError
-from sqlext.udfs.changes import (
-    CHANGE_TYPE, DELETE, EMIT_MODES, INSERT, POSTIMAGE, PREIMAGE, UPSERT, ChangeShape,
-    change_shape, changes_by_key, check_arguments, check_option,
+from sqlext.catalog.arguments import quote
+from sqlext.catalog.changelog_filter import (
+    ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
-from sqlext.rewrites.table_functions import quote
-from sqlext.udfs.expressions import check_columns, parse_expression
-
-FUNCTION = "CHANGELOG_FILTER"
-ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
-REQUIRED = ("input", "key", "predicate")
-PASS_COLUMN = "__sqlext_pass"
-
-
-@dataclass(frozen=True)
-class FilterSpec:
-    shape: ChangeShape
-    predicate: str  # normalised SQL text of the predicate
-    emit: str
-
-    @property
-    def output_columns(self) -> tuple[str, ...]:
-        shape = self.shape
-        if self.emit == "final":
-            return shape.data_columns
-        return shape.data_columns + (CHANGE_TYPE, shape.order_by)
-
-
-def filter_spec(arguments: Mapping[str, Any], columns: Sequence[str]) -> FilterSpec:
-    """Check a call's arguments against the input's columns; raise a SqlextError on bad input.
-
-    ``arguments`` maps argument names to their literal values (``input`` excluded).
-    """
-    check_arguments(FUNCTION, list(arguments) + ["input"], ARGUMENTS, REQUIRED)
-    args = {k.lower(): v for k, v in arguments.items()}
-    shape = change_shape(
-        FUNCTION, "input", columns, args.get("key"), args.get("order_by"), args.get("sequence_by")
-    )
-    predicate = parse_expression(FUNCTION, "predicate", args.get("predicate"), "'balance >= 0'")
-    check_columns(FUNCTION, "input", predicate, columns, "predicate")
-    emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    from sqlext.rewrites.dialect import to_sql
-
-    return FilterSpec(shape, to_sql(predicate), emit)
-
-
-def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
-    return SqlextError(
-        "EXPRESSION_TYPE_MISMATCH", function=FUNCTION, argument="predicate",
-        value=repr(spec_predicate), actual=actual, expected="BOOLEAN",
-        fix="Write a condition, for example 'balance >= 0' or 'status = ''open'''.",
-    )
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments
 
 
 def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) -> pa.Table:

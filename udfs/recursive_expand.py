@@ -36,16 +36,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sqlext.catalog.recursive_expand import (
+    DEFAULT_ROW_LIMIT, FUNCTION, RecursiveSpec, level_limit_error, repeats_error, row_limit_error,
+)
 from sqlext.errors import SqlextError
-
-FUNCTION = "RECURSIVE_EXPAND"
-ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"]
 
 # A join relation up to this estimated size is collected and shipped to the workers.
 # The walk collects the joined relation into the driver (as a broadcast join does); above
@@ -59,38 +59,6 @@ COLLAPSE_EVERY = 32
 
 _counter = itertools.count(1)
 last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'levels'
-
-# At most this many rows in a recursion's result, unless the session sets
-# spark.sqlext.recursion.rowLimit (Spark's native recursion has spark.sql.cteRecursionRowLimit).
-DEFAULT_ROW_LIMIT = 10_000_000
-ROW_LIMIT_CONF = "spark.sqlext.recursion.rowLimit"
-
-
-@dataclass
-class RecursiveSpec:
-    name: str
-    columns: list[str]
-    anchor_sql: str
-    step_sql: str
-    distinct: bool
-    max_level: int
-    key: list[str] = field(default_factory=list)
-    row_limit: int = DEFAULT_ROW_LIMIT
-
-
-def level_limit_error(name: str, level: int, limit: int) -> SqlextError:
-    return SqlextError("RECURSION_LEVEL_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
-                       limit=limit, suggested=max(2 * limit, 100))
-
-
-def row_limit_error(name: str, level: int, limit: int) -> SqlextError:
-    return SqlextError("RECURSION_ROW_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
-                       limit=limit, suggested=10 * limit)
-
-
-def repeats_error(name: str, level: int) -> SqlextError:
-    return SqlextError("RECURSION_REPEATS", function=FUNCTION, name=name, level=level, previous=level - 1)
-
 
 # ---------------------------------------------------------------------------------------
 # graph walk: pure Arrow / numpy
@@ -361,55 +329,6 @@ def _null_first_key(row: tuple) -> tuple:
 
 # ---------------------------------------------------------------------------------------
 # the Spark adapter
-
-
-def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
-    columns = [c.strip() for c in (literals.get("columns") or "").split(",") if c.strip()]
-    key = [c.strip() for c in (literals.get("key") or "").split(",") if c.strip()]
-    return RecursiveSpec(
-        name=literals["name"], columns=columns, anchor_sql=anchor_sql, step_sql=literals["step"],
-        distinct=str(literals.get("distinct")).lower() == "true", max_level=int(literals["max_level"]),
-        key=key,
-    )
-
-
-def expand(spark, spec: RecursiveSpec, scoped=None, path: str | None = None):
-    """The recursion's result as a DataFrame: computed and checkpointed level by level, or a
-    lazy graph walk (whose errors surface when the result is read).
-
-    ``scoped`` puts a query's text inside the CTEs that anchor and step read; ``path``
-    ('auto', 'walk', 'jump' or 'levels') defaults to ``spark.sqlext.recursion.path``; the
-    path that ran is left in ``last_path['path']``.
-    """
-    from sqlext.udfs import recursive_jump, recursive_plan
-
-    path = path or spark.conf.get("spark.sqlext.recursion.path", "auto")
-    spec.row_limit = int(spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)))
-    scoped = scoped or (lambda text: text)
-    anchor = spark.sql(scoped(spec.anchor_sql))
-    if spec.columns:
-        if len(spec.columns) != len(anchor.columns):
-            raise SqlextError(
-                "UNSUPPORTED_STATEMENT", function=FUNCTION,
-                reason=f"{spec.name} names {len(spec.columns)} columns but its anchor returns "
-                       f"{len(anchor.columns)}", fix="Make the column list and the anchor agree.")
-        anchor = anchor.toDF(*spec.columns)
-    else:
-        spec.columns = list(anchor.columns)
-    if path not in ("levels", "jump"):
-        walk_frame = recursive_plan.try_walk(spark, spec, anchor, scoped, force=path == "walk")
-        if walk_frame is not None:
-            last_path["path"] = "walk"
-            return walk_frame
-    if path == "jump" and not spec.key:
-        # one parent per node: path doubling. Only on request: on a 10^6-node forest it
-        # measured no faster than the level path (see the README).
-        jump_frame = recursive_jump.try_jump(spark, spec, anchor, scoped)
-        if jump_frame is not None:
-            last_path["path"] = "jump"
-            return jump_frame
-    last_path["path"] = "levels"
-    return run_levels(spark, spec, anchor, scoped)
 
 
 def run_levels(spark, spec: RecursiveSpec, anchor, scoped):

@@ -1,5 +1,4 @@
-"""Deciding whether a recursion's step is a graph walk (and compiling it), and running the
-``RECURSIVE_EXPAND`` calls of a rewritten statement on a session.
+"""Deciding whether a recursion's step is a graph walk, and compiling it.
 
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
@@ -9,19 +8,15 @@ enough to collect. Anything else returns ``None`` and runs level by level.
 
 from __future__ import annotations
 
-import itertools
 
 import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
-from sqlext.udfs.recursive_expand import (
-    FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
-    RecursiveSpec, expand, spec_from_call, walk,
-)
+from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
+from sqlext.udfs.recursive_expand import WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, walk
 from sqlext.udfs.recursive_expand import _quote as quote_name
 
-_views = itertools.count(1)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
@@ -330,42 +325,3 @@ class _Compiler:
             if kind == "bool":
                 return ("col", side, name)
         raise _NoWalk(f"expression {node.sql()} is outside the graph-walk vocabulary")
-
-
-# ---------------------------------------------------------------------------------------
-# running the calls of a statement
-
-
-def run_calls(spark, sql_text: str) -> str:
-    """Evaluate every ``RECURSIVE_EXPAND`` call of a rewritten statement, register each
-    result as a temporary view, and return the statement reading those views."""
-    from sqlext.rewrites.dialect import parse_one, to_sql
-    from sqlext.rewrites.relations import Scope
-    from sqlext.rewrites.table_functions import find_calls, read_call
-    from sqlext.udfs.recursive_expand import ARGUMENTS
-
-    tree = parse_one(sql_text)
-    while True:
-        calls = find_calls(tree, FUNCTION)
-        if not calls:
-            return to_sql(tree)
-        table = calls[0]
-        call = read_call(table, FUNCTION, ARGUMENTS)
-        anchor_arg = call.tables.get("anchor")
-        if anchor_arg is None or "step" not in call.literals:
-            raise SqlextError("MISSING_ARGUMENT", function=FUNCTION, argument="anchor and step",
-                              example="TABLE(SELECT ...), step => 'SELECT ...'")
-        anchor = anchor_arg.this
-        spec = spec_from_call(call.literals, to_sql(anchor))
-        scope = Scope.at(table).without(spec.name)
-
-        def scoped(text: str, scope=scope) -> str:
-            return to_sql(scope.wrap(parse_one(text)))
-
-        result = expand(spark, spec, scoped)
-        view = f"__sx_recursive_{next(_views)}"
-        result.createOrReplaceTempView(view)
-        replacement = exp.Table(this=exp.to_identifier(view))
-        if table.args.get("alias"):
-            replacement.set("alias", table.args["alias"].copy())
-        table.replace(replacement)

@@ -183,20 +183,10 @@ def key_text_sql(keys: Sequence[str]) -> SqlValue:
     return SqlValue(parts[0] if len(parts) == 1 else f"concat_ws(', ', {', '.join(parts)})")
 
 
-@dataclass
-class TableInput:
-    argument: TableArgument
-    query: str  # SELECT * FROM the relation, with the CTEs it reads
-    columns: list[str] | None  # None: unknown here
-    source: str  # the relation as a FROM item
-
-
-def table_inputs(call: Call, keys: dict[str, str], relations) -> dict[str, TableInput]:
-    """The call's table arguments, ``keys`` naming each one and the argument that holds its
-    key. Checks that exactly these are tables, applies ``PARTITION BY``/``ORDER BY`` clauses,
-    and asks ``relations`` for their columns."""
-    from sqlext.rewrites.relations import standalone_query
-
+def check_table_arguments(call: Call, keys: dict[str, str]) -> None:
+    """Exactly the arguments named in ``keys`` are tables (``keys`` maps each one to the
+    argument that holds its key), and their ``PARTITION BY``/``ORDER BY`` clauses agree with
+    those keys (filled in where absent)."""
     function = call.function
     for name in keys:
         if name not in call.tables:
@@ -213,11 +203,5 @@ def table_inputs(call: Call, keys: dict[str, str], relations) -> dict[str, Table
                 "INVALID_ARGUMENT_TYPE", function=function, argument=name, expected="a constant string",
                 value="a table", fix=f"Write {name} => '...'.",
             )
-    inputs = {}
     for name, key_argument in keys.items():
-        argument = call.tables[name]
-        partitioning_defaults(function, argument, call.literals, key_argument)
-        query = standalone_query(argument)
-        columns = relations.columns(query, argument.this) if relations is not None else None
-        inputs[name] = TableInput(argument, query, columns, relation_source(argument))
-    return inputs
+        partitioning_defaults(function, call.tables[name], call.literals, key_argument)

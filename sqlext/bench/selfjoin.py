@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 
-from sqlext.bench import Timing, fingerprint, report
+from sqlext.bench.common import Timing, fingerprint, report
 
 BAND = """
 SELECT a.id, b.id AS other, b.v FROM {table} a JOIN {table} b

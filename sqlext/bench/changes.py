@@ -1,18 +1,16 @@
-"""Benchmarks: each runs sqlext and the native Spark formulation of the same work in one
-session, checks that both give the same rows, and reports median times and their ratio.
+"""The change-feed benchmarks: CHANGELOG_FILTER against the LAG/CASE query a Spark user writes
+by hand, and FK_JOIN's change stream against the native snapshot join.
 
     sqlext bench filter --rows 10000000 --runs 3
     sqlext bench fk --left 5000000 --right 500000 --runs 3
-    sqlext bench selfjoin --rows 1000000 --runs 3      (in sqlext/bench_selfjoin.py)
 """
 
 from __future__ import annotations
 
 import shutil
-import statistics
 import tempfile
-import time
-from dataclasses import dataclass, field
+
+from sqlext.bench.common import Timing, alternate, compare, fingerprint, report, time_query
 
 FILTER_SQLEXT = """
 SELECT * FROM CHANGELOG_FILTER(
@@ -46,22 +44,6 @@ FROM w
 """
 
 
-@dataclass
-class Timing:
-    name: str
-    seconds: list[float]
-    # CPU seconds of Spark's JVM per run (local mode: driver and executors), where known
-    cpu: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def cpu_median(self) -> float | None:
-        return statistics.median(self.cpu) if self.cpu else None
-
-
 def make_changes(spark, rows: int, directory: str) -> None:
     """A change feed of ``rows`` changes over rows/8 accounts, written once as Parquet.
 
@@ -80,68 +62,6 @@ def make_changes(spark, rows: int, directory: str) -> None:
         "id AS _commit_version",
     ).write.mode("overwrite").parquet(directory)
     spark.read.parquet(directory).createOrReplaceTempView("bench_changes")
-
-
-def jvm_cpu_seconds(spark) -> float | None:
-    """CPU time Spark's JVM has used so far. In local mode it runs the executors as well, so
-    the difference over a run is the run's whole CPU cost (tasks, driver, JIT and garbage
-    collection), which moves less from run to run than wall time on a busy machine."""
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
-
-    try:
-        return spark.sparkContext._jvm.java.lang.ProcessHandle.current().info() \
-            .totalCpuDuration().get().toNanos() / 1e9
-    except (AttributeError, Py4JError, PySparkException):
-        return None  # not reported on this platform, or no JVM gateway (Spark Connect)
-
-
-def time_query(spark, frame_factory, timing: Timing | None = None) -> None:
-    """Run the query once, writing every row to Spark's no-op sink; record wall and CPU time."""
-    frame = frame_factory()
-    cpu = jvm_cpu_seconds(spark)
-    started = time.perf_counter()
-    frame.write.format("noop").mode("overwrite").save()
-    seconds = time.perf_counter() - started
-    after = jvm_cpu_seconds(spark)
-    if timing is not None:
-        timing.seconds.append(seconds)
-        if cpu is not None and after is not None:
-            timing.cpu.append(after - cpu)
-
-
-def fingerprint(spark, frame):
-    """Row count and an order-free checksum of all columns: equal results, equal prints."""
-    row = frame.selectExpr("count(*) AS n", "sum(hash(*)) AS h").collect()[0]
-    return row.n, row.h
-
-
-def compare(spark, name: str, ours, native, runs: int) -> tuple[Timing, Timing]:
-    if fingerprint(spark, ours()) != fingerprint(spark, native()):
-        raise SystemExit(f"bench {name}: sqlext and the native formulation return different rows")
-    return alternate(spark, ours, native, runs)
-
-
-def alternate(spark, ours, native, runs: int) -> tuple[Timing, Timing]:
-    """One warm-up each, then alternate, so that drift in the machine hits both sides alike."""
-    time_query(spark, ours)
-    time_query(spark, native)
-    mine, theirs = Timing("sqlext", []), Timing("native", [])
-    for _ in range(runs):
-        time_query(spark, ours, mine)
-        time_query(spark, native, theirs)
-    return mine, theirs
-
-
-def report(title: str, mine: Timing, theirs: Timing) -> None:
-    print(f"{title}")
-    for timing in (mine, theirs):
-        runs = ", ".join(f"{s:.2f}" for s in timing.seconds)
-        cpu = "" if timing.cpu_median is None else f"   CPU median {timing.cpu_median:6.2f} s"
-        print(f"  {timing.name:<8} median {timing.median:8.2f} s{cpu}   runs: {runs}")
-    print(f"  ratio sqlext/native: {mine.median / theirs.median:.2f}x")
-    if mine.cpu_median and theirs.cpu_median:
-        print(f"  CPU ratio sqlext/native: {mine.cpu_median / theirs.cpu_median:.2f}x")
 
 
 def bench_filter(spark, rows: int, runs: int) -> tuple[Timing, Timing]:
@@ -259,19 +179,3 @@ def bench_fk(spark, left: int, right: int, runs: int) -> tuple[Timing, Timing]:
         return mine, theirs
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0,
-                  native_runs: int | None = None, native_limit: float = 900.0) -> int:
-    from sqlext.session import local_session
-
-    spark = local_session("sqlext-bench")
-    if what == "filter":
-        bench_filter(spark, rows, runs)
-    elif what == "fk":
-        bench_fk(spark, left, right, runs)
-    elif what == "selfjoin":
-        from sqlext.bench_selfjoin import bench_selfjoin
-
-        bench_selfjoin(spark, rows, runs, native_runs, native_limit)
-    return 0

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import time
 
-from sqlext.bench import Timing, fingerprint, report
+from sqlext.bench.common import Timing, fingerprint, report
 
 NATIVE_LEVEL_LIMIT = 100_000
 NATIVE_ROW_LIMIT = 2_000_000_000
@@ -221,7 +221,7 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
     import os
 
     import sqlext
-    from sqlext.bench_scale import Sampler, _jvm_pid
+    from sqlext.bench.common import Sampler, _jvm_pid
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-")
     spark.conf.set("spark.sqlext.recursion.path", path)

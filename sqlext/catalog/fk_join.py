@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError
-from sqlext.udfs.changes import (
+from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
-from sqlext.udfs.expressions import check_columns, parse_expression
+from sqlext.catalog.expressions import check_columns, parse_expression
 
 FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",

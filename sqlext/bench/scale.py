@@ -19,12 +19,12 @@ import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from sqlext.bench import FILTER_SQLEXT, FK_SQLEXT, make_changes, make_fk_inputs
+from sqlext.bench.changes import FILTER_SQLEXT, FK_SQLEXT, make_changes, make_fk_inputs
+from sqlext.bench.common import Sampler, _jvm_pid
 
 
 @dataclass
@@ -34,44 +34,6 @@ class Point:
     seconds: float
     driver_mb: float  # peak resident memory of the Python driver during the run
     jvm_mb: float  # peak resident memory of the JVM during the run
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
-
-@dataclass
-class Sampler:
-    pids: tuple[int, int]
-    peaks: list[float] = field(default_factory=lambda: [0.0, 0.0])
-
-    def __enter__(self):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            for i, pid in enumerate(self.pids):
-                self.peaks[i] = max(self.peaks[i], _rss_mb(pid))
-            time.sleep(0.05)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
-def _jvm_pid(spark) -> int:
-    process = getattr(spark.sparkContext._gateway, "proc", None)
-    return process.pid if process is not None else os.getpid()
 
 
 def _measure(spark, name: str, size: int, frame_factory, runs: int) -> Point:
@@ -99,8 +61,8 @@ SELECT a.id, b.id AS other FROM {table} a JOIN {table} b
 
 def bench_scale(spark, sizes: list[int], runs: int, plot: Path | None) -> list[Point]:
     import sqlext
-    from sqlext.bench_recursion import FOREST, make_inputs
-    from sqlext.bench_selfjoin import make_events
+    from sqlext.bench.recursion import FOREST, make_inputs
+    from sqlext.bench.selfjoin import make_events
 
     points = []
     for size in sizes:

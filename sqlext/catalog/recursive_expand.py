@@ -1,0 +1,55 @@
+"""RECURSIVE_EXPAND in the catalogue: the call that the recursive-CTE rule writes for a
+``WITH RECURSIVE`` query (its arguments), the recursion it describes (:class:`RecursiveSpec`),
+and the errors a recursion can end with, as every execution path reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlext.errors import SqlextError
+
+FUNCTION = "RECURSIVE_EXPAND"
+ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"]
+
+# At most this many rows in a recursion's result, unless the session sets
+# spark.sqlext.recursion.rowLimit (Spark's native recursion has spark.sql.cteRecursionRowLimit).
+DEFAULT_ROW_LIMIT = 10_000_000
+ROW_LIMIT_CONF = "spark.sqlext.recursion.rowLimit"
+
+
+@dataclass
+class RecursiveSpec:
+    name: str
+    columns: list[str]
+    anchor_sql: str
+    step_sql: str
+    distinct: bool
+    max_level: int
+    key: list[str] = field(default_factory=list)
+    row_limit: int = DEFAULT_ROW_LIMIT
+
+
+def level_limit_error(name: str, level: int, limit: int) -> SqlextError:
+    return SqlextError("RECURSION_LEVEL_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
+                       limit=limit, suggested=max(2 * limit, 100))
+
+
+def row_limit_error(name: str, level: int, limit: int) -> SqlextError:
+    return SqlextError("RECURSION_ROW_LIMIT_EXCEEDED", function=FUNCTION, name=name, level=level,
+                       limit=limit, suggested=10 * limit)
+
+
+def repeats_error(name: str, level: int) -> SqlextError:
+    return SqlextError("RECURSION_REPEATS", function=FUNCTION, name=name, level=level, previous=level - 1)
+
+
+def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
+    columns = [c.strip() for c in (literals.get("columns") or "").split(",") if c.strip()]
+    key = [c.strip() for c in (literals.get("key") or "").split(",") if c.strip()]
+    return RecursiveSpec(
+        name=literals["name"], columns=columns, anchor_sql=anchor_sql, step_sql=literals["step"],
+        distinct=str(literals.get("distinct")).lower() == "true", max_level=int(literals["max_level"]),
+        key=key,
+    )

@@ -1,0 +1,130 @@
+"""The package's layers, read from the code's imports (function-local ones included): each
+module imports only modules of its own layer or of layers below it, the two middle layers
+(``rewrites``: text in, text out; ``udfs``: what runs inside Spark) do not import each other,
+and no modules import each other in a cycle. ``sqlext.rewrite`` works without pyspark.
+
+Layers, bottom to top:
+
+0. errors and the SQL dialect: ``sqlext.errors``, ``sqlext.rewrites.dialect``;
+1. the function catalogue: ``sqlext.catalog`` (arguments, their checks, change rows);
+2. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
+3. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
+   model runner and benchmarks (everything else under ``sqlext``).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# where each installed package's files live (pyproject.toml maps the folders the same way)
+FOLDERS = {"sqlext": ROOT / "sqlext", "sqlext.rewrites": ROOT / "rewrites", "sqlext.udfs": ROOT / "udfs"}
+BASE = {"sqlext.errors", "sqlext.rewrites.dialect"}
+
+
+def layer(module: str) -> tuple[int, str]:
+    if module in BASE:
+        return 0, "base"
+    for prefix, rank in (("sqlext.catalog", 1), ("sqlext.rewrites", 2), ("sqlext.udfs", 2)):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank, prefix
+    return 3, "surfaces"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if package == "sqlext" and parts[0] in ("rewrites", "udfs"):
+                continue
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imports(path: Path, module: str, known: set[str]) -> set[str]:
+    """The project's modules that ``path`` imports anywhere in its code. ``from p import x``
+    names module ``p.x`` if that is a module, else ``p``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {name for name in found if name in known}
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {module: imports(path, module, set(known)) - {module} for module, path in known.items()}
+
+
+def test_the_layout_is_what_the_test_reads():
+    found = graph()
+    assert {"sqlext", "sqlext.api", "sqlext.runner", "sqlext.errors", "sqlext.rewrites.pipeline",
+            "sqlext.udfs.recursion", "sqlext.catalog.arguments"} <= set(found)
+    assert "sqlext.rewrites.dialect" in found["sqlext.rewrites.pipeline"]
+
+
+def test_no_module_imports_a_layer_above_it_or_its_sibling():
+    wrong = []
+    for module, targets in sorted(graph().items()):
+        rank, name = layer(module)
+        for target in sorted(targets):
+            target_rank, target_name = layer(target)
+            if target_rank > rank or (target_rank == rank == 2 and target_name != name):
+                wrong.append(f"{module} ({name}) imports {target} ({target_name})")
+    assert wrong == []
+
+
+def test_no_import_cycles():
+    edges = graph()
+    cycles, state, stack = [], {}, []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for target in sorted(edges[module]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)
+    assert cycles == []
+
+
+def test_rewrite_works_without_pyspark(tmp_path):
+    """``sqlext.rewrite`` in a process where importing pyspark fails."""
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text("raise ImportError('pyspark is hidden from this test')\n")
+    script = textwrap.dedent("""
+        import sqlext
+        print(sqlext.rewrite(
+            "SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')",
+            schema={"t": {"id": "bigint", "v": "bigint", "_change_type": "string", "_commit_version": "bigint"}}))
+        print(sqlext.rewrite("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+                             "SELECT * FROM r"))
+        import sys
+        assert "pyspark" not in sys.modules, "something imported pyspark and caught the error"
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "LAG(" in done.stdout.upper() or "WINDOW" in done.stdout.upper()
+    assert "RECURSIVE_EXPAND" in done.stdout

@@ -188,3 +188,33 @@ def parse_one(sql: str) -> exp.Expression:
 
 def to_sql(expression: exp.Expression, pretty: bool = False) -> str:
     return expression.sql(dialect=SparkExt, pretty=pretty)
+
+
+# Spark's numeric type names as ``DataType.simpleString()`` and sqlglot write them (with the
+# aliases sqlglot may print), and the width in bits of each integral one.
+INTEGRAL_BITS = {"tinyint": 8, "byte": 8, "smallint": 16, "short": 16, "int": 32, "integer": 32,
+                 "bigint": 64, "long": 64}
+INTEGRAL = frozenset(INTEGRAL_BITS)
+FRACTIONAL = frozenset({"float", "double", "real"})
+
+
+def is_numeric(type_name: str) -> bool:
+    """An integral, fractional or decimal type (``decimal(10,2)`` included)."""
+    return type_name in INTEGRAL or type_name in FRACTIONAL or type_name.startswith("decimal")
+
+
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    """The terms of a condition joined by ``AND``, each without its outer parentheses (a
+    ``WHERE`` wrapper is looked through); none for no condition.
+
+    >>> [c.sql() for c in conjuncts(parse_one("SELECT 1 WHERE (a = 1 AND (b)) AND (c OR d)").args["where"])]
+    ['a = 1', 'b', 'c OR d']
+    """
+    if node is None:
+        return []
+    if isinstance(node, exp.Where):
+        node = node.this
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    return [node]

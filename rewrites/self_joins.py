@@ -33,7 +33,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import to_sql
+from sqlext.rewrites.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
 from sqlext.rewrites.relations import Relations, standalone_query
 from sqlext.catalog.arguments import quote
 
@@ -45,8 +45,6 @@ NON_DETERMINISTIC = {
     "try_reflect", "reflect", "java_method",
 }
 
-INTEGRAL = {"tinyint", "smallint", "int", "bigint", "byte", "short", "integer", "long"}
-FRACTIONAL = {"float", "double", "real"}
 TIMESTAMPS = {"timestamp", "timestamp_ntz", "timestamp_ltz"}
 
 _MICROS = {
@@ -239,7 +237,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
         return f"the columns of {to_sql(source)} are unknown here"
 
     conditions = [j.args.get("on") for j in joins] + [select.args.get("where")]
-    conjuncts = [c for node in conditions for c in _conjuncts(node)]
+    conjuncts = [c for node in conditions for c in conjuncts(node)]
     if chain:
         aliases = {item.alias_or_name.lower() for item in items}
         ambiguous = _ambiguous_column(select, {c.lower() for c in columns})
@@ -326,7 +324,7 @@ def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Ta
         if nested is not None:
             return f"the subquery {to_sql(nested)} inside the chain of joins' statement is left as written"
     conditions = [j.args.get("on") for j in select.args.get("joins") or []] + [select.args.get("where")]
-    conjuncts = [c for node in conditions for c in _conjuncts(node)]
+    conjuncts = [c for node in conditions for c in conjuncts(node)]
     tables = [item for item in items if isinstance(item, exp.Table)]
     same = [(x, y) for i, x in enumerate(tables) for y in tables[i + 1:] if _unaliased(x) == _unaliased(y)]
     if not same:
@@ -533,17 +531,6 @@ def _sides(node: exp.Expression, a: str, b: str) -> set[str] | None:
     return touched
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.Where):
-        node = node.this
-    node = node.unnest()
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
 def _unaliased(table: exp.Table) -> exp.Table:
     copy = table.copy()
     copy.set("alias", None)
@@ -622,7 +609,7 @@ def replace_pair(select: exp.Select, join: SelfJoin, replacement: exp.Expression
     consumed = join.pair_conditions
 
     def remaining(node: exp.Expression | None) -> list[exp.Expression]:
-        return [c for c in _conjuncts(node) if not any(c is x for x in consumed)]
+        return [c for c in conjuncts(node) if not any(c is x for x in consumed)]
 
     moved: list[exp.Expression] = []
     joins = []
@@ -641,7 +628,7 @@ def replace_pair(select: exp.Select, join: SelfJoin, replacement: exp.Expression
 
 def add_where(select: exp.Select, conditions: list[exp.Expression], first: bool = True) -> None:
     """AND ``conditions`` into WHERE, before (``first``) or after what it holds."""
-    existing = _conjuncts(select.args.get("where"))
+    existing = conjuncts(select.args.get("where"))
     combined = [*conditions, *existing] if first else [*existing, *conditions]
     where = and_all(combined)
     select.set("where", exp.Where(this=where) if where is not None else None)

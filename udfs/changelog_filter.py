@@ -14,7 +14,7 @@ import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
 
 from sqlext.errors import SqlextError
-from sqlext.catalog.arguments import quote
+from sqlext.catalog.arguments import bind_arguments, quote
 from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
@@ -98,11 +98,8 @@ class ChangelogFilterUDTF:
         from pyspark.sql.types import StringType, StructField, StructType
         from pyspark.sql.udtf import OrderingColumn, PartitioningColumn, SelectedColumn
 
-        given = dict(zip(ARGUMENTS, positional))
-        for name, argument in named.items():
-            if name.lower() in given:
-                raise SqlextError("DUPLICATE_ARGUMENT", function=FUNCTION, argument=name)
-            given[name.lower()] = argument
+        given = bind_arguments(FUNCTION, [(None, a) for a in positional] + list(named.items()), ARGUMENTS,
+                               show=lambda argument: "an argument")
         check_arguments(FUNCTION, given, ARGUMENTS, REQUIRED)
         input = given.pop("input")
         arguments = {}

@@ -14,10 +14,10 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
+from sqlext.rewrites.dialect import INTEGRAL, conjuncts
 from sqlext.udfs.recursive_expand import WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, walk
 from sqlext.udfs.recursive_expand import _quote as quote_name
 
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
 
@@ -203,20 +203,10 @@ def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", r
     projections = []
     for select, target in zip(selects, targets):
         node, kind = compiler.value(select.this if isinstance(select, exp.Alias) else select)
-        if (kind == "int") != (target in _INTEGRAL) or (kind == "str") != (target == "string"):
+        if (kind == "int") != (target in INTEGRAL) or (kind == "str") != (target == "string"):
             raise _NoWalk(f"a {kind} value for a {target} column")
         projections.append(node)
     return projections
-
-
-def conjuncts(node) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.Paren):
-        return conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return conjuncts(node.this) + conjuncts(node.expression)
-    return [node]
 
 
 _COMPARISONS = {exp.EQ: "eq", exp.NEQ: "neq", exp.LT: "lt", exp.LTE: "lte", exp.GT: "gt", exp.GTE: "gte"}
@@ -247,7 +237,7 @@ class _Compiler:
         if qualifier not in (None, self.r_alias, self.e_alias) or len(candidates) != 1 or node.args.get("db"):
             raise _NoWalk(f"column {node.sql()} is ambiguous or unknown")
         side, (actual, type_name) = candidates[0]
-        if type_name in _INTEGRAL:
+        if type_name in INTEGRAL:
             kind = "int"
         elif type_name == "string":
             kind = "str"

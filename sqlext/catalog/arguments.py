@@ -8,7 +8,7 @@ function declares them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sqlglot import exp
 
@@ -35,23 +35,39 @@ def find_calls(expression: exp.Expression, function: str) -> list[exp.Table]:
     return sorted(found, key=lambda t: -_depth(t))
 
 
-def read_call(table: exp.Table, function: str, arguments: Sequence[str]) -> Call:
-    node = table.this
-    call = Call(function, node, table)
+def bind_arguments(function: str, given: Sequence[tuple[str | None, Any]], arguments: Sequence[str],
+                   show: Callable[[Any], str] = str) -> dict[str, Any]:
+    """Name a call's arguments: ``given`` holds ``(None, value)`` for a positional argument and
+    ``(name, value)`` for a named one, in the order written. Positional arguments come first
+    and take the function's ``arguments`` in order; names are case-insensitive. ``show``
+    renders a value for the error about a positional argument too many."""
+    bound: dict[str, Any] = {}
     positional = True
-    for index, arg in enumerate(node.expressions):
-        if isinstance(arg, (exp.Kwarg, exp.PropertyEQ)):
+    for index, (name, value) in enumerate(given):
+        if name is not None:
             positional = False
-            name, value = arg.this.name.lower(), arg.expression
+            name = name.lower()
         else:
             if not positional or index >= len(arguments):
                 raise SqlextError(
-                    "UNKNOWN_ARGUMENT", function=function, argument=f"#{index + 1} ({to_sql(arg)})",
+                    "UNKNOWN_ARGUMENT", function=function, argument=f"#{index + 1} ({show(value)})",
                     allowed=", ".join(arguments),
                 )
-            name, value = arguments[index], arg
-        if name in call.tables or name in call.literals:
+            name = arguments[index]
+        if name in bound:
             raise SqlextError("DUPLICATE_ARGUMENT", function=function, argument=name)
+        bound[name] = value
+    return bound
+
+
+def read_call(table: exp.Table, function: str, arguments: Sequence[str]) -> Call:
+    """The arguments of the call in FROM item ``table``, named (:func:`bind_arguments`) and
+    split into table arguments and constant values."""
+    node = table.this
+    call = Call(function, node, table)
+    given = [(arg.this.name, arg.expression) if isinstance(arg, (exp.Kwarg, exp.PropertyEQ)) else (None, arg)
+             for arg in node.expressions]
+    for name, value in bind_arguments(function, given, arguments, show=to_sql).items():
         if isinstance(value, TableArgument):
             call.tables[name] = value
         else:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import is_numeric
 from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
@@ -105,7 +106,6 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 
 
-_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double")
 
 
 def check_foreign_key_type(spec: FkJoinSpec, fk_type: str | None, key_type: str | None) -> None:
@@ -115,7 +115,7 @@ def check_foreign_key_type(spec: FkJoinSpec, fk_type: str | None, key_type: str 
     fk_t, key_t = fk_type.lower(), key_type.lower()
 
     def family(t: str) -> str:
-        if t in _NUMERIC or t.startswith("decimal"):
+        if is_numeric(t):
             return "numeric"
         if t.startswith("string") or t.startswith("varchar") or t.startswith("char"):
             return "string"

@@ -144,6 +144,14 @@ class Scope:
     def at(node: exp.Expression) -> "Scope":
         return Scope(list(_enclosing_levels(node)))
 
+    def find(self, name: str) -> exp.CTE | None:
+        """The CTE that ``name`` resolves to here (the innermost one), or None for a table."""
+        for ctes, _ in self.levels:
+            for cte in reversed(ctes):
+                if cte.alias_or_name.lower() == name.lower():
+                    return cte
+        return None
+
     def without(self, name: str) -> "Scope":
         """This scope less the CTE ``name`` at the innermost level that defines it."""
         levels = list(self.levels)

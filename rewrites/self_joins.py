@@ -34,7 +34,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
-from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.relations import Relations, Scope, standalone_query
 from sqlext.catalog.arguments import quote
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
@@ -237,7 +237,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
         return f"the columns of {to_sql(source)} are unknown here"
 
     conditions = [j.args.get("on") for j in joins] + [select.args.get("where")]
-    conjuncts = [c for node in conditions for c in conjuncts(node)]
+    terms = [c for node in conditions for c in conjuncts(node)]
     if chain:
         aliases = {item.alias_or_name.lower() for item in items}
         ambiguous = _ambiguous_column(select, {c.lower() for c in columns})
@@ -245,7 +245,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
             return (f"the column {to_sql(ambiguous)} has no relation's alias and both sides of the "
                     f"self-join have a column of that name")
     sides, outside = {}, []
-    for conjunct in conjuncts:
+    for conjunct in terms:
         if chain:
             touched = _chain_sides(conjunct, aliases)
             if touched is None:
@@ -258,12 +258,12 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
             if touched is None:
                 return f"the condition {to_sql(conjunct)} names a column without its side's alias"
         sides[id(conjunct)] = touched
-    conjuncts = [c for c in conjuncts if id(c) in sides]
-    if chain and not conjuncts:
+    terms = [c for c in terms if id(c) in sides]
+    if chain and not terms:
         return "the chain of joins has no condition on the self-join's pair"
 
     keys, candidates, left_only, right_only = [], [], [], []
-    for conjunct in conjuncts:
+    for conjunct in terms:
         touched = sides[id(conjunct)]
         key = _key_equality(conjunct, a, b)
         if key is not None and key[0] not in [k for k, _ in keys]:
@@ -297,7 +297,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     return SelfJoin(
         select, a, b, source, list(columns), query, keys, band,
         left_only=left_only, right_only=right_only, rest=_unique(rest),
-        left_item=left, right_item=right, outside=outside, pair_conditions=conjuncts,
+        left_item=left, right_item=right, outside=outside, pair_conditions=terms,
     )
 
 
@@ -324,14 +324,14 @@ def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Ta
         if nested is not None:
             return f"the subquery {to_sql(nested)} inside the chain of joins' statement is left as written"
     conditions = [j.args.get("on") for j in select.args.get("joins") or []] + [select.args.get("where")]
-    conjuncts = [c for node in conditions for c in conjuncts(node)]
+    terms = [c for node in conditions for c in conjuncts(node)]
     tables = [item for item in items if isinstance(item, exp.Table)]
     same = [(x, y) for i, x in enumerate(tables) for y in tables[i + 1:] if _unaliased(x) == _unaliased(y)]
     if not same:
         return "no two relations of the chain of joins are the same relation"
     pairs = [
         (x, y) for x, y in same
-        if any(_key_equality(c, x.alias_or_name.lower(), y.alias_or_name.lower()) for c in conjuncts)
+        if any(_key_equality(c, x.alias_or_name.lower(), y.alias_or_name.lower()) for c in terms)
     ]
     if not pairs:
         return "the two sides are not joined on equal key columns"
@@ -540,17 +540,13 @@ def _unaliased(table: exp.Table) -> exp.Table:
 
 
 def _resolve(table: exp.Table) -> exp.Expression:
-    """The CTE's query when ``table`` names a CTE in scope, else the table itself."""
+    """The CTE's query when ``table`` names a CTE in scope (not its own, in a recursive
+    one), else the table itself."""
     if table.db:
         return _unaliased(table)
-    node = table.parent
-    while node is not None:
-        with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
-        if isinstance(with_, exp.With):
-            for cte in with_.expressions:
-                if cte.alias_or_name.lower() == table.name.lower() and table not in list(cte.walk()):
-                    return cte.this
-        node = node.parent
+    cte = Scope.at(table).find(table.name)
+    if cte is not None and not any(node is table for node in cte.walk()):
+        return cte.this
     return _unaliased(table)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from sqlext.api import explain, install, rewrite, sql
 from sqlext.errors import SqlextError
 from sqlext.runner import run_statement
+from sqlext.streaming import stream
 
-__all__ = ["SqlextError", "install", "rewrite", "sql", "explain", "run_statement", "load_ipython_extension"]
+__all__ = ["SqlextError", "install", "rewrite", "sql", "explain", "stream", "run_statement", "load_ipython_extension"]
 __version__ = "0.1.0"
 
 

@@ -3,11 +3,14 @@
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
     sqlext explain FILE.sql              each statement before and after rewriting, and why
     sqlext build MODELS_DIR              dbt-style models (one SELECT per file) in dependency order
+    sqlext stream FILE.sql --checkpoint DIR --output DIR [--source NAME=DIR] [--every INTERVAL]
+                                         the statement over STREAM(...) as an incremental run
     sqlext bench filter --rows N         CHANGELOG_FILTER against hand-written Spark SQL
     sqlext bench fk --left N --right M   FK_JOIN changes against the snapshot join
     sqlext bench selfjoin --rows N       self-join queries as written against their rewrites
     sqlext bench scale --sizes A,B,C     each function at growing sizes: time and memory
     sqlext bench recursion --nodes N --depth D   WITH RECURSIVE against Spark's native recursion
+    sqlext bench incremental --rows N    an incremental run of 1% new changes against the batch recompute
 """
 
 from __future__ import annotations
@@ -44,8 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--progress-every", type=float, default=10.0,
                        help="seconds between 'still running' lines for a long model (default 10; 0: off)")
 
+    stream = commands.add_parser("stream", help="run a statement over STREAM(...) incrementally")
+    stream.add_argument("file", type=Path, help="a file holding one statement that reads STREAM(name)")
+    stream.add_argument("--checkpoint", required=True, help="the query's progress and state (keep it between runs)")
+    stream.add_argument("--output", required=True, help="the folder the output rows are appended to")
+    stream.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
+                        help="read STREAM(NAME) from the change files in DIR; repeatable")
+    stream.add_argument("--source-format", default="parquet", help="format of the change files (default parquet)")
+    stream.add_argument("--output-format", default="parquet", help="format of the output files (default parquet)")
+    how = stream.add_mutually_exclusive_group()
+    how.add_argument("--available-now", action="store_true",
+                     help="process what arrived since the last run, then stop (the default)")
+    how.add_argument("--every", metavar="INTERVAL", help="keep running, one micro-batch every INTERVAL ('10 seconds')")
+
     bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale", "recursion"])
+    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale", "recursion", "incremental"])
     bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
     bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
     bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
@@ -65,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="recursion: only the forest, sqlext alone, with the driver's peak memory")
     bench.add_argument("--levels-only", type=int, default=None, metavar="N",
                        help="recursion: only the level path's cost per level, over N levels, against native")
+    bench.add_argument("--keys", type=int, default=None,
+                       help="incremental: accounts in the history (default rows/8; fix it to grow the history alone)")
+    bench.add_argument("--percent", type=float, default=1.0, help="incremental: increment size, %% of the history")
     bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
                        help="recursion --forest-only: force the recursion's path (default auto)")
 
@@ -79,10 +98,19 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_scale(local_session("sqlext-bench"), [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
         return 0
+    if args.command == "stream":
+        return _stream(args)
     if args.command == "build":
         from sqlext.models import main as build_main
 
         return build_main(args)
+    if args.command == "bench" and args.what == "incremental":
+        from sqlext.bench.incremental import bench_incremental
+        from sqlext.session import local_session
+
+        bench_incremental(local_session("sqlext-bench"), rows=args.rows, runs=args.runs, percent=args.percent,
+                          keys=args.keys)
+        return 0
     if args.command == "bench" and args.what == "recursion" and args.levels_only:
         from sqlext.bench.recursion import bench_levels
         from sqlext.session import local_session
@@ -143,6 +171,48 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
     print(format_table(outcome.columns, outcome.rows, truncated=outcome.truncated) if outcome.columns else "OK")
     print(f"-- {time.perf_counter() - started:.2f} s\n")
     return True
+
+
+def _stream(args) -> int:
+    from sqlext.runner import error_message
+    from sqlext.session import local_session
+    from sqlext.streaming import run_available_now, stream
+
+    statements = split_statements(_read(args.file))
+    if len(statements) != 1:
+        print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
+              "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
+        return 1
+    sources = {}
+    for item in args.source:
+        name, _, folder = item.partition("=")
+        if not folder:
+            print(f"sqlext stream: --source {item!r} is not NAME=DIR", file=sys.stderr)
+            return 2
+        sources[name] = folder
+    options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources,
+                   source_format=args.source_format, output_format=args.output_format)
+    spark = local_session("sqlext-stream")
+    statement = statements[0]
+    started = time.perf_counter()
+    try:
+        if args.every:
+            query = stream(spark, statement.text, trigger=args.every, **options)
+            print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+            return 0
+        run_available_now(spark, statement.text, **options)
+    except Exception as error:  # noqa: BLE001 - only errors with a message are reported
+        message = error_message(error)
+        if message is None:
+            raise
+        _report(args.file, statement, message)
+        return 1
+    print(f"-- run complete in {time.perf_counter() - started:.2f} s; output in {args.output}")
+    return 0
 
 
 def _report(path: Path, statement: Statement, message: str) -> None:

@@ -82,7 +82,24 @@ MESSAGES: dict[str, str] = {
         "{warehouse}. Build it first, or select the upstream models too with '+{name}'."
     ),
     "EMPTY_MODEL": "{function}: the model file holds no SQL statement. {fix}",
-    # recursion (seed 004)
+    # incremental runs on Structured Streaming
+    "LATE_CHANGE": (
+        "{function}: a change of key {key} has {order_by} = {value}, not above {last}, which an "
+        "earlier run already processed for that key, so applying it now would differ from the "
+        "batch result. Give late changes a higher {order_by}, or name a sequence_by column so that "
+        "stale changes are ignored. Nothing of this run was written; the next run retries it."
+    ),
+    "UNSUPPORTED_STREAM": "{function}: {what} cannot run incrementally: {reason}. {fix}",
+    "STREAM_SCHEMA_CHANGED": (
+        "{function}: the columns of {name} changed since the first run of this checkpoint: {change}. "
+        "The state kept so far was built for the old columns. Restore them, or start over with a new "
+        "checkpoint and output folder."
+    ),
+    "STREAM_SOURCE_EMPTY": (
+        "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
+        "unknown. Put at least one file of changes there before the first run."
+    ),
+    # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (
         "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."
     ),

@@ -43,6 +43,13 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
         .config("spark.python.worker.faulthandler.enabled", "true")
+        # a Python worker connects back to the JVM (and a streaming state client to its state
+        # server) within this time; Spark's 15 s default timed out on a machine loaded 10x
+        # over its cores
+        .config("spark.python.authenticate.socketTimeout", "120s")
+        # transformWithState (incremental runs) keeps its state in RocksDB
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     )
 
 

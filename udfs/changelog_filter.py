@@ -35,14 +35,22 @@ def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) ->
         record[PASS_COLUMN] = bool(passed)
     out: list[dict] = []
     for changes in changes_by_key(shape, records).values():
-        old, old_passes = None, False
-        for change in changes:
-            new_passes = change.present and change.row[PASS_COLUMN]
-            out.extend(_forward(spec, change.row, old, old_passes, new_passes))
-            old, old_passes = change.row, new_passes
+        old, old_passes = apply_changes(spec, changes, None, False, out)
         if spec.emit == "final" and old_passes:
             out.append({c: old[c] for c in shape.data_columns})
     return pa.Table.from_pylist(out, schema=_output_schema(spec, rows.schema))
+
+
+def apply_changes(spec: FilterSpec, changes, old: dict | None, old_passes: bool, out: list) -> tuple[dict | None, bool]:
+    """One key's ordered changes, from the key's row before them (``old``, and whether it
+    passed the predicate): appends what they forward to ``out`` and returns the key's row
+    after them. The batch run starts every key from no row; an incremental run starts it
+    from the row its state kept."""
+    for change in changes:
+        new_passes = change.present and change.row[PASS_COLUMN]
+        out.extend(_forward(spec, change.row, old, old_passes, new_passes))
+        old, old_passes = change.row, new_passes
+    return old, old_passes
 
 
 def _forward(spec: FilterSpec, new: dict, old: dict | None, old_passes: bool, new_passes: bool):

@@ -7,6 +7,7 @@ their ratio.
     sqlext bench selfjoin --rows 1000000 --runs 3         (selfjoin.py)
     sqlext bench recursion --nodes 1000000 --runs 3       (recursion.py)
     sqlext bench scale --sizes 100000,1000000 --runs 1    (scale.py)
+    sqlext bench incremental --rows 10000000 --runs 3     (incremental.py)
 """
 
 from __future__ import annotations

@@ -44,13 +44,14 @@ FROM w
 """
 
 
-def make_changes(spark, rows: int, directory: str) -> None:
-    """A change feed of ``rows`` changes over rows/8 accounts, written once as Parquet.
+def make_changes(spark, rows: int, directory: str, keys: int | None = None) -> None:
+    """A change feed of ``rows`` changes over ``keys`` accounts (default rows/8), written once
+    as Parquet.
 
     Each account is inserted first; later changes are updates (80%), deletes (10%) or
     re-inserts (10%); balances are negative a quarter of the time. Versions are unique.
     """
-    keys = max(1, rows // 8)
+    keys = keys or max(1, rows // 8)
     spark.range(rows).selectExpr(
         f"id % {keys} AS id",
         "concat('owner-', CAST(pmod(hash(id, 3), 1000) AS STRING)) AS owner",

@@ -233,9 +233,10 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
     return grouped
 
 
-def drop_stale(shape: ChangeShape, changes: list[Change]) -> list[Change]:
-    """Versioned-table semantics: ignore a change older (by sequence_by) than the latest applied."""
-    kept, latest = [], None
+def drop_stale(shape: ChangeShape, changes: list[Change], latest: Any = None) -> list[Change]:
+    """Versioned-table semantics: ignore a change older (by sequence_by) than the latest applied
+    (``latest``: the sequence value of the last change applied before these, if any)."""
+    kept = []
     for change in changes:
         stamp = change.row[shape.sequence_by]
         if stamp is None:

@@ -1,0 +1,189 @@
+"""Incremental runs: a statement over ``STREAM(source)`` as a Spark Structured Streaming query.
+
+``STREAM(name)`` (the spelling of Spark Declarative Pipelines) reads a source as a stream: a
+streaming temporary view (any streaming DataFrame: files, Kafka, ...), a table Spark can read
+as a stream, or a folder of change files given with ``sources={name: folder}`` (the embedded
+default; Parquet unless ``source_format`` says otherwise). A table function whose input is
+``TABLE(STREAM(name))`` runs incrementally, keeping its state in the query's checkpoint; the
+rest of the statement is plain Spark SQL on the stream.
+
+:func:`stream` starts the query (by default ``availableNow``: process what arrived since the
+last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for any sink.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Mapping
+
+from sqlglot import exp
+
+from sqlext.catalog.arguments import find_calls, read_call
+from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
+from sqlext.catalog.changelog_filter import FUNCTION as FILTER
+from sqlext.catalog.changelog_filter import filter_spec
+from sqlext.errors import SqlextError, find_in
+from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+
+FUNCTION = "sqlext stream"
+_views = itertools.count(1)
+INCREMENTAL = {FILTER}  # the table functions that run incrementally
+TABLE_FUNCTIONS = ("FK_JOIN", "RECURSIVE_EXPAND")
+
+
+def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
+           output_format: str = "parquet", sources: Mapping[str, str] | None = None,
+           source_format: str = "parquet", query_name: str | None = None):
+    """Start the statement as a streaming query writing to ``output`` (a folder, in
+    ``output_format``) with its progress and state in ``checkpoint``; returns the
+    ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
+    then stop) or a processing-time interval such as ``"10 seconds"`` (keep running)."""
+    frame = streaming_frame(spark, sql, sources=sources, source_format=source_format, checkpoint=checkpoint)
+    writer = frame.writeStream.format(output_format).outputMode("append").option("checkpointLocation", checkpoint)
+    if output is not None:
+        writer = writer.option("path", output)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger == "available_now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=trigger)
+    return writer.start()
+
+
+def run_available_now(spark, sql: str, **options) -> None:
+    """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
+    classed :class:`SqlextError` where it is one (else Spark's own)."""
+    query = stream(spark, sql, trigger="available_now", **options)
+    try:
+        query.awaitTermination()
+    except Exception as error:  # noqa: BLE001 - mapped below, or raised as it is
+        ours = find_in(error)
+        if ours is not None:
+            raise ours from None
+        raise
+
+
+def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+                    checkpoint: str | None = None):
+    """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
+    ``checkpoint``, the columns of every source are compared with those of the checkpoint's
+    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
+    from sqlext.session import INSTALLED_FLAG, install
+
+    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
+        install(spark)
+    _use_rocksdb(spark)
+    tree = parse_one(sql)
+    views: list[str] = []
+    try:
+        for table in list(tree.find_all(exp.Table)):
+            if _is_stream(table) and not isinstance(table.parent, TableArgument):
+                _replace(table, _register(spark, _source(spark, table.this, sources, source_format), views))
+        for function in TABLE_FUNCTIONS:
+            if find_calls(tree, function) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
+                raise SqlextError(
+                    "UNSUPPORTED_STREAM", function=FUNCTION, what=function,
+                    reason="only CHANGELOG_FILTER runs incrementally so far",
+                    fix="Run this function as a batch query (sqlext.sql), or stream a CHANGELOG_FILTER.")
+        for table in find_calls(tree, FILTER):
+            call = read_call(table, FILTER, FILTER_ARGUMENTS)
+            argument = call.tables.get("input")
+            if argument is None or not _is_stream(argument.this):
+                raise SqlextError(
+                    "UNSUPPORTED_STREAM", function=FUNCTION, what="a CHANGELOG_FILTER over a table",
+                    reason="a streaming statement reads its inputs as streams",
+                    fix="Write input => TABLE(STREAM(my_changes)).")
+            source = _source(spark, argument.this.this, sources, source_format)
+            if checkpoint is not None:
+                _check_columns(checkpoint, to_sql(argument.this.this), source.schema)
+            spec = filter_spec(call.literals, source.columns)
+            from sqlext.udfs.changelog_stream import filter_stream
+
+            _replace(table, _register(spark, filter_stream(source, spec), views))
+        frame = spark.sql(to_sql(tree))
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
+    if not frame.isStreaming:
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
+                          reason="it reads no STREAM(...) source",
+                          fix="Read the changes with STREAM(name), e.g. FROM STREAM(my_changes).")
+    return frame
+
+
+def _check_columns(checkpoint: str, name: str, schema) -> None:
+    """Compare a source's columns with those recorded by the checkpoint's first run (recorded
+    next to Spark's own files, in ``<checkpoint>/sqlext-sources.json``)."""
+    import json
+    from pathlib import Path
+
+    path = Path(checkpoint) / "sqlext-sources.json"
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
+    if name not in recorded:
+        recorded[name] = now
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(recorded, indent=1))
+        return
+    before = {n: t for n, t in recorded[name]}
+    after = {n: t for n, t in now}
+    changes = [f"{n} was added ({t})" for n, t in after.items() if n not in before]
+    changes += [f"{n} was dropped" for n in before if n not in after]
+    changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
+    if changes:
+        raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))
+
+
+def _is_stream(table) -> bool:
+    return isinstance(table, exp.Table) and isinstance(table.this, exp.Anonymous) \
+        and table.this.name.upper() == "STREAM"
+
+
+def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, source_format: str):
+    """The streaming DataFrame ``STREAM(name)`` names."""
+    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(call),
+                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
+    argument = call.expressions[0]
+    name = argument.this if isinstance(argument, exp.Literal) else to_sql(argument)
+    if sources and name in sources:
+        folder = sources[name]
+        reader = spark.read.format(source_format)
+        if source_format == "parquet":  # every file's columns, so that a changed file is noticed
+            reader = reader.option("mergeSchema", "true")
+        try:
+            schema = reader.load(folder).schema
+        except Exception as error:  # noqa: BLE001 - no files, or files whose columns disagree
+            if "merge" in str(error).lower() or "incompatible" in str(error).lower():
+                raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
+                                  change=f"its files disagree ({str(error).splitlines()[0][:200]})") from None
+            schema = None
+        if schema is None or not schema.fields:
+            raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)
+        return spark.readStream.format(source_format).schema(schema).load(folder)
+    frame = spark.table(name)
+    return frame if frame.isStreaming else spark.readStream.table(name)
+
+
+def _register(spark, frame, views: list[str]) -> str:
+    view = f"__sx_stream_{next(_views)}"
+    frame.createOrReplaceTempView(view)
+    views.append(view)
+    return view
+
+
+def _replace(table: exp.Table, view: str) -> None:
+    replacement = exp.Table(this=exp.to_identifier(view))
+    if table.args.get("alias"):
+        replacement.set("alias", table.args["alias"].copy())
+    table.replace(replacement)
+
+
+def _use_rocksdb(spark) -> None:
+    """transformWithState keeps its state in the RocksDB state store provider."""
+    from sqlext.udfs.changelog_stream import ROCKSDB
+
+    key = "spark.sql.streaming.stateStore.providerClass"
+    if spark.conf.get(key, "") != ROCKSDB:
+        spark.conf.set(key, ROCKSDB)

@@ -1,0 +1,303 @@
+"""Incremental runs of CHANGELOG_FILTER on Structured Streaming: the outputs of the runs,
+concatenated, equal the batch output over the whole input, however the input is split into
+increments; each change is forwarded by the run that sees it; late changes follow the
+sequence_by rule or stop the run with a classed error and nothing written.
+
+Every run is a real ``availableNow`` query over a folder of change files, with its state in
+a checkpoint; each costs a few seconds, so the data stays small.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feeds import NULL_V, compact, rows_for, run_filter, schema_for
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now, streaming_frame
+from test_changelog_filter_cases import CASES, SEQUENCED
+
+
+def filter_sql(emit="changes", extra=""):
+    return ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "
+            f"predicate => 'v >= 0', emit => '{emit}'{extra})")
+
+
+class Feed:
+    """A folder of change files, the runs' checkpoint and output folder."""
+
+    def __init__(self, spark, shape, root: Path):
+        self.spark, self.shape, self.root = spark, shape, root
+        self.source, self.output, self.checkpoint = root / "changes", root / "out", root / "checkpoint"
+        self.seen: list[dict] = []
+
+    def add(self, events):
+        from pyspark.sql.types import _parse_datatype_string
+
+        rows = rows_for(self.shape, events)
+        if rows:
+            self.spark.createDataFrame(rows, schema=_parse_datatype_string(schema_for(self.shape))) \
+                .coalesce(1).write.mode("append").parquet(str(self.source))
+
+    def run(self, sql) -> list[dict]:
+        """One incremental run; the rows it added to the output."""
+        run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
+                          sources={"changes": str(self.source)})
+        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
+            if (self.output / "_spark_metadata").exists() else []
+        new = Counter(_frozen(r) for r in rows) - Counter(_frozen(r) for r in self.seen)
+        self.seen = rows
+        return [dict(r) for r in new.elements()]
+
+
+def _frozen(row: dict):
+    return tuple(sorted(row.items()))
+
+
+@pytest.fixture
+def feed(spark):
+    roots = []
+
+    def make(shape="cdf"):
+        roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-")))
+        return Feed(spark, shape, roots[-1])
+
+    yield make
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# events: (key, value-or-None), versions in order; split points cut the versions into runs
+histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(-5, 9))),
+                     min_size=1, max_size=14) \
+    .map(lambda evs: [(version + 1, key, v) for version, (key, v) in enumerate(evs)])
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
+       emit=st.sampled_from(["changes", "records"]))
+def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, shape, emit):
+    last = len(events)
+    bounds = sorted({min(c, last) for c in cuts} | {last})  # equal cuts: an empty increment
+    bounds = [bounds[0]] + [b for b in bounds[1:]] + [last]  # one more run that finds nothing new
+    current = feed(shape)
+    done, out = 0, []
+    for bound in bounds:
+        current.add([e for e in events if done < e[0] <= bound])
+        out += current.run(filter_sql(emit))
+        done = bound
+    batch = run_filter("native", spark, shape, events, emit=emit)
+    assert Counter(map(_frozen, out)) == Counter(map(_frozen, batch))
+
+
+def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
+    """The case table of KAFKA-3902, every case on its own key, one version per run: each
+    run forwards exactly the batch output's rows of its version."""
+    events = [(version, index, *rest) for index, (case_events, *_) in enumerate(CASES.values())
+              for version, _key, *rest in case_events]
+    versions = sorted({e[0] for e in events})
+    batch = compact(run_filter("native", spark, "cdf", events), "changes")
+    current = feed("cdf")
+    for version in versions:
+        current.add([e for e in events if e[0] == version])
+        got = compact(current.run(filter_sql()), "changes")
+        assert sorted(got, key=repr) == sorted([b for b in batch if b[2] == version], key=repr), version
+
+
+def test_a_late_change_stops_the_run_and_writes_nothing(feed):
+    current = feed("cdf")
+    current.add([(1, 1, 5), (2, 1, 7)])
+    assert compact(current.run(filter_sql()), "changes") == [
+        ("insert", 5, 1), ("update_preimage", 5, 2), ("update_postimage", 7, 2)]
+    current.add([(2, 2, 3), (1, 1, 9)])  # version 1 of key 1 again: the earlier run applied 2
+    with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*id=1.*_commit_version = 1.*not above 2"):
+        current.run(filter_sql())
+    assert current.spark.read.parquet(str(current.output)).count() == 3  # key 2 not written either
+
+
+def test_with_sequence_by_a_late_stale_change_is_ignored(feed):
+    current = feed("upsert")
+    sequenced = filter_sql(extra=", sequence_by => 'ts'")
+    current.add([(1, 1, 5, 10), (2, 1, 7, 20)])
+    assert len(current.run(sequenced)) == 3
+    current.add([(1, 1, 9, 15), (3, 2, 4, 1)])  # late for key 1 and older than its ts 20: ignored
+    assert compact(current.run(sequenced), "changes") == [("insert", 4, 3)]
+
+
+@pytest.mark.parametrize("case", list(SEQUENCED))
+def test_sequence_by_cases_across_runs(spark, feed, case):
+    events, changes, _records, _final = SEQUENCED[case]
+    current = feed("cdf")
+    out = []
+    for event in events:
+        current.add([event])
+        out += current.run(filter_sql(extra=", sequence_by => 'ts'"))
+    assert compact(out, "changes") == changes
+
+
+def test_a_streaming_view_is_read_as_it_is(spark, feed):
+    current = feed("cdf")
+    current.add([(1, 1, 5), (2, 2, -1), (3, 1, NULL_V)])
+    schema = spark.read.parquet(str(current.source)).schema
+    spark.readStream.schema(schema).parquet(str(current.source)).createOrReplaceTempView("stream_view_changes")
+    frame = streaming_frame(spark, filter_sql().replace("STREAM(changes)", "STREAM(stream_view_changes)")
+                            .replace("SELECT *", "SELECT id, v, _change_type"))
+    assert frame.isStreaming and frame.columns == ["id", "v", "_change_type"]
+    query = frame.writeStream.format("memory").queryName("stream_view_out") \
+        .option("checkpointLocation", str(current.checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination()
+    assert sorted(tuple(r) for r in spark.table("stream_view_out").collect()) == [(1, 5, "delete"), (1, 5, "insert")]
+    spark.catalog.dropTempView("stream_view_changes")
+
+
+@pytest.mark.parametrize("sql, error", [
+    (filter_sql("final"), "UNSUPPORTED_STREAM"),
+    ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(changes_table), key => 'id', predicate => 'v >= 0')",
+     "UNSUPPORTED_STREAM"),
+    ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(changes)), right => TABLE(STREAM(changes)), left_key => 'id', "
+     "foreign_key => 'v', right_key => 'id')", "UNSUPPORTED_STREAM"),
+    ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'nope', predicate => 'v >= 0')",
+     "CHANGELOG_MISSING_COLUMN"),
+    ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', predicate => 'v + 1')",
+     "EXPRESSION_TYPE_MISMATCH"),
+])
+def test_what_cannot_run_incrementally_is_a_classed_error(spark, feed, sql, error):
+    current = feed("cdf")
+    current.add([(1, 1, 5)])
+    spark.read.parquet(str(current.source)).createOrReplaceTempView("changes_table")
+    with pytest.raises(SqlextError, match=rf"\[{error}\]"):
+        streaming_frame(spark, sql, sources={"changes": str(current.source)})
+
+
+def test_an_empty_source_folder_is_a_classed_error(spark, feed):
+    current = feed("cdf")
+    with pytest.raises(SqlextError, match=r"\[STREAM_SOURCE_EMPTY\]"):
+        streaming_frame(spark, filter_sql(), sources={"changes": str(current.source)})
+
+
+def test_the_cli_runs_a_file_incrementally_and_reports_late_changes(spark, feed, tmp_path, capsys):
+    from sqlext.cli import main
+
+    current = feed("cdf")
+    current.add([(1, 1, 5)])
+    query = tmp_path / "filter `{x}`.sql"
+    query.write_text(filter_sql() + ";\n")
+    argv = ["stream", str(query), "--checkpoint", str(current.checkpoint), "--output", str(current.output),
+            "--source", f"changes={current.source}"]
+    assert main(argv) == 0
+    assert "run complete" in capsys.readouterr().out
+    assert [tuple(r) for r in spark.read.parquet(str(current.output)).collect()] == [(1, "acct1", 5, 1, "insert", 1)]
+    current.add([(1, 2, 1)])
+    assert main(argv) == 0
+    current.add([(1, 1, 8)])
+    assert main(argv) == 1
+    assert "[LATE_CHANGE]" in capsys.readouterr().err
+
+
+def _batch_rows(spark, current, emit="changes"):
+    """The batch output over every change file in the feed's folder."""
+    import sqlext
+
+    spark.read.parquet(str(current.source)).createOrReplaceTempView("all_changes_so_far")
+    sql = filter_sql(emit).replace("STREAM(changes)", "all_changes_so_far")
+    return Counter(_frozen(r.asDict()) for r in sqlext.sql(spark, sql).collect())
+
+
+def _output_rows(spark, current):
+    return Counter(_frozen(r.asDict()) for r in spark.read.parquet(str(current.output)).collect())
+
+
+def _many_events(first_version, keys, versions):
+    return [(first_version + v, k, (k * 7 + v * 3) % 11 - 3 if (k + v) % 9 else None)
+            for v in range(versions) for k in range(keys)]
+
+
+def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
+    """SIGKILL the process while its micro-batch runs (offsets logged, no commit yet); the next
+    run redoes it: every expected row exactly once, and the state carries on as if nothing
+    had happened (a later increment gives the batch result too)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    current = feed("cdf")
+    current.add(_many_events(1, 4000, 6))
+    query = tmp_path / "filter.sql"
+    query.write_text(filter_sql())
+    command = [sys.executable, "-m", "sqlext.cli", "stream", str(query), "--checkpoint", str(current.checkpoint),
+               "--output", str(current.output), "--source", f"changes={current.source}"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    started = time.monotonic()
+    while not (current.checkpoint / "offsets" / "0").exists():
+        assert child.poll() is None, "the run ended before its first micro-batch was logged"
+        assert time.monotonic() - started < 600
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    assert not (current.checkpoint / "commits" / "0").exists()  # killed inside the batch
+    current.run(filter_sql())
+    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    current.add(_many_events(7, 4000, 2))
+    current.run(filter_sql())
+    assert _output_rows(spark, current) == _batch_rows(spark, current)
+
+
+def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, feed):
+    """The state a crash leaves between the sink's write and the checkpoint's commit: the
+    batch's output is in the sink's log, its commit is not. The next run redoes the batch;
+    the sink keeps one copy and the state ends as without the crash."""
+    current = feed("cdf")
+    current.add(_many_events(1, 50, 3))
+    current.run(filter_sql())
+    current.add(_many_events(4, 50, 2))
+    current.run(filter_sql())
+    commits = sorted((current.checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()
+    (current.checkpoint / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
+    current.run(filter_sql())
+    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    current.add(_many_events(6, 50, 2))
+    current.run(filter_sql())
+    assert _output_rows(spark, current) == _batch_rows(spark, current)
+
+
+def test_bench_incremental_checks_rows_and_reports_both_sides(spark, capsys):
+    from sqlext.bench.incremental import bench_incremental
+
+    result = bench_incremental(spark, rows=4000, runs=1, percent=5)
+    out = capsys.readouterr().out
+    assert "first incremental run" in out and "ratio batch/incremental" in out
+    assert len(result["incremental"]) == len(result["batch"]) == 1 and result["rows"] > 0
+
+
+def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):
+    current = feed("cdf")
+    current.add([(1, 1, 5)])
+    current.run(filter_sql())
+    spark.createDataFrame([(2, "acct2", 3, 2, "insert", 2, "extra")],
+                          "id BIGINT, name STRING, v BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT, "
+                          "note STRING").write.mode("append").parquet(str(current.source))
+    with pytest.raises(SqlextError, match=r"\[STREAM_SCHEMA_CHANGED\].*note was added"):
+        current.run(filter_sql())
+    assert current.spark.read.parquet(str(current.output)).count() == 1
+
+
+def test_the_readme_example_runs_as_pasted(spark, capsys):
+    """The Python block of the README's section on incremental runs, as written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Incremental runs", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "README.md (incremental runs)", "exec"), namespace)
+    rows = sorted(tuple(r) for r in spark.read.parquet(namespace["demo"] + "/out").collect())
+    assert rows == [(1, 10, "delete", 2), (1, 10, "insert", 1), (2, 7, "insert", 2)]
+    shutil.rmtree(namespace["demo"], ignore_errors=True)

@@ -155,9 +155,11 @@ def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, sourc
         try:
             schema = reader.load(folder).schema
         except Exception as error:  # noqa: BLE001 - no files, or files whose columns disagree
-            if "merge" in str(error).lower() or "incompatible" in str(error).lower():
+            said = [line.strip() for line in str(error).splitlines()
+                    if "merge" in line.lower() or "incompatible" in line.lower()]
+            if said:
                 raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
-                                  change=f"its files disagree ({str(error).splitlines()[0][:200]})") from None
+                                  change=f"its files disagree ({said[0][:300]})") from None
             schema = None
         if schema is None or not schema.fields:
             raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)

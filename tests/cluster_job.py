@@ -5,8 +5,8 @@ process holds one Spark driver, and the test process already holds the local one
 
 Writes WORK_DIR/result.json: the examples rendered as in their golden files, each self-join
 fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
-function (executors run it) and through the native rewrite, and an FK_JOIN run twice, the
-second time while the test kills a worker.
+function (executors run it) and through the native rewrite, and incrementally in two
+streaming runs, and an FK_JOIN run twice, the second time while the test kills a worker.
 """
 
 from __future__ import annotations
@@ -68,6 +68,23 @@ def main(master: str, work: Path) -> None:
     ).createOrReplaceTempView("feed")
     call = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(feed), key => 'id', predicate => 'v > 0', emit => 'changes')"
     result["udtf"] = [rows(spark.sql(call)), rows(sqlext.sql(spark, call))]
+
+    # CHANGELOG_FILTER incrementally: two runs over a folder of change files, the second
+    # after more files land; state in the checkpoint, the transformWithState tasks on executors
+    from sqlext.streaming import run_available_now
+
+    feed_dir, out_dir = work / "stream-changes", work / "stream-out"
+    schema = "id int, v int, _change_type string, _commit_version bigint"
+    streamed = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "
+                "predicate => 'v > 0', emit => 'changes')")
+    options = dict(checkpoint=str(work / "stream-checkpoint"), output=str(out_dir), sources={"changes": str(feed_dir)})
+    spark.createDataFrame([(1, 5, "insert", 1), (1, -1, "update_postimage", 2), (2, 7, "insert", 3)], schema) \
+        .write.mode("append").parquet(str(feed_dir))
+    run_available_now(spark, streamed, **options)
+    spark.createDataFrame([(1, 9, "update_postimage", 4), (2, 0, "delete", 5)], schema) \
+        .write.mode("append").parquet(str(feed_dir))
+    run_available_now(spark, streamed, **options)
+    result["stream"] = [rows(spark.read.parquet(str(out_dir))), rows(sqlext.sql(spark, call))]
 
     directory = tempfile.mkdtemp(prefix="sqlext-cluster-", dir=work)
     make_fk_inputs(spark, 400_000, 40_000, directory)

@@ -89,6 +89,11 @@ def test_table_function_runs_on_executors_like_the_rewrite(cluster_result):
     assert len(through_udtf) == 5 and "(1, 9, 'insert', 4)" in through_udtf
 
 
+def test_incremental_runs_on_the_cluster_give_the_batch_rows(cluster_result):
+    incremental, batch = cluster_result["stream"]
+    assert incremental == batch and len(batch) == 5
+
+
 def test_fk_join_survives_a_lost_worker(cluster_result):
     first = cluster_result["fk_first"]
     assert first[0] > 0

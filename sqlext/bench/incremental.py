@@ -46,7 +46,7 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         for run in range(runs):
             first = rows + run * size
             spark.range(size).selectExpr(
-                f"pmod(hash(id, {run}, 13), {keys}) AS id",
+                f"CAST(pmod(hash(id, {run}, 13), {keys}) AS BIGINT) AS id",
                 "concat('owner-', CAST(pmod(hash(id, 17), 1000) AS STRING)) AS owner",
                 f"CAST(pmod(hash(id, {run}, 19), 2000) - 500 AS BIGINT) AS balance",
                 "'update_postimage' AS _change_type",

@@ -55,7 +55,7 @@ def main(master: str, work: Path) -> None:
 
     register_fixture_relations(spark, 1)
     result["self_joins"] = {}
-    for fixture in read_fixtures()[1]:
+    for fixture in read_fixtures().cases:
         if fixture.noop:
             continue
         rewritten = rewrite_statement(fixture.query, SparkRelations(spark)).sql

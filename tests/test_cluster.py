@@ -73,7 +73,7 @@ def test_self_join_rewrites_match_the_original_and_local_mode(spark, cluster_res
             assert Counter(rewritten) == Counter(original), title
         from self_join_fixtures import read_fixtures
 
-        for fixture in read_fixtures()[1]:
+        for fixture in read_fixtures().cases:
             if not fixture.noop:
                 local = sorted(repr(tuple(r)) for r in spark.sql(fixture.query).collect())
                 assert cluster_result["self_joins"][fixture.title][0] == local, fixture.title

@@ -14,7 +14,7 @@ from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 from self_join_fixtures import EVENTS, PAGES, USERS, read_fixtures
 
-_, FIXTURES = read_fixtures()
+FIXTURES = read_fixtures().cases
 RUNNABLE = [f for f in FIXTURES if not f.noop]
 DDL = ", ".join(f"{c} {t}" for c, t in EVENTS.items())
 

@@ -20,9 +20,11 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
+from rows import portable  # noqa: E402 - found through the path set above
+
 
 def rows(frame) -> list[str]:
-    return sorted(repr(tuple(r)) for r in frame.collect())
+    return portable(frame.collect())
 
 
 def executors(spark) -> int:

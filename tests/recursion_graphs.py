@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 
 def tree(rng: random.Random, nodes: int) -> list[tuple[int, int | None]]:
@@ -54,10 +53,6 @@ def semi_naive(anchor: list[tuple], step, distinct: bool, max_level: int = 10_00
         level = produced
         k += 1
     return result
-
-
-def multiset(rows) -> Counter:
-    return Counter(tuple(r) for r in rows)
 
 
 def error_of(run):

@@ -12,7 +12,8 @@ import random
 import pytest
 
 import sqlext
-from recursion_graphs import chain, cyclic, dag, multiset, semi_naive, tree
+from recursion_graphs import chain, cyclic, dag, semi_naive, tree
+from rows import multiset
 
 PATHS = ["auto", "walk", "levels"]
 

@@ -11,7 +11,7 @@ import pytest
 
 import sqlext
 from sqlext.errors import find_in
-from recursion_graphs import multiset
+from rows import multiset
 from sqlext.udfs.recursive_expand import keyed_reference
 
 

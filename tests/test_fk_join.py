@@ -1,5 +1,5 @@
 """FK_JOIN against the seeds' event tables (000, 002) and against a replay of seed 002's
-workflow (tests/fk_reference.py) on random interleavings of left and right changes."""
+workflow (tests/reference/fk_join.py) on random interleavings of left and right changes."""
 
 from collections import Counter
 import itertools
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from fk_reference import TOMBSTONE, replay, result_table_changes
+from reference.fk_join import TOMBSTONE, replay, result_table_changes
 from rows import multiset, ordered
 
 LEFT_CDF = "id STRING, fk BIGINT, note STRING, _change_type STRING, _commit_version BIGINT"

@@ -20,9 +20,11 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
+from rows import portable  # noqa: E402 - found through the path set above
+
 
 def rows(frame) -> list[str]:
-    return sorted(repr(tuple(r)) for r in frame.collect())
+    return portable(frame.collect())
 
 
 def executors(spark) -> int:
@@ -56,7 +58,7 @@ def main(master: str, work: Path) -> None:
 
     register_fixture_relations(spark, 1)
     result["self_joins"] = {}
-    for fixture in read_fixtures()[1]:
+    for fixture in read_fixtures().cases:
         if fixture.noop:
             continue
         rewritten = rewrite_statement(fixture.query, SparkRelations(spark)).sql

@@ -1,9 +1,8 @@
-"""Random graphs and a plain-Python semi-naive reference for the recursion tests."""
+"""Random graphs for the recursion tests, and reading the error a recursion raises."""
 
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 
 def tree(rng: random.Random, nodes: int) -> list[tuple[int, int | None]]:
@@ -35,29 +34,6 @@ def cyclic(rng: random.Random, nodes: int, edges: int) -> list[tuple[int, int | 
     out.append((3, None))  # a NULL never joins
     out.append((None, 4))
     return out
-
-
-def semi_naive(anchor: list[tuple], step, distinct: bool, max_level: int = 10_000) -> list[tuple]:
-    """Levels L0 = anchor, Lk+1 = step(Lk); UNION drops rows seen before."""
-    result, seen = [], set()
-    level = list(dict.fromkeys(anchor)) if distinct else list(anchor)
-    seen.update(level)
-    k = 0
-    while level:
-        if k >= max_level:
-            raise OverflowError(k)
-        result += level
-        produced = step(level)
-        if distinct:
-            produced = [row for row in dict.fromkeys(produced) if row not in seen]
-            seen.update(produced)
-        level = produced
-        k += 1
-    return result
-
-
-def multiset(rows) -> Counter:
-    return Counter(tuple(r) for r in rows)
 
 
 def error_of(run):

@@ -8,12 +8,12 @@
   the reference logic.
 """
 
-from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feeds import SHAPES, apply_changes, rows_for, run_filter
+from rows import multiset
 
 PREDICATE = "v > 10"
 
@@ -64,17 +64,13 @@ def test_reference_logic_properties(events, shape):
     _check("pure", None, shape, events)
 
 
-def _multiset(rows):
-    return Counter(tuple(sorted(r.items())) for r in rows)
-
-
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, shape=st.sampled_from(SHAPES))
 def test_native_rewrite_properties_and_agreement(spark, events, shape):
     native = _check("native", spark, shape, events)
     reference = _check("pure", None, shape, events)
     for got, want in zip(native, reference):
-        assert _multiset(got) == _multiset(want)
+        assert multiset(got) == multiset(want)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -83,5 +79,5 @@ def test_registered_udtf_agrees_with_native_rewrite(spark, events, shape):
     for emit in ("changes", "records", "final"):
         udtf = run_filter("udtf", spark, shape, events, predicate=PREDICATE, emit=emit)
         native = run_filter("native", spark, shape, events, predicate=PREDICATE, emit=emit)
-        assert _multiset(udtf) == _multiset(native), emit
+        assert multiset(udtf) == multiset(native), emit
 

@@ -16,6 +16,7 @@ import pytest
 
 import sqlext
 from sqlext.session import SparkRelations
+from rows import multiset, ordered
 from sqlext.statements import split_statements
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +74,7 @@ def _first_result(session, path: Path) -> list[tuple]:
     for statement in split_statements(path.read_text()):
         frame = sqlext.sql(session, statement.text)
         if frame.columns:
-            return [tuple(r) for r in frame.collect()]
+            return ordered(frame.collect())
     raise AssertionError(f"{path} has no query")
 
 
@@ -90,8 +91,8 @@ def test_self_join_rewrite_on_connect_returns_the_original_rows(remote):
     query = statements[1].text
     [explained] = sqlext.explain(query, spark=remote)
     assert explained.changed  # the session told the rules the columns and types
-    rewritten = sorted(tuple(r) for r in sqlext.sql(remote, query).collect())
-    assert rewritten and rewritten == sorted(tuple(r) for r in remote.sql(query).collect())
+    rewritten = multiset(sqlext.sql(remote, query).collect())
+    assert rewritten and rewritten == multiset(remote.sql(query).collect())
 
 
 def test_registered_table_function_runs_through_plain_spark_sql(remote):
@@ -100,7 +101,7 @@ def test_registered_table_function_runs_through_plain_spark_sql(remote):
     rows = remote.sql("SELECT id, _change_type, _commit_version FROM CHANGELOG_FILTER("
                       "input => TABLE(c_changes), key => 'id', predicate => 'v > 0') "
                       "ORDER BY _commit_version, id").collect()
-    assert [tuple(r) for r in rows] == [(1, "insert", 1), (1, "delete", 2), (2, "insert", 2)]
+    assert ordered(rows) == [(1, "insert", 1), (1, "delete", 2), (2, "insert", 2)]
 
 
 def test_relations_on_connect_have_columns_but_no_size_estimate(remote):

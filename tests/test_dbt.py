@@ -11,6 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 import sqlext
+from rows import multiset, ordered
 from sqlext.models import build, discover
 
 PROJECT = Path(__file__).resolve().parent / "dbt_project"
@@ -23,11 +24,11 @@ def test_dbt_session_mode_gets_the_installed_session_and_its_functions(spark, tm
     models = discover(PROJECT)
     # dbt's compiled SQL for the two models, run as dbt runs it: plain spark.sql, no rewriting
     dbt_session.sql(models["accounts_changes"].sql).createOrReplaceTempView("accounts_changes")
-    via_dbt = sorted(tuple(r) for r in dbt_session.sql(models["accounts_in_credit"].sql).collect())
+    via_dbt = multiset(dbt_session.sql(models["accounts_in_credit"].sql).collect())
     # the same project through sqlext build (rewritten into native SQL)
     results = build(spark, PROJECT, tmp_path, out=lambda line: None)
     assert [r.status for r in results] == ["OK", "OK"]
-    via_sqlext = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "accounts_in_credit")).collect())
+    via_sqlext = multiset(spark.read.parquet(str(tmp_path / "accounts_in_credit")).collect())
     assert via_dbt and via_dbt == via_sqlext
 
 
@@ -43,4 +44,4 @@ def test_fk_join_needs_the_rewrite_that_dbt_does_not_call(spark, view):
             "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', emit => 'final')")
     with pytest.raises(PySparkException):
         spark.sql(call).collect()
-    assert [tuple(r) for r in sqlext.sql(spark, call).collect()] == [(1, "Ada")]
+    assert ordered(sqlext.sql(spark, call).collect()) == [(1, "Ada")]

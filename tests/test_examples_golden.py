@@ -1,15 +1,16 @@
 """Every runnable example in sql_examples/ against its golden output in tests/golden/.
 
-Golden files are written by the code, never by hand:
+Golden files are written by the code, never by hand (the variable that regenerates the
+fixture files in tests/fixtures/ too):
 
-    SQLEXT_REGENERATE_GOLDEN=1 pytest tests/test_examples_golden.py
+    SQLEXT_REGENERATE_FIXTURES=1 pytest tests/test_examples_golden.py
 """
 
-import os
 from pathlib import Path
 
 import pytest
 
+from fixture_files import REGENERATE
 from sqlext import run_statement
 from sqlext.display import format_value
 from sqlext.statements import split_statements
@@ -36,9 +37,9 @@ def render(spark, source: str) -> str:
 def test_example_matches_golden(spark, example):
     golden = GOLDEN / f"{example.name}.out"
     actual = render(spark, example.read_text())
-    if os.environ.get("SQLEXT_REGENERATE_GOLDEN"):
+    if REGENERATE:
         golden.write_text(actual)
-    assert golden.exists(), f"no golden file for {example.name}; regenerate with SQLEXT_REGENERATE_GOLDEN=1"
+    assert golden.exists(), f"no golden file for {example.name}; regenerate with SQLEXT_REGENERATE_FIXTURES=1"
     assert actual == golden.read_text()
 
 

@@ -1,5 +1,5 @@
 """FK_JOIN against the seeds' event tables (000, 002) and against a replay of seed 002's
-workflow (tests/fk_reference.py) on random interleavings of left and right changes."""
+workflow (tests/reference/fk_join.py) on random interleavings of left and right changes."""
 
 from collections import Counter
 import itertools
@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from fk_reference import TOMBSTONE, replay, result_table_changes
+from reference.fk_join import TOMBSTONE, replay, result_table_changes
+from rows import multiset, ordered
 
 LEFT_CDF = "id STRING, fk BIGINT, note STRING, _change_type STRING, _commit_version BIGINT"
 LEFT_UPSERT = "id STRING, fk BIGINT, note STRING, _commit_version BIGINT"
@@ -216,7 +217,7 @@ def test_column_clash_gets_right_suffix(spark, view):
     frame = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(cl), right => TABLE(cr), left_key => 'id', "
                               "foreign_key => 'fk', right_key => 'id', emit => 'final')")
     assert frame.columns == ["id", "fk", "name", "id_right", "name_right"]
-    assert [tuple(r) for r in frame.collect()] == [("a", 1, "left-name", 1, "right-name")]
+    assert ordered(frame.collect()) == [("a", 1, "left-name", 1, "right-name")]
 
 
 def test_foreign_key_is_any_expression_over_the_left_row(spark, view):
@@ -225,7 +226,7 @@ def test_foreign_key_is_any_expression_over_the_left_row(spark, view):
     rows = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(el), right => TABLE(er), left_key => 'id', "
                              "foreign_key => 'CAST(substring(ref, 3) AS BIGINT)', right_key => 'rid', "
                              "emit => 'final')").collect()
-    assert [tuple(r) for r in rows] == [("a", "C-7", 7, "seven")]
+    assert ordered(rows) == [("a", "C-7", 7, "seven")]
 
 
 def test_foreign_key_expression_moves_between_right_rows(spark, view):
@@ -237,8 +238,8 @@ def test_foreign_key_expression_moves_between_right_rows(spark, view):
          "rid BIGINT, name STRING, _commit_version BIGINT")
     rows = sqlext.sql(spark, "SELECT * FROM FK_JOIN(left => TABLE(ml), right => TABLE(mr), left_key => 'id', "
                              "foreign_key => 'CAST(substring(ref, 3) AS BIGINT)', right_key => 'rid')").collect()
-    got = sorted((r._commit_version, r._change_type, r.Ref, r.note, r.rid, r.name) for r in rows)
-    assert got == sorted([
+    got = multiset((r._commit_version, r._change_type, r.Ref, r.note, r.rid, r.name) for r in rows)
+    assert got == multiset([
         (3, "insert", "C-7", "n", 7, "seven"),
         (4, "update_preimage", "C-7", "n", 7, "seven"), (4, "update_postimage", "C-8", "n", 8, "eight"),
         (6, "update_preimage", "C-8", "n", 8, "eight"), (6, "update_postimage", "C-7", "m", 7, "SEVEN"),
@@ -264,10 +265,6 @@ def reference_outputs(events, join_type):
     changes = [{**_flatten(k, v), "_change_type": kind, "_commit_version": ver} for kind, k, v, ver in changes_raw]
     final = [{k: v for k, v in _flatten(key, value).items()} for key, value in table.items()]
     return {"records": records, "changes": changes, "final": final}
-
-
-def multiset(rows):
-    return Counter(tuple(sorted(r.items())) for r in rows)
 
 
 # random interleavings: left keys a..d, right keys 1..3, fk changes, NULL fks, deletes, re-inserts

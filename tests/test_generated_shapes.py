@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from recursion_graphs import dag, multiset
+from recursion_graphs import dag
+from rows import multiset
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 

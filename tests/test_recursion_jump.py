@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
-from recursion_graphs import error_of, multiset, semi_naive, tree
+from recursion_graphs import error_of, tree
+from reference.recursion import semi_naive
+from rows import multiset
 from sqlext.udfs import recursive_expand, recursive_jump
 
 ANCESTORS = """

@@ -1,7 +1,7 @@
 """Keyed recursion, DuckDB's ``USING KEY (k)``: the result keeps one row per key, a level's
 row for a key replaces it, only changed rows go on, and ``recurring.<name>`` reads the
 result so far. Spark has no native version: the checks are a plain-Python reference
-(:func:`sqlext.udfs.recursive_expand.keyed_reference`) and, for the two classic queries, the
+(``keyed_reference`` in tests/reference/recursion.py) and, for the two classic queries, the
 answer computed another way (Dijkstra, union-find)."""
 
 import heapq
@@ -11,8 +11,8 @@ import pytest
 
 import sqlext
 from sqlext.errors import find_in
-from recursion_graphs import multiset
-from sqlext.udfs.recursive_expand import keyed_reference
+from rows import multiset
+from reference.recursion import keyed_reference
 
 
 def weighted_graph(seed, nodes=12, edges=30):

@@ -1,27 +1,28 @@
 """The recursion rule on SQL text, without Spark: fixture pairs (input, expected output),
 ``noop`` for every shape it must leave to Spark, and what ``explain`` says."""
 
-from pathlib import Path
-
 import pytest
 
 import sqlext
+from fixture_files import REGENERATE, load
 from sqlext.rewrites.dialect import parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 
-FIXTURES = Path(__file__).parent / "fixtures" / "recursive_cte_to_expand.sql"
+FILE = load("recursive_cte_to_expand.sql")
 
 
 def read_fixtures():
-    cases = []
-    for block in FIXTURES.read_text().strip().split("\n\n"):
-        lines = [line for line in block.strip().splitlines() if line.strip()]
-        assert lines[0].startswith("# title: "), block
-        title, source, expected = lines[0][len("# title: "):], lines[1], lines[2]
-        cases.append(pytest.param(source, source if expected == "noop" else expected, id=title))
-    return cases
+    """(input, expected) per case; a noop case expects its input back."""
+    return [pytest.param(c.query, c.query if c.noop else c.expected, id=c.title) for c in FILE.cases]
+
+
+def test_regenerate_fixtures_when_asked():
+    if not REGENERATE:
+        assert all(c.noop or c.expected for c in FILE.cases), "a fixture has no expected query"
+        return
+    FILE.regenerate(lambda query: to_sql(recursive_cte_to_expand(parse_one(query))))
 
 
 @pytest.mark.parametrize("source, expected", read_fixtures())
@@ -35,8 +36,7 @@ def test_rewritten_text_parses_back(source, expected):
 
 
 def test_every_shape_has_a_noop_case():
-    titles = [p.id for p in read_fixtures()]
-    assert sum(t.startswith("noop") for t in titles) >= 6
+    assert sum(c.noop for c in FILE.cases) >= 6
 
 
 def test_pipeline_fires_and_explain_says_why():

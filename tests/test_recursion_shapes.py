@@ -9,7 +9,8 @@ import time
 import pytest
 
 import sqlext
-from recursion_graphs import error_of, multiset
+from recursion_graphs import error_of
+from rows import multiset, ordered
 from sqlext.errors import find_in
 
 PATHS = ["auto", "walk", "levels"]
@@ -85,7 +86,7 @@ def test_temporary_view_sees_later_changes(spark, view, path, name):
             "(SELECT 1 UNION ALL SELECT n + 1 FROM r JOIN sh_limit ON r.n < sh_limit.top) SELECT * FROM r")
     try:
         sqlext.sql(spark, text)
-        assert sorted(sqlext.sql(spark, "SELECT * FROM sh_counter").collect()) == [(1,), (2,), (3,)]
+        assert multiset(sqlext.sql(spark, "SELECT * FROM sh_counter").collect()) == multiset([(1,), (2,), (3,)])
         view("sh_limit", [(5,)], "top int")
         assert len(sqlext.sql(spark, "SELECT * FROM sh_counter").collect()) == 5
         notes = sqlext.explain(text, spark=spark)[0].notes
@@ -102,9 +103,9 @@ def test_persistent_view_over_a_recursion(spark, tmp_path):
         spark.sql("INSERT INTO sh_ptable VALUES (1, 2), (2, 3)")
         sqlext.sql(spark, "CREATE VIEW sh_pview AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
                           "SELECT e.dst FROM r JOIN sh_ptable AS e ON r.n = e.src) SELECT * FROM r")
-        assert sorted(sqlext.sql(spark, "SELECT * FROM sh_pview").collect()) == [(1,), (2,), (3,)]
+        assert multiset(sqlext.sql(spark, "SELECT * FROM sh_pview").collect()) == multiset([(1,), (2,), (3,)])
         spark.sql("INSERT INTO sh_ptable VALUES (3, 4)")
-        assert sorted(spark.sql("SELECT * FROM sh_pview").collect()) == [(1,), (2,), (3,), (4,)]
+        assert multiset(spark.sql("SELECT * FROM sh_pview").collect()) == multiset([(1,), (2,), (3,), (4,)])
     finally:
         spark.sql("DROP VIEW IF EXISTS sh_pview")
         spark.sql("DROP TABLE IF EXISTS sh_ptable")
@@ -159,7 +160,7 @@ def test_row_limit_names_the_setting(spark, view, path, name):
 ])
 def test_identity_step_ends_under_union_or_using_key(spark, path, name, query):
     path(name)
-    assert sqlext.sql(spark, query).collect() == [(1,)]
+    assert ordered(sqlext.sql(spark, query).collect()) == [(1,)]
 
 
 def test_a_limit_ends_a_recursion_as_in_spark(spark):

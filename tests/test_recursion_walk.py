@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recursion_graphs import multiset, semi_naive
+from reference.recursion import semi_naive
+from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
 

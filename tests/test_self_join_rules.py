@@ -10,19 +10,18 @@ from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.relations import MappingRelations
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
-from self_join_fixtures import REGENERATE, SCHEMA, read_fixtures, write_fixtures
+from fixture_files import REGENERATE
+from self_join_fixtures import SCHEMA, read_fixtures
 
-HEADER, FIXTURES = read_fixtures()
+FILE = read_fixtures()
+FIXTURES = FILE.cases
 
 
 def test_regenerate_fixtures_when_asked():
     if not REGENERATE:
         assert all(f.noop or f.expected for f in FIXTURES), "a fixture has no expected query"
         return
-    for fixture in FIXTURES:
-        if not fixture.noop:
-            fixture.expected = sqlext.rewrite(fixture.query, SCHEMA)
-    write_fixtures(HEADER, FIXTURES)
+    FILE.regenerate(lambda query: sqlext.rewrite(query, SCHEMA))
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.title for f in FIXTURES])

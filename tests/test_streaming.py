@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feeds import NULL_V, compact, rows_for, run_filter, schema_for
+from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now, streaming_frame
 from test_changelog_filter_cases import CASES, SEQUENCED
@@ -51,13 +51,9 @@ class Feed:
                           sources={"changes": str(self.source)})
         rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
             if (self.output / "_spark_metadata").exists() else []
-        new = Counter(_frozen(r) for r in rows) - Counter(_frozen(r) for r in self.seen)
+        new = multiset(rows) - multiset(self.seen)
         self.seen = rows
         return [dict(r) for r in new.elements()]
-
-
-def _frozen(row: dict):
-    return tuple(sorted(row.items()))
 
 
 @pytest.fixture
@@ -93,7 +89,7 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
         out += current.run(filter_sql(emit))
         done = bound
     batch = run_filter("native", spark, shape, events, emit=emit)
-    assert Counter(map(_frozen, out)) == Counter(map(_frozen, batch))
+    assert multiset(out) == multiset(batch)
 
 
 def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
@@ -206,11 +202,11 @@ def _batch_rows(spark, current, emit="changes"):
 
     spark.read.parquet(str(current.source)).createOrReplaceTempView("all_changes_so_far")
     sql = filter_sql(emit).replace("STREAM(changes)", "all_changes_so_far")
-    return Counter(_frozen(r.asDict()) for r in sqlext.sql(spark, sql).collect())
+    return multiset(r.asDict() for r in sqlext.sql(spark, sql).collect())
 
 
 def _output_rows(spark, current):
-    return Counter(_frozen(r.asDict()) for r in spark.read.parquet(str(current.output)).collect())
+    return multiset(r.asDict() for r in spark.read.parquet(str(current.output)).collect())
 
 
 def _many_events(first_version, keys, versions):

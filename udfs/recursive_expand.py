@@ -294,25 +294,7 @@ def evaluate(node: tuple, context: _Context) -> pa.Array:
 
 
 # ---------------------------------------------------------------------------------------
-# keyed recursion, plain Python (the reference the Spark version is tested against)
-
-
-def keyed_reference(anchor: list[tuple], step_fn, key_positions: list[int], max_level: int,
-                    name: str = "r") -> list[tuple]:
-    """DuckDB's ``USING KEY`` over Python rows: ``step_fn(working, union)`` gives a level's
-    rows from the previous level's changed rows and the current union table."""
-    union: dict = {}
-    working = _one_row_per_key(anchor, key_positions)
-    union.update(working)
-    k = 0
-    while working:
-        if k >= max_level:
-            raise level_limit_error(name, k, max_level)
-        produced = _one_row_per_key(step_fn(list(working.values()), list(union.values())), key_positions)
-        working = {key: row for key, row in produced.items() if union.get(key) != row}
-        union.update(working)
-        k += 1
-    return list(union.values())
+# keyed recursion: one row per key
 
 
 def _one_row_per_key(rows: list[tuple], key_positions: list[int]) -> dict:

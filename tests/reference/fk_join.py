@@ -1,7 +1,7 @@
-"""A plainly written replay of seed 002's foreign-key join workflow, the reference FK_JOIN is
-checked against.
+"""A plainly written replay of the foreign-key join workflow of Kafka Streams (KIP-213), the
+reference FK_JOIN is checked against.
 
-Two processors and the messages between them, as in the seed:
+Two processors and the messages between them, as in KIP-213:
 
 * the LHS keeps the left table; on a left change it sends subscription instructions to the
   RHS partition of the old and new foreign key;
@@ -13,10 +13,10 @@ Two processors and the messages between them, as in the seed:
   drops stale ones, then forwards a joined row, a padded row (left join) or a tombstone.
 
 Messages are delivered at once, in order; so the hash check never drops anything here (the
-point of the seed's design is parallel execution), but it is kept, as written.
+check matters when the processors run in parallel), but it is kept, as written.
 
-DESIGN.md adds NULL foreign keys: a left row without one is not subscribed anywhere; a left
-join forwards it padded with NULLs and an inner join treats it as absent.
+NULL foreign keys: a left row without one is not subscribed anywhere; a left join forwards
+it padded with NULLs and an inner join treats it as absent.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from sqlglot import exp
+
 from sqlext.catalog.changes import CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option
 from sqlext.catalog.expressions import check_columns, parse_expression
 from sqlext.errors import SqlextError
@@ -65,6 +67,8 @@ def filter_spec(arguments: Mapping[str, Any], columns: Sequence[str]) -> FilterS
         FUNCTION, "input", columns, args.get("key"), args.get("order_by"), args.get("sequence_by")
     )
     predicate = parse_expression(FUNCTION, "predicate", args.get("predicate"), "'balance >= 0'")
+    if isinstance(predicate.unnest(), exp.Literal):  # a constant string or number is no condition
+        raise not_boolean(args.get("predicate"), "STRING" if predicate.unnest().is_string else "a number")
     check_columns(FUNCTION, "input", predicate, columns, "predicate")
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
 

@@ -21,7 +21,7 @@ from sqlglot import exp
 from sqlext.catalog.arguments import find_calls, read_call
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
-from sqlext.catalog.changelog_filter import filter_spec
+from sqlext.catalog.changelog_filter import check_incremental, filter_spec, not_boolean
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 
@@ -31,17 +31,36 @@ INCREMENTAL = {FILTER}  # the table functions that run incrementally
 TABLE_FUNCTIONS = ("FK_JOIN", "RECURSIVE_EXPAND")
 
 
+ENGINES = ("tables", "state_store")
+
+
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None):
+           source_format: str = "parquet", query_name: str | None = None, engine: str = "tables"):
     """Start the statement as a streaming query writing to ``output`` (a folder, in
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
-    then stop) or a processing-time interval such as ``"10 seconds"`` (keep running)."""
-    frame = streaming_frame(spark, sql, sources=sources, source_format=source_format, checkpoint=checkpoint)
-    writer = frame.writeStream.format(output_format).outputMode("append").option("checkpointLocation", checkpoint)
-    if output is not None:
-        writer = writer.option("path", output)
+    then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
+
+    ``engine`` says where CHANGELOG_FILTER keeps its state: ``"tables"`` (snapshots written by
+    each micro-batch, every step a native plan: :mod:`sqlext.stream_tables`) or
+    ``"state_store"`` (Spark's state store through ``transformWithState``, one Python call per
+    key: :mod:`sqlext.udfs.changelog_stream`)."""
+    if engine not in ENGINES:
+        raise SqlextError("INVALID_OPTION_VALUE", function=FUNCTION, argument="engine", value=repr(engine),
+                          allowed=", ".join(repr(e) for e in ENGINES))
+    if engine == "tables":
+        if output is None:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="engine 'tables' without an output folder",
+                              reason="its micro-batches write their rows into a folder",
+                              fix="Pass output=..., or use engine='state_store' with streaming_frame for other sinks.")
+        source, function = _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format)
+        writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
+    else:
+        frame = streaming_frame(spark, sql, sources=sources, source_format=source_format, checkpoint=checkpoint)
+        writer = frame.writeStream.format(output_format).outputMode("append").option("checkpointLocation", checkpoint)
+        if output is not None:
+            writer = writer.option("path", output)
     if query_name:
         writer = writer.queryName(query_name)
     if trigger == "available_now":
@@ -110,6 +129,51 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                           reason="it reads no STREAM(...) source",
                           fix="Read the changes with STREAM(name), e.g. FROM STREAM(my_changes).")
     return frame
+
+
+def _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format):
+    """The streaming source and the foreachBatch function of a statement holding one
+    CHANGELOG_FILTER over ``STREAM(name)`` (and any SQL around it)."""
+    from sqlext.session import INSTALLED_FLAG, install
+    from sqlext.stream_tables import TableStateFilter
+
+    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
+        install(spark)
+    tree = parse_one(sql)
+    calls = find_calls(tree, FILTER)
+    streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
+    if len(calls) != 1 or len(streams) != 1 or any(find_calls(tree, f) for f in TABLE_FUNCTIONS):
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
+            reason="the 'tables' engine runs one CHANGELOG_FILTER over one STREAM(...) source",
+            fix="Read one stream in one CHANGELOG_FILTER call, or use engine='state_store'.")
+    table = calls[0]
+    call = read_call(table, FILTER, FILTER_ARGUMENTS)
+    argument = call.tables.get("input")
+    if argument is None or not _is_stream(argument.this):
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="a CHANGELOG_FILTER over a table",
+            reason="a streaming statement reads its inputs as streams", fix="Write input => TABLE(STREAM(my_changes)).")
+    name = to_sql(argument.this.this)
+    source = _source(spark, argument.this.this, sources, source_format)
+    _check_columns(checkpoint, name, source.schema)
+    spec = filter_spec(call.literals, source.columns)
+    check_incremental(spec)
+    from pyspark.sql.types import BooleanType
+
+    actual = source.select(_expression(spec.predicate).alias("p")).schema["p"].dataType
+    if not isinstance(actual, BooleanType):
+        raise not_boolean(spec.predicate, actual.simpleString())
+    placeholder = f"__sx_filtered_{next(_views)}"
+    call_node = table.copy()
+    _replace(table, placeholder)
+    return source, TableStateFilter(spark, spec, call_node, tree, placeholder, checkpoint, output, output_format)
+
+
+def _expression(text: str):
+    from pyspark.sql import functions as F
+
+    return F.expr(text)
 
 
 def _check_columns(checkpoint: str, name: str, schema) -> None:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, not_boolean
+from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, check_incremental, not_boolean
 from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, drop_stale
 from sqlext.errors import SqlextError
 from sqlext.udfs.changelog_filter import apply_changes
@@ -38,12 +38,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 def filter_stream(source, spec: FilterSpec):
     """The incremental CHANGELOG_FILTER over the streaming DataFrame ``source`` (change rows
     with the columns ``spec`` was checked against): a streaming DataFrame in append mode."""
-    if spec.emit == "final":
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="emit => 'final'",
-            reason="the final table changes in place, and a streaming sink only appends",
-            fix="Stream emit => 'records' (an upsert and a tombstone per change) into a table that "
-                "applies them, or run emit => 'final' as a batch query.")
+    check_incremental(spec)
     shape = spec.shape
     predicate = F.expr(spec.predicate)
     actual = source.select(predicate.alias("p")).schema["p"].dataType

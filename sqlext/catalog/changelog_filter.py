@@ -81,3 +81,13 @@ def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
         value=repr(spec_predicate), actual=actual, expected="BOOLEAN",
         fix="Write a condition, for example 'balance >= 0' or 'status = ''open'''.",
     )
+
+
+def check_incremental(spec: FilterSpec) -> None:
+    """The emit modes an incremental run can append: ``changes`` and ``records``."""
+    if spec.emit == "final":
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="emit => 'final'",
+            reason="the final table changes in place, and a streaming sink only appends",
+            fix="Stream emit => 'records' (an upsert and a tombstone per change) into a table that "
+                "applies them, or run emit => 'final' as a batch query.")

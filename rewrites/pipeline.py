@@ -9,6 +9,7 @@ because a pattern does not fit; it leaves that part of the tree unchanged and sa
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,13 +39,24 @@ RULES: list[Callable[..., exp.Expression]] = [
 ]
 
 
-def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
+STRICT_ENV = "SQLEXT_STRICT"
+
+
+def strict_default() -> bool:
+    """Strict mode unless told otherwise: on when the environment sets ``SQLEXT_STRICT=1``
+    (the test suite does, so that a rule's blind spot fails a test instead of being noted)."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def rewrite(expression: exp.Expression, strict: bool | None = None, **facts) -> exp.Expression:
     """Copy the tree once and run every rule over it, in order.
 
     A rule that fails on a tree it did not expect (anything but a :class:`SqlextError`, which
     reports bad input to a function) leaves the statement as it was before the rule ran, and
-    the failure is noted: passing SQL through unchanged is always safe.
+    the failure is noted: passing SQL through unchanged is always safe. In strict mode
+    (``strict=True``, or by default when ``SQLEXT_STRICT=1``) that failure propagates instead.
     """
+    strict = strict_default() if strict is None else strict
     expression = expression.copy()
     notes = facts.get("notes")
     for rule in RULES:
@@ -55,6 +67,8 @@ def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
         except SqlextError:
             raise
         except Exception as error:  # noqa: BLE001 - a rule's blind spot must not break the statement
+            if strict:
+                raise
             expression = before
             if notes is not None:
                 notes.items = [n for n in notes.items if n.rule != rule.__name__]
@@ -76,9 +90,10 @@ class Rewritten:
         return bool(self.notes.fired)
 
 
-def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritten:
+def rewrite_statement(text: str, relations: Relations | None = None, strict: bool | None = None) -> Rewritten:
     """Rewrite one statement's text. Text no rule changes is returned exactly as given, so a
-    statement with nothing to rewrite reaches Spark as the user wrote it."""
+    statement with nothing to rewrite reaches Spark as the user wrote it. ``strict``: see
+    :func:`rewrite` (text sqlglot cannot parse is passed through in both modes)."""
     notes = Notes()
     try:
         tree = parse_one(text)
@@ -87,7 +102,7 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         notes.skip("parse", f"sqlglot cannot read this statement ({reason}); it is passed to Spark unchanged")
         return Rewritten(text, text, notes)
-    out = rewrite(tree, relations=relations, notes=notes)
+    out = rewrite(tree, strict=strict, relations=relations, notes=notes)
     spoken = {n.rule for n in notes}
     for rule in RULES:
         if rule.__name__ not in spoken:
@@ -98,6 +113,6 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
 
 
 __all__ = [
-    "RULES", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite",
-    "rewrite_statement",
+    "RULES", "STRICT_ENV", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite",
+    "rewrite_statement", "strict_default",
 ]

@@ -37,13 +37,14 @@ from sqlext.udfs.changes import (
     CHANGE_TYPE, DELETE, EMIT_MODES, INSERT, POSTIMAGE, PREIMAGE, UPSERT, ChangeShape,
     change_shape, changes_by_key, check_arguments, check_option,
 )
+from sqlext.rewrites.sqltree import helper
 from sqlext.rewrites.table_functions import quote
 from sqlext.udfs.expressions import check_columns, parse_expression
 
 FUNCTION = "CHANGELOG_FILTER"
 ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
 REQUIRED = ("input", "key", "predicate")
-PASS_COLUMN = "__sqlext_pass"
+PASS_COLUMN = helper("pass")
 
 
 @dataclass(frozen=True)

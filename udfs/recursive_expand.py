@@ -34,7 +34,6 @@ Three executions give the same rows:
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -57,7 +56,6 @@ WALK_MAX_ROWS = 50_000_000
 # The level path collapses its union of levels into one checkpoint every this many levels.
 COLLAPSE_EVERY = 32
 
-_counter = itertools.count(1)
 last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'levels'
 
 # At most this many rows in a recursion's result, unless the session sets
@@ -364,8 +362,11 @@ def _null_first_key(row: tuple) -> tuple:
 
 
 def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
-    columns = [c.strip() for c in (literals.get("columns") or "").split(",") if c.strip()]
-    key = [c.strip() for c in (literals.get("key") or "").split(",") if c.strip()]
+    from sqlext.rewrites.sqltree import read_identifier_list
+
+    # the rule writes each list with sqltree.identifier_list: a name may hold a comma or a backtick
+    columns = read_identifier_list(literals.get("columns"))
+    key = read_identifier_list(literals.get("key"))
     return RecursiveSpec(
         name=literals["name"], columns=columns, anchor_sql=anchor_sql, step_sql=literals["step"],
         distinct=str(literals.get("distinct")).lower() == "true", max_level=int(literals["max_level"]),
@@ -424,8 +425,9 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
         native = _native_levels(spark, spec, anchor, scoped)
         if native is not None:
             return native
-    tag = next(_counter)
-    working_view, union_view = f"__sx_rec_{tag}_working", f"__sx_rec_{tag}_union"
+    from sqlext.rewrites.sqltree import fresh
+
+    working_view, union_view = fresh("rec_working_"), fresh("rec_union_")
     step_sql = substitute_step(spec.step_sql, spec.name, working_view, union_view)
     schema = anchor.schema
 

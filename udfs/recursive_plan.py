@@ -9,7 +9,6 @@ enough to collect. Anything else returns ``None`` and runs level by level.
 
 from __future__ import annotations
 
-import itertools
 
 import pyarrow as pa
 from sqlglot import exp
@@ -19,9 +18,7 @@ from sqlext.udfs.recursive_expand import (
     FUNCTION, WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan,
     RecursiveSpec, expand, spec_from_call, walk,
 )
-from sqlext.udfs.recursive_expand import _quote as quote_name
 
-_views = itertools.count(1)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
@@ -35,21 +32,27 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
     from pyspark.sql.pandas.types import to_arrow_type
 
     try:
-        plan, edge_sql, edge_columns = compile_walk(spark, spec, anchor, scoped)
+        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
     except _NoWalk:
         if force:
             raise
         return None
-    index = None if edge_sql is None else _collect_edges(spark, scoped, edge_sql, edge_columns, plan, force)
-    if edge_sql is not None and index is None:
+    index = None if edge_source is None else _collect_edges(spark, scoped, edge_source, edge_columns, plan, force)
+    if edge_source is not None and index is None:
         return None
     plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
     return _walk_frame(spark, spec, anchor, index, plan)
 
 
-def _collect_edges(spark, scoped, edge_sql: str, edge_columns: list[str], plan: WalkPlan, force: bool):
-    """The joined relation, collected and indexed by its join key; None when it is too large."""
-    edge_frame = spark.sql(scoped(f"SELECT {', '.join(quote_name(c) for c in edge_columns)} FROM {edge_sql}"))
+def _collect_edges(spark, scoped, edge_source: exp.Expression, edge_columns: list[str], plan: WalkPlan,
+                   force: bool):
+    """The joined relation (a FROM item), collected and indexed by its join key; None when it
+    is too large."""
+    from sqlext.rewrites.dialect import to_sql
+    from sqlext.rewrites.sqltree import col
+
+    query = exp.select(*[col(c) for c in edge_columns], copy=False).from_(edge_source.copy(), copy=False)
+    edge_frame = spark.sql(scoped(to_sql(query)))
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
@@ -129,15 +132,15 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
-        e_source = f"({to_sql(exp.select('*').from_(e_table.copy()))})"
+        e_source = exp.Subquery(this=exp.select("*").from_(e_table.copy()))
     elif isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
-        e_source = to_sql(exp.Table(this=e_table.this.copy(), db=e_table.args.get("db"),
-                                    catalog=e_table.args.get("catalog")))
+        e_source = exp.Table(this=e_table.this.copy(), db=_copy(e_table.args.get("db")),
+                             catalog=_copy(e_table.args.get("catalog")))
     elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):
-        e_source = f"({to_sql(e_table.this)})"
+        e_source = exp.Subquery(this=e_table.this.copy())
     else:
         raise _NoWalk("the joined relation is not a table or a subquery")
-    e_frame = spark.sql(scoped(f"SELECT * FROM {e_source}"))
+    e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
     r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
@@ -164,6 +167,10 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
                     row_limit=spec.row_limit)
     edge_columns = sorted(compiler.e_used | {key[1]})
     return plan, e_source, edge_columns
+
+
+def _copy(node: exp.Expression | None) -> exp.Expression | None:
+    return node.copy() if node is not None else None
 
 
 def split_join(step: exp.Select, name: str):
@@ -341,6 +348,7 @@ def run_calls(spark, sql_text: str) -> str:
     result as a temporary view, and return the statement reading those views."""
     from sqlext.rewrites.dialect import parse_one, to_sql
     from sqlext.rewrites.relations import Scope
+    from sqlext.rewrites.sqltree import fresh
     from sqlext.rewrites.table_functions import find_calls, read_call
     from sqlext.udfs.recursive_expand import ARGUMENTS
 
@@ -363,7 +371,7 @@ def run_calls(spark, sql_text: str) -> str:
             return to_sql(scope.wrap(parse_one(text)))
 
         result = expand(spark, spec, scoped)
-        view = f"__sx_recursive_{next(_views)}"
+        view = fresh("recursive_")
         result.createOrReplaceTempView(view)
         replacement = exp.Table(this=exp.to_identifier(view))
         if table.args.get("alias"):

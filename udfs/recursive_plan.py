@@ -73,16 +73,19 @@ def _collect_edges(spark, scoped, edge_source: exp.Expression, edge_columns: lis
 def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
     from pyspark.sql.types import StructField, StructType
 
+    from sqlext.rewrites.sqltree import helper
+
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
 
     name = spec.name
+    names = [f.name for f in anchor.schema.fields]
 
     def run(batches):
         batches = list(batches)
         if not batches:
             return
-        seeds = pa.Table.from_batches(batches)
+        seeds = pa.Table.from_batches(batches).rename_columns(names)
         if not seeds.num_rows:
             return
         try:
@@ -94,7 +97,9 @@ def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, pla
             raise SqlextError("RECURSION_VALUE_OUT_OF_RANGE", function=FUNCTION, name=name,
                               reason=str(error).splitlines()[0]) from None
 
-    seeds = anchor
+    # mapInArrow reads its input by column name, which PySpark parses (a backtick in a name
+    # breaks it): the seeds travel under helper names, renamed back inside the walk
+    seeds = anchor.toDF(*[helper(f"c{i}") for i in range(len(names))])
     parallelism = spark.sparkContext.defaultParallelism
     if spec.distinct or spec.key:
         # UNION drops rows seen from any seed, USING KEY keeps one row per key over all

@@ -195,11 +195,6 @@ def raise_error(error_class: str, function: str, **params) -> exp.Expression:
     return exp.Anonymous(this="raise_error", expressions=[exp.Concat(expressions=parts)])
 
 
-def raise_error_sql(error_class: str, function: str, **params) -> str:
-    """:func:`raise_error` as SQL text."""
-    return to_sql(raise_error(error_class, function, **params))
-
-
 def _as_text(expression: exp.Expression) -> exp.Expression:
     """``coalesce(cast(expression AS STRING), 'NULL')``."""
     return exp.Coalesce(this=exp.cast(expression.copy(), "STRING"), expressions=[exp.Literal.string("NULL")])

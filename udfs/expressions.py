@@ -56,7 +56,11 @@ def expression_tree(expression_sql: str) -> exp.Expression:
 def over_columns_tree(expression: exp.Expression | str, names: Mapping[str, str]) -> exp.Expression:
     """``expression`` with each column in ``names`` (matched without regard to case, as
     Spark resolves them) read from the column it maps to; columns not in ``names`` and lambda
-    parameters stay as they are."""
+    parameters stay as they are.
+
+    >>> to_sql(over_columns_tree("coalesce(fk, Region) + 1", {"fk": "__sx_prev_fk", "region": "__sx_prev_region"}))
+    'COALESCE(__sx_prev_fk, __sx_prev_region) + 1'
+    """
     lowered = {k.lower(): v for k, v in names.items()}
     tree = expression_tree(expression) if isinstance(expression, str) else expression.copy()
 
@@ -67,15 +71,6 @@ def over_columns_tree(expression: exp.Expression | str, names: Mapping[str, str]
         return node
 
     return tree.transform(swap)
-
-
-def over_columns(expression_sql: str, names: Mapping[str, str]) -> str:
-    """:func:`over_columns_tree` as SQL text.
-
-    >>> over_columns("coalesce(fk, Region) + 1", {"fk": "__sx_prev_fk", "region": "__sx_prev_region"})
-    'COALESCE(__sx_prev_fk, __sx_prev_region) + 1'
-    """
-    return to_sql(over_columns_tree(expression_sql, names))
 
 
 def referenced_columns(expression: exp.Expression) -> list[str]:

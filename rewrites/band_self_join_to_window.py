@@ -19,7 +19,7 @@ the join applied it.
 Inside a flat chain of inner joins (``t a JOIN t b ON <band> JOIN d ON d.x = b.y``, the shape
 Kafka's optimizer also rewrites, KIP-862) the pair's rewrite becomes a derived table named
 ``a``, projecting ``a``'s columns under their names and the columns of ``b`` the statement
-reads under fresh ones (``b.y`` elsewhere reads ``a.__sqlext_pair_1``). The other joins keep
+reads under fresh ones (``b.y`` elsewhere reads ``a.__sx_pair_1``). The other joins keep
 their place and their ON conditions; a condition that was in ``b``'s ON clause and names
 another relation moves to WHERE, the same conjunction for inner joins. The derived table holds
 the pairs of the join of ``a`` and ``b`` on the pair's own conditions, so the chain's rows are
@@ -29,24 +29,24 @@ the original's, one for one.
 >>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
 >>> print(to_sql(band_self_join_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))))
-SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sqlext_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sqlext_band) b AS `id`
+SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sx_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sx_band) b AS `id`
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.sqltree import col, halias, helper, ident
 from sqlext.rewrites.self_joins import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
 )
-from sqlext.catalog.arguments import quote
 
 RULE = "band_self_join_to_window"
-BAND = "__sqlext_band"
-PAIR = "__sqlext_pair_"  # the columns of b a rewritten pair inside a chain of joins carries
+BAND = helper("band")
+PAIR = helper("pair_")  # the columns of b a rewritten pair inside a chain of joins carries
 
 
 def band_self_join_to_window(
@@ -83,7 +83,7 @@ def band_self_join_to_window(
             expand_stars(select, join)
             _rewrite_pair(select, join, kept)
         notes.fire(RULE, f"self-join of {join.source_sql()} on {join.partition_sql()} within a band of "
-                         f"{quote(join.band.column)} now reads it once: window frame "
+                         f"{to_sql(col(join.band.column))} now reads it once: window frame "
                          f"{join.band.frame_sql()}, unfolded with LATERAL VIEW")
     return expression
 
@@ -97,10 +97,10 @@ def _rewrite_pair(select: exp.Select, join, kept: list[exp.Expression]) -> None:
     # inside collect_list); at least one, so that every pair is still there to count
     used = {c.name.lower() for c in select.find_all(exp.Column) if c.table.lower() == join.right}
     collected = [c for c in join.columns if c.lower() in used] or join.columns[:1]
-    inner = parse_one(
-        f"SELECT {join.columns_sql()}, COLLECT_LIST(STRUCT({', '.join(quote(c) for c in collected)})) "
-        f"OVER {join.window_sql()} AS {BAND} FROM {join.source_sql()} WHERE {join.not_null_filter()}"
-    )
+    band = exp.ArrayAgg(this=exp.Struct(expressions=[exp.PropertyEQ(this=ident(c), expression=col(c))
+                                                     for c in collected]), nulls_excluded=True)
+    inner = exp.select(*join.column_trees(), halias(join.window(band), BAND), copy=False) \
+        .from_(join.source_tree(), copy=False).where(join.not_null_condition(), copy=False)
     left, right = alias_identifier(join.left_item), alias_identifier(join.right_item)
     select.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=left))))
     select.set("laterals", [exp.Lateral(

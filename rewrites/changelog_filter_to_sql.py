@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.change_stream import checked_changes, minimal_changes_sql, present_sql, struct_sql, window
+from sqlext.rewrites.change_stream import checked_changes, minimal_changes, present, struct, window
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, table_inputs
-from sqlext.catalog.arguments import find_calls, quote, read_call, replace_call, sql_string
+from sqlext.rewrites.sqltree import alias, halias, case, col, fragment, hcol, paren, select_from, string
+from sqlext.catalog.arguments import find_calls, read_call, replace_call
 from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
+from sqlext.catalog.expressions import expression_tree
 from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
 
 RULE = "changelog_filter_to_sql"
@@ -57,34 +59,32 @@ def changelog_filter_to_sql(
     return expression
 
 
-def native_sql(spec: FilterSpec, source: str) -> str:
-    """The Spark SQL that computes ``spec`` over the relation ``source``."""
+def native_sql(spec: FilterSpec, source: exp.Expression) -> exp.Select:
+    """The Spark query that computes ``spec`` over the relation ``source`` (a FROM item)."""
     shape = spec.shape
-    order = quote(shape.order_by)
-    data = [quote(c) for c in shape.data_columns]
-    over = window(shape)
-    row = struct_sql(shape.data_columns)
+    data = shape.data_columns
+    predicate = exp.Coalesce(this=paren(expression_tree(spec.predicate)), expressions=[exp.false()])
     changes = checked_changes(
         shape, source,
-        extra=[f"({present_sql(shape)}) AND coalesce(({spec.predicate}), FALSE) AS __sx_pass"],
+        extra=[halias(exp.and_(paren(present(shape)), predicate), "pass")],
         window_extra=[
-            f"LAG(__sx_pass, 1, FALSE) OVER ({over}) AS __sx_old_pass",
-            f"LAG({row}) OVER ({over}) AS __sx_old",
+            halias(window(shape, exp.Lag(this=hcol("pass"), offset=exp.Literal.number(1), default=exp.false())),
+                  "old_pass"),
+            halias(window(shape, exp.Lag(this=struct(data))), "old"),
         ],
         with_next=spec.emit == "final",  # the other modes only look back
     )
 
     if spec.emit == "final":
-        return f"SELECT {', '.join(data)} FROM ({changes}) WHERE __sx_pass AND __sx_next IS NULL"
+        return select_from([col(c) for c in data], changes, fragment("__sx_pass AND __sx_next IS NULL"))
     if spec.emit == "records":
-        values = [
-            quote(c) if c in shape.key else f"CASE WHEN __sx_pass THEN {quote(c)} END AS {quote(c)}"
-            for c in shape.data_columns
-        ]
-        kind = f"CASE WHEN __sx_pass THEN {sql_string(UPSERT)} ELSE {sql_string(DELETE)} END"
-        columns = values + [f"{kind} AS {quote(CHANGE_TYPE)}", order]
-        return f"SELECT {', '.join(columns)} FROM ({changes})"
+        values = [col(c) if c in shape.key else alias(case([(hcol("pass"), col(c))]), c) for c in data]
+        kind = case([(hcol("pass"), string(UPSERT))], string(DELETE))
+        return select_from([*values, alias(kind, CHANGE_TYPE), col(shape.order_by)], changes)
 
-    diff = (f"SELECT *, CASE WHEN __sx_old_pass THEN __sx_old END AS __sx_before, "
-            f"CASE WHEN __sx_pass THEN {row} END AS __sx_after FROM ({changes})")
-    return minimal_changes_sql(diff, shape.data_columns, shape.order_by)
+    diff = select_from([
+        "*",
+        halias(case([(hcol("old_pass"), hcol("old"))]), "before"),
+        halias(case([(hcol("pass"), struct(data))]), "after"),
+    ], changes)
+    return minimal_changes(diff, data, shape.order_by)

@@ -32,12 +32,17 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.change_stream import checked_changes, minimal_changes_from_parts_sql, window
+from sqlext.rewrites.change_stream import checked_changes, minimal_changes_from_parts, window
+from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, table_inputs
-from sqlext.catalog.arguments import find_calls, quote, read_call, replace_call, sql_string
+from sqlext.rewrites.sqltree import (
+    alias, and_, broadcast_hint, case, col, fragment, halias, hcol, helper, htable, lateral_explode, or_, paren,
+    select_from, string, subquery, with_ctes,
+)
+from sqlext.catalog.arguments import find_calls, read_call, replace_call
 from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
-from sqlext.catalog.expressions import over_columns
+from sqlext.catalog.expressions import expression_tree, over_columns_tree
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
@@ -66,7 +71,7 @@ def fk_join_to_sql(
         check_foreign_key_type(
             spec,
             relations.expression_type(left.query, spec.foreign_key),
-            relations.expression_type(right.query, quote(spec.right_key)),
+            relations.expression_type(right.query, to_sql(col(spec.right_key))),
         )
         right_size = relations.size_in_bytes(right.query)
         broadcast = right_size is not None and right_size <= BROADCAST_RIGHT_BYTES
@@ -76,163 +81,190 @@ def fk_join_to_sql(
     return expression
 
 
-def native_sql(spec: FkJoinSpec, left_source: str, right_source: str, broadcast: bool = False) -> str:
+def native_sql(spec: FkJoinSpec, left_source: exp.Expression, right_source: exp.Expression,
+               broadcast: bool = False) -> exp.Query:
+    """The Spark query that computes ``spec`` over the two relations (FROM items)."""
     left, right = spec.left, spec.right
-    order = quote(left.order_by)
-    rkey = quote(spec.right_key)
+    order = left.order_by
     cols = _Columns(spec)
     # rows travel as plain columns with a presence flag, never as structs: a struct is built,
     # copied and compared whole for every change, which costs more than the columns it holds
     left_checked = checked_changes(left, left_source, window_extra=[
-        f"LAG(__sx_present, 1, FALSE) OVER ({window(left)}) AS __sx_had_row",
-        *(f"LAG({quote(c)}) OVER ({window(left)}) AS {cols.left_prev[c]}" for c in left.value_columns),
+        halias(window(left, exp.Lag(this=hcol("present"), offset=exp.Literal.number(1), default=exp.false())),
+               "had_row"),
+        *(halias(window(left, exp.Lag(this=col(c))), cols.left_prev[c]) for c in left.value_columns),
     ])
     # the previous row's foreign key is the expression over the previous row's columns
-    prev_fk = over_columns(spec.foreign_key, {c: cols.left_prev[c] for c in left.value_columns})
-    left_changes = (f"SELECT *, ({spec.foreign_key}) AS __sx_fk, "
-                    f"CASE WHEN __sx_had_row THEN ({prev_fk}) END AS __sx_prev_fk FROM ({left_checked})")
+    prev_fk = over_columns_tree(spec.foreign_key, {c: cols.left_prev[c] for c in left.value_columns})
+    left_changes = select_from([
+        "*",
+        halias(paren(expression_tree(spec.foreign_key)), "fk"),
+        halias(case([(hcol("had_row"), paren(prev_fk))]), "prev_fk"),
+    ], left_checked)
     right_changes = checked_changes(right, right_source, window_extra=[
         # NULL before the key's first change
-        f"LAG(__sx_present) OVER ({window(right)}) AS __sx_had_row",
-        *(f"LAG({quote(c)}) OVER ({window(right)}) AS {cols.q[c]}" for c in right.value_columns),
+        halias(window(right, exp.Lag(this=hcol("present"))), "had_row"),
+        *(halias(window(right, exp.Lag(this=col(c))), cols.q[c]) for c in right.value_columns),
     ])
     # Right intervals [from, to) of each right key's row (r, present if __sx_rhas; q is the row
     # before it, present if __sx_qhas), plus a virtual interval before the key's first change,
     # where the right row is absent, so that some interval covers every version once a key has
     # any change. from NULL = the start.
-    intervals = (
-        f"SELECT {rkey} AS __sx_rk, CASE WHEN __sx_slot = 0 THEN NULL ELSE {order} END AS __sx_rfrom, "
-        f"CASE WHEN __sx_slot = 0 THEN {order} ELSE __sx_next END AS __sx_rto, "
-        f"__sx_slot = 1 AND __sx_present AS __sx_rhas, __sx_slot = 1 AND coalesce(__sx_had_row, FALSE) AS __sx_qhas, "
-        + "".join(f"{quote(c)} AS {cols.r[c]}, {cols.q[c]}, " for c in right.value_columns)
-        + f"__sx_slot = 1 AND (__sx_present OR coalesce(__sx_had_row, FALSE)) AS __sx_reach "
-        f"FROM __sx_rc LATERAL VIEW explode(CASE WHEN __sx_had_row IS NULL THEN array(0, 1) ELSE array(1) END) "
-        f"__sx_slots AS __sx_slot"
-    )
-    ctes = [f"__sx_lc AS ({left_changes})", f"__sx_rc AS ({right_changes})", f"__sx_ri AS ({intervals})"]
+    virtual = fragment("__sx_slot = 0")
+    intervals = lateral_explode(select_from([
+        halias(col(spec.right_key), "rk"),
+        halias(case([(virtual, exp.null())], col(order)), "rfrom"),
+        halias(case([(virtual.copy(), col(order))], hcol("next")), "rto"),
+        halias(fragment("__sx_slot = 1 AND __sx_present"), "rhas"),
+        halias(fragment("__sx_slot = 1 AND coalesce(__sx_had_row, FALSE)"), "qhas"),
+        *(item for c in right.value_columns for item in (halias(col(c), cols.r[c]), hcol(cols.q[c]))),
+        halias(fragment("__sx_slot = 1 AND (__sx_present OR coalesce(__sx_had_row, FALSE))"), "reach"),
+    ], htable("rc")), fragment("CASE WHEN __sx_had_row IS NULL THEN array(0, 1) ELSE array(1) END"),
+        "slots", "slot")
+    ctes = [("lc", left_changes), ("rc", right_changes), ("ri", intervals)]
 
     if spec.emit == "final":
-        join = "JOIN" if spec.join_type == "inner" else "LEFT JOIN"
-        outputs = [f"__sx_l.{quote(c)} AS {quote(c)}" for c in left.data_columns]
-        outputs += [f"__sx_r.{quote(c)} AS {quote(n)}" for c, n in spec.right_names.items()]
-        return (
-            f"WITH {', '.join(ctes[:2])} SELECT {', '.join(outputs)} "
-            f"FROM (SELECT * FROM __sx_lc WHERE __sx_next IS NULL AND __sx_present) __sx_l "
-            f"{join} (SELECT * FROM __sx_rc WHERE __sx_next IS NULL AND __sx_present) __sx_r "
-            f"ON __sx_l.__sx_fk = __sx_r.{rkey}"
-        )
+        last = "__sx_next IS NULL AND __sx_present"
+        outputs = [alias(col(c, "__sx_l"), c) for c in left.data_columns]
+        outputs += [alias(col(c, "__sx_r"), n) for c, n in spec.right_names.items()]
+        query = select_from(outputs, subquery(select_from(["*"], htable("lc"), fragment(last)), "l"))
+        query.set("joins", [exp.Join(
+            this=subquery(select_from(["*"], htable("rc"), fragment(last)), "r"),
+            on=exp.EQ(this=hcol("fk", "l"), expression=col(spec.right_key, "__sx_r")),
+            side=None if spec.join_type == "inner" else "LEFT",
+        )])
+        return with_ctes(query, ctes[:2])
 
-    hint = "/*+ BROADCAST(__sx_ri) */ " if broadcast else ""
-    subscribed = "__sx_present AND __sx_fk IS NOT NULL"
     upper = "<" if spec.emit == "changes" else "<="
     # (records skip the delete of an absent right row; in changes mode it changes nothing,
     # and leaving the test out lets both joins share one broadcast of the intervals)
     reach = "" if spec.emit == "changes" else " AND __sx_ri.__sx_reach"
-    # One equi-join on the foreign key (with a range condition) finds, for each left change,
-    # the right interval covering its version (the as-of right row; right changes at the
-    # same version come first) and each right change inside the left row's own interval
-    # [version, next version): the seed's prefix scan, reaching this subscribed row. In
-    # records mode a right change at the next left version still reaches the row, being
-    # forwarded first. A right key with very many subscribers is a skewed partition of an
-    # ordinary join (split by Spark, or avoided by broadcasting the right intervals).
-    matched = (
-        f"SELECT {hint}__sx_l.*, __sx_ri.*, "
-        f"__sx_ri.__sx_rk IS NULL OR __sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from AS __sx_asof "
-        f"FROM (SELECT *, {order} AS __sx_from FROM {{left}}) __sx_l "
-        f"LEFT JOIN __sx_ri ON (CASE WHEN {subscribed} THEN __sx_l.__sx_fk END) = __sx_ri.__sx_rk "
-        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
-        f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
+    on = fragment(
+        "(CASE WHEN __sx_present AND __sx_fk IS NOT NULL THEN __sx_l.__sx_fk END) = __sx_ri.__sx_rk "
+        "AND (__sx_ri.__sx_rto IS NULL OR __sx_l.__sx_from < __sx_ri.__sx_rto) "
+        "AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from "
         f"OR ((__sx_l.__sx_next IS NULL OR __sx_ri.__sx_rfrom {upper} __sx_l.__sx_next){reach}))"
     )
-    # an event's version: the left change's own, or the right change's that reached the row
-    version = f"CASE WHEN __sx_asof THEN __sx_from ELSE __sx_rfrom END AS {order}"
-    is_left = spec.join_type == "left"
+
+    def matched(left_rows: exp.Expression) -> exp.Select:
+        """One equi-join on the foreign key (with a range condition) finds, for each left
+        change, the right interval covering its version (the as-of right row; right changes at
+        the same version come first) and each right change inside the left row's own interval
+        [version, next version): the seed's prefix scan, reaching this subscribed row. In
+        records mode a right change at the next left version still reaches the row, being
+        forwarded first. A right key with very many subscribers is a skewed partition of an
+        ordinary join (split by Spark, or avoided by broadcasting the right intervals)."""
+        query = select_from([
+            exp.Column(this=exp.Star(), table=exp.to_identifier("__sx_l")),
+            exp.Column(this=exp.Star(), table=exp.to_identifier("__sx_ri")),
+            halias(fragment("__sx_ri.__sx_rk IS NULL OR __sx_ri.__sx_rfrom IS NULL "
+                            "OR __sx_ri.__sx_rfrom <= __sx_l.__sx_from"), "asof"),
+        ], subquery(select_from(["*", halias(col(order), "from")], left_rows), "l"))
+        query.set("joins", [exp.Join(this=htable("ri"), on=on.copy(), side="LEFT")])
+        return broadcast_hint(query, "ri") if broadcast else query
+
+    def version() -> exp.Alias:
+        """An event's version: the left change's own, or the right change's that reached the row."""
+        return alias(case([(hcol("asof"), hcol("from"))], hcol("rfrom")), order)
 
     if spec.emit == "changes":
-        return f"WITH {', '.join(ctes)} " + _changes_sql(spec, cols, matched, version, hint)
+        return with_ctes(_changes_sql(spec, cols, matched, version, broadcast), ctes)
 
     # emit => 'records': a left change forwards the joined row, the padded row (left join) or
     # a tombstone where the key had a row (PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, deletes);
     # each right change reaching a subscribed row forwards it
-    emits = f"NOT __sx_asof OR (__sx_present AND ({RIGHT_HAS} OR {str(is_left).upper()})) OR __sx_had_row"
-    has_row = "__sx_present" + ("" if is_left else f" AND {RIGHT_HAS}")
-    columns = [quote(c) if c in left.key else f"CASE WHEN __sx_res THEN {quote(c)} END AS {quote(c)}"
-               for c in left.data_columns]
-    columns += [f"CASE WHEN __sx_res AND {RIGHT_HAS} THEN {cols.r[c]} END AS {quote(n)}"
+    is_left = spec.join_type == "left"
+    emits = fragment(f"NOT __sx_asof OR (__sx_present AND ({RIGHT_HAS} OR {str(is_left).upper()})) "
+                     "OR __sx_had_row")
+    has_row = fragment("__sx_present" + ("" if is_left else f" AND {RIGHT_HAS}"))
+    columns = [col(c) if c in left.key else alias(case([(hcol("res"), col(c))]), c) for c in left.data_columns]
+    columns += [alias(case([(fragment(f"__sx_res AND {RIGHT_HAS}"), hcol(cols.r[c]))]), n)
                 for c, n in spec.right_names.items()]
-    kind = f"CASE WHEN __sx_res THEN {sql_string(UPSERT)} ELSE {sql_string(DELETE)} END"
-    return (
-        f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {kind} AS {quote(CHANGE_TYPE)}, {order} FROM ("
-        f"SELECT {', '.join(quote(c) for c in left.data_columns)}, "
-        + "".join(f"{cols.r[c]}, " for c in spec.right.data_columns)
-        + f"__sx_rhas, {version}, {has_row} AS __sx_res FROM ({matched.format(left='__sx_lc')}) WHERE {emits})"
-    )
+    kind = case([(hcol("res"), string(UPSERT))], string(DELETE))
+    events = select_from([
+        *(col(c) for c in left.data_columns),
+        *(hcol(cols.r[c]) for c in spec.right.data_columns),
+        hcol("rhas"), version(), halias(has_row, "res"),
+    ], matched(htable("lc")), emits)
+    return with_ctes(select_from([*columns, alias(kind, CHANGE_TYPE), col(order)], events), ctes)
 
 
-def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched: str, version: str, hint: str) -> str:
+def _changes_sql(spec: FkJoinSpec, cols: "_Columns", matched, version, broadcast: bool) -> exp.Select:
     """emit => 'changes': for each matched row, the result row before and after its event,
     forwarded as the minimal change."""
     left = spec.left
-    order = quote(left.order_by)
+    order = left.order_by
     # The row before a left change is the previous left row with the right row in effect just
     # before this version at the previous foreign key: the interval covering this version
     # gives it, or the row before that interval if the right key changed at this version.
     # When the foreign key did not change, the as-of interval joined below is that interval,
     # and this lookup is skipped (a NULL probe key: no hash probe, no candidate).
     same_fk = "__sx_prev_fk <=> __sx_fk AND __sx_present"
-    at_this = f"__sx_ri.__sx_rfrom = __sx_lc.{order}"
-    before = (
-        f"SELECT {hint}__sx_lc.*, "
-        f"CASE WHEN {at_this} THEN __sx_ri.__sx_qhas ELSE __sx_ri.__sx_rhas END AS __sx_bhas, "
-        + "".join(f"__sx_ri.__sx_rk AS {cols.b[c]}, " if c in spec.right.key else
-                  f"CASE WHEN {at_this} THEN __sx_ri.{cols.q[c]} ELSE __sx_ri.{cols.r[c]} END AS {cols.b[c]}, "
-                  for c in spec.right.data_columns)
-        + f"{same_fk} AS __sx_same_fk FROM __sx_lc LEFT JOIN __sx_ri "
-        f"ON (CASE WHEN NOT ({same_fk}) THEN __sx_lc.__sx_prev_fk END) = __sx_ri.__sx_rk "
-        f"AND (__sx_ri.__sx_rfrom IS NULL OR __sx_ri.__sx_rfrom <= __sx_lc.{order}) "
-        f"AND (__sx_ri.__sx_rto IS NULL OR __sx_lc.{order} < __sx_ri.__sx_rto)"
-    )
+
+    def at_this() -> exp.Expression:
+        return exp.EQ(this=hcol("rfrom", "ri"), expression=col(order, "__sx_lc"))
+
+    before = select_from([
+        exp.Column(this=exp.Star(), table=exp.to_identifier("__sx_lc")),
+        halias(case([(at_this(), hcol("qhas", "ri"))], hcol("rhas", "ri")), "bhas"),
+        *(halias(hcol("rk", "ri"), cols.b[c]) if c in spec.right.key else
+          halias(case([(at_this(), hcol(cols.q[c], "ri"))], hcol(cols.r[c], "ri")), cols.b[c])
+          for c in spec.right.data_columns),
+        halias(fragment(same_fk), "same_fk"),
+    ], htable("lc"))
+    before.set("joins", [exp.Join(this=htable("ri"), side="LEFT", on=and_(
+        exp.EQ(this=paren(case([(exp.not_(paren(fragment(same_fk))), hcol("prev_fk", "lc"))])),
+               expression=hcol("rk", "ri")),
+        paren(or_(hcol("rfrom", "ri").is_(exp.null()),
+                  exp.LTE(this=hcol("rfrom", "ri"), expression=col(order, "__sx_lc")))),
+        paren(or_(hcol("rto", "ri").is_(exp.null()),
+                  exp.LT(this=col(order, "__sx_lc"), expression=hcol("rto", "ri")))),
+    ))])
+    if broadcast:
+        broadcast_hint(before, "ri")
     # Where the right row before the event comes from: 0 the row before the interval (the
     # event is a right change, or the right key changed at this version), 1 the lookup above
     # (the foreign key changed), 2 the interval's own row.
-    source = ("CASE WHEN NOT __sx_asof OR __sx_same_fk AND __sx_rfrom = __sx_from THEN 0 "
-              "WHEN NOT __sx_same_fk THEN 1 ELSE 2 END")
+    source = fragment("CASE WHEN NOT __sx_asof OR __sx_same_fk AND __sx_rfrom = __sx_from THEN 0 "
+                      "WHEN NOT __sx_same_fk THEN 1 ELSE 2 END")
     picks = {0: ("__sx_qhas", cols.q), 1: ("coalesce(__sx_bhas, FALSE)", cols.b), 2: (RIGHT_HAS, cols.r)}
 
-    def pick(i: int, c: str | None = None) -> str:
-        return picks[i][0] if c is None else picks[i][1][c]
+    def by_source(pick) -> exp.Case:
+        return exp.Case(this=hcol("src"), ifs=[exp.If(this=exp.Literal.number(i), true=pick(i)) for i in (0, 1)],
+                        default=pick(2))
 
-    before_right = [f"CASE __sx_src WHEN 0 THEN {pick(0)} WHEN 1 THEN {pick(1)} ELSE {pick(2)} END AS __sx_brp"]
-    before_right += [f"CASE __sx_src WHEN 0 THEN {pick(0, c)} WHEN 1 THEN {pick(1, c)} ELSE {pick(2, c)} END "
-                     f"AS {cols.br[c]}" for c in spec.right.data_columns]
-    events = (
-        f"SELECT {', '.join(quote(c) for c in left.data_columns)}, {version}, "
-        f"CASE WHEN __sx_asof THEN __sx_had_row ELSE __sx_present END AS __sx_blp, "
-        + "".join(f"CASE WHEN __sx_asof THEN {cols.left_prev[c]} ELSE {quote(c)} END AS {cols.bl[c]}, "
-                  for c in left.value_columns)
-        + f"__sx_present, {RIGHT_HAS} AS __sx_arp, "
-        + "".join(f"{cols.r[c]}, " for c in spec.right.data_columns)
-        + f"{', '.join(before_right)} "
-        f"FROM (SELECT *, {source} AS __sx_src FROM ({matched.format(left=f'({before})')}))"
-    )
+    before_right = [halias(by_source(lambda i: fragment(picks[i][0])), "brp")]
+    before_right += [halias(by_source(lambda i, c=c: hcol(picks[i][1][c])), cols.br[c])
+                     for c in spec.right.data_columns]
+    events = select_from([
+        *(col(c) for c in left.data_columns),
+        version(),
+        halias(fragment("CASE WHEN __sx_asof THEN __sx_had_row ELSE __sx_present END"), "blp"),
+        *(halias(case([(hcol("asof"), hcol(cols.left_prev[c]))], col(c)), cols.bl[c]) for c in left.value_columns),
+        hcol("present"), halias(fragment(RIGHT_HAS), "arp"),
+        *(hcol(cols.r[c]) for c in spec.right.data_columns),
+        *before_right,
+    ], select_from(["*", halias(source, "src")], matched(before)))
     is_left = spec.join_type == "left"
 
-    def right_value(when: str, value: str) -> str:
-        return f"CASE WHEN {when} THEN {value} END" if is_left else value
+    def right_value(when: str, value: str) -> exp.Expression:
+        return case([(hcol(when), hcol(value))]) if is_left else hcol(value)
 
-    parts = [(c, quote(c), quote(c)) if c in left.key else (c, cols.bl[c], quote(c)) for c in left.data_columns]
-    parts += [(n, right_value("__sx_brp", cols.br[c]), right_value("__sx_arp", cols.r[c]))
+    parts = [(c, col(c), col(c)) if c in left.key else (c, hcol(cols.bl[c]), col(c)) for c in left.data_columns]
+    parts += [(n, right_value("brp", cols.br[c]), right_value("arp", cols.r[c]))
               for c, n in spec.right_names.items()]
-    same_left = [f"{cols.bl[c]} <=> {quote(c)}" for c in left.value_columns]
-    same_right = [f"{cols.br[c]} <=> {cols.r[c]}" for c in spec.right.data_columns]
+    same_left = [exp.NullSafeEQ(this=hcol(cols.bl[c]), expression=col(c)) for c in left.value_columns]
+    same_right = [exp.NullSafeEQ(this=hcol(cols.br[c]), expression=hcol(cols.r[c]))
+                  for c in spec.right.data_columns]
     if is_left:  # either side of a left join's row may lack its right row
-        same_right = [f"__sx_brp = __sx_arp AND (NOT __sx_arp OR {' AND '.join(same_right)})"]
-    return minimal_changes_from_parts_sql(
+        same_right = [and_(fragment("__sx_brp = __sx_arp"),
+                           paren(or_(fragment("NOT __sx_arp"), and_(*same_right))))]
+    return minimal_changes_from_parts(
         events, parts,
-        before_present="__sx_blp" + ("" if is_left else " AND __sx_brp"),
-        after_present="__sx_present" + ("" if is_left else " AND __sx_arp"),
-        same=" AND ".join(same_left + same_right) or "TRUE",
-        order=left.order_by,
+        before_present=fragment("__sx_blp" + ("" if is_left else " AND __sx_brp")),
+        after_present=fragment("__sx_present" + ("" if is_left else " AND __sx_arp")),
+        same=and_(*same_left, *same_right),
+        order=order,
     )
 
 
@@ -240,14 +272,16 @@ class _Columns:
     """Names of the plain columns that carry rows through the plan, numbered by position so
     that any column name is safe: the previous left row's values (``left_prev``), a right
     interval's row and the row before it (``r``, ``q``), the right row found by the lookup
-    before a foreign-key change (``b``), and an event's rows before it (``bl``, ``br``)."""
+    before a foreign-key change (``b``), and an event's rows before it (``bl``, ``br``).
+    Each name is a full helper name (``__sx_...``)."""
 
     def __init__(self, spec: FkJoinSpec):
         left, right = spec.left.data_columns, spec.right.data_columns
-        self.left_prev = {c: f"__sx_lp{i}" for i, c in enumerate(left)}
-        self.bl = {c: f"__sx_bl{i}" for i, c in enumerate(left)}
+        self.left_prev = {c: helper(f"lp{i}") for i, c in enumerate(left)}
+        self.bl = {c: helper(f"bl{i}") for i, c in enumerate(left)}
         # the right key's value is the interval's key, __sx_rk, in both rows
-        self.r = {c: "__sx_rk" if c in spec.right.key else f"__sx_r{j}" for j, c in enumerate(right)}
-        self.q = {c: "__sx_rk" if c in spec.right.key else f"__sx_q{j}" for j, c in enumerate(right)}
-        self.b = {c: f"__sx_b{j}" for j, c in enumerate(right)}
-        self.br = {c: f"__sx_br{j}" for j, c in enumerate(right)}
+        rk = helper("rk")
+        self.r = {c: rk if c in spec.right.key else helper(f"r{j}") for j, c in enumerate(right)}
+        self.q = {c: rk if c in spec.right.key else helper(f"q{j}") for j, c in enumerate(right)}
+        self.b = {c: helper(f"b{j}") for j, c in enumerate(right)}
+        self.br = {c: helper(f"br{j}") for j, c in enumerate(right)}

@@ -14,7 +14,7 @@ rewrite. In a chain of inner joins, one pair of identical subqueries is merged t
 >>> from sqlext.rewrites.dialect import parse_one, to_sql
 >>> q = parse_one("SELECT a.k FROM (SELECT k, ts FROM e WHERE v > 0) a JOIN (SELECT k, ts FROM e WHERE v > 0) b ON a.k = b.k")
 >>> to_sql(merge_duplicate_sources(q))
-'WITH __sqlext_source_1 AS (SELECT k, ts FROM e WHERE v > 0) SELECT a.k FROM __sqlext_source_1 AS a JOIN __sqlext_source_1 AS b ON a.k = b.k'
+'WITH __sx_source_1 AS (SELECT k, ts FROM e WHERE v > 0) SELECT a.k FROM __sx_source_1 AS a JOIN __sx_source_1 AS b ON a.k = b.k'
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from sqlglot import exp
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.self_joins import has_non_deterministic
+from sqlext.rewrites.sqltree import helper
 
 RULE = "merge_duplicate_sources"
-PREFIX = "__sqlext_source_"
+PREFIX = helper("source_")
 
 
 def merge_duplicate_sources(expression: exp.Expression, notes: Notes | None = None) -> exp.Expression:

@@ -9,7 +9,7 @@ because a pattern does not fit; it leaves that part of the tree unchanged and sa
 from __future__ import annotations
 
 import inspect
-import itertools
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,6 +25,7 @@ from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 from sqlext.rewrites.dialect import SparkExt, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import MappingRelations, Relations, Scope
+from sqlext.rewrites.sqltree import fresh
 from sqlext.catalog.arguments import find_calls, read_call
 from sqlext.catalog.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
 from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
@@ -43,13 +44,24 @@ RULES: list[Callable[..., exp.Expression]] = [
 ]
 
 
-def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
+STRICT_ENV = "SQLEXT_STRICT"
+
+
+def strict_default() -> bool:
+    """Strict mode unless told otherwise: on when the environment sets ``SQLEXT_STRICT=1``
+    (the test suite does, so that a rule's blind spot fails a test instead of being noted)."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def rewrite(expression: exp.Expression, strict: bool | None = None, **facts) -> exp.Expression:
     """Copy the tree once and run every rule over it, in order.
 
     A rule that fails on a tree it did not expect (anything but a :class:`SqlextError`, which
     reports bad input to a function) leaves the statement as it was before the rule ran, and
-    the failure is noted: passing SQL through unchanged is always safe.
+    the failure is noted: passing SQL through unchanged is always safe. In strict mode
+    (``strict=True``, or by default when ``SQLEXT_STRICT=1``) that failure propagates instead.
     """
+    strict = strict_default() if strict is None else strict
     expression = expression.copy()
     notes = facts.get("notes")
     for rule in RULES:
@@ -60,6 +72,8 @@ def rewrite(expression: exp.Expression, **facts) -> exp.Expression:
         except SqlextError:
             raise
         except Exception as error:  # noqa: BLE001 - a rule's blind spot must not break the statement
+            if strict:
+                raise
             expression = before
             if notes is not None:
                 notes.items = [n for n in notes.items if n.rule != rule.__name__]
@@ -99,9 +113,6 @@ class Rewritten:
         return bool(self.notes.fired)
 
 
-_views = itertools.count(1)
-
-
 def recursions_of(tree: exp.Expression) -> tuple[exp.Expression, list[Recursion]]:
     """The ``RECURSIVE_EXPAND`` calls of a rewritten tree as :class:`Recursion` steps, innermost
     first, and a copy of the tree where each call is replaced by its view."""
@@ -123,7 +134,7 @@ def recursions_of(tree: exp.Expression) -> tuple[exp.Expression, list[Recursion]
         def scoped(text: str, scope=scope) -> str:
             return to_sql(scope.wrap(parse_one(text)))
 
-        view = f"__sx_recursive_{next(_views)}"
+        view = fresh("recursive_")
         steps.append(Recursion(view, spec, scoped))
         replacement = exp.Table(this=exp.to_identifier(view))
         if table.args.get("alias"):
@@ -131,9 +142,10 @@ def recursions_of(tree: exp.Expression) -> tuple[exp.Expression, list[Recursion]
         table.replace(replacement)
 
 
-def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritten:
+def rewrite_statement(text: str, relations: Relations | None = None, strict: bool | None = None) -> Rewritten:
     """Rewrite one statement's text. Text no rule changes is returned exactly as given, so a
-    statement with nothing to rewrite reaches Spark as the user wrote it."""
+    statement with nothing to rewrite reaches Spark as the user wrote it. ``strict``: see
+    :func:`rewrite` (text sqlglot cannot parse is passed through in both modes)."""
     notes = Notes()
     try:
         tree = parse_one(text)
@@ -142,7 +154,7 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         notes.skip("parse", f"sqlglot cannot read this statement ({reason}); it is passed to Spark unchanged")
         return Rewritten(text, text, notes)
-    out = rewrite(tree, relations=relations, notes=notes)
+    out = rewrite(tree, strict=strict, relations=relations, notes=notes)
     spoken = {n.rule for n in notes}
     for rule in RULES:
         if rule.__name__ not in spoken:
@@ -154,6 +166,6 @@ def rewrite_statement(text: str, relations: Relations | None = None) -> Rewritte
 
 
 __all__ = [
-    "RULES", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite",
-    "rewrite_statement",
+    "RULES", "STRICT_ENV", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite",
+    "rewrite_statement", "strict_default",
 ]

@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from sqlext.rewrites.dialect import TableArgument, to_sql
 from sqlext.rewrites.notes import Notes
+from sqlext.rewrites.sqltree import identifier_list
 from sqlext.errors import SqlextError
 
 RULE = "recursive_cte_to_expand"
@@ -231,14 +232,14 @@ def _expand_call(cte: exp.CTE, anchor: exp.Expression, step: exp.Select, distinc
     keys = [k.name for k in cte.args.get("key_expressions") or []]
     args: list[exp.Expression] = [
         _kwarg("name", exp.Literal.string(name)),
-        _kwarg("columns", exp.Literal.string(", ".join(columns))),
+        _kwarg("columns", exp.Literal.string(identifier_list(columns))),
         _kwarg("anchor", TableArgument(this=anchor.copy())),
         _kwarg("step", exp.Literal.string(to_sql(step))),
         _kwarg("distinct", exp.Boolean(this=distinct)),
         _kwarg("max_level", level.copy() if level is not None else exp.Literal.number(DEFAULT_MAX_LEVEL)),
     ]
     if keys:
-        args.append(_kwarg("key", exp.Literal.string(", ".join(keys))))
+        args.append(_kwarg("key", exp.Literal.string(identifier_list(keys))))
     call = exp.Anonymous(this=FUNCTION, expressions=args)
     return exp.select("*").from_(exp.Table(this=call))
 

@@ -225,7 +225,7 @@ class TableInput:
     argument: TableArgument
     query: str  # SELECT * FROM the relation, with the CTEs it reads
     columns: list[str] | None  # None: unknown here
-    source: str  # the relation as a FROM item
+    source: exp.Expression  # the relation as a FROM item (copy it to use it twice)
 
 
 def table_inputs(call: Call, keys: dict[str, str], relations: Relations | None) -> dict[str, TableInput]:

@@ -33,23 +33,24 @@ depend on ``b``, which one partial per row cannot carry: the band form takes suc
 >>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
 >>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
-SELECT a.id, SUM(a.__sqlext_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sqlext_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a GROUP BY a.id
+SELECT a.id, SUM(a.__sx_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sx_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a GROUP BY a.id
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.rewrites.sqltree import halias, helper
 from sqlext.rewrites.self_joins import (
     INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
 )
 
 RULE = "self_join_aggregate_to_window"
-PAIRS = "__sqlext_pairs"
-PARTIAL = "__sqlext_agg_"
+PAIRS = helper("pairs")
+PARTIAL = helper("agg_")
 AGGREGATES = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
 
 
@@ -118,11 +119,11 @@ def _why_not(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc], 
 
 
 def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) -> None:
-    window = join.window_sql()
     condition = and_all([_unqualified(c) for c in join.right_only])
-    pairs = f"{_partial('COUNT', exp.Literal.number(1), condition, star=condition is None)} OVER {window}"
-    computed = {pairs: PAIRS}
-    partials = [f"{pairs} AS {PAIRS}"]
+    pairs = join.window(_partial("COUNT", exp.Literal.number(1), condition, star=condition is None))
+    # each distinct partial (by its SQL) is computed once, under the name it got first
+    computed = {to_sql(pairs): PAIRS}
+    partials = [halias(pairs, PAIRS)]
     if condition is None and _frame_holds_the_row_itself(join):
         computed, partials = {}, []  # every row is its own partner: no row lacks pairs
     replacements = []
@@ -134,16 +135,15 @@ def _rewrite(select: exp.Select, join: SelfJoin, aggregates: list[exp.AggFunc]) 
         kinds = {exp.Sum: ["SUM"], exp.Count: ["COUNT"], exp.Min: ["MIN"], exp.Max: ["MAX"],
                  exp.Avg: ["SUM", "COUNT"]}[type(aggregate)]
         for kind in kinds:
-            partial = f"{_partial(kind, value, condition, star and condition is None)} OVER {window}"
-            if partial not in computed:  # the same partial twice is computed once
-                computed[partial] = f"{PARTIAL}{len(partials) + (0 if PAIRS in computed.values() else 1)}"
-                partials.append(f"{partial} AS {computed[partial]}")
-            names.append(exp.column(computed[partial], table=alias_identifier(join.left_item)))
+            partial = join.window(_partial(kind, value, condition, star and condition is None))
+            key = to_sql(partial)
+            if key not in computed:  # the same partial twice is computed once
+                computed[key] = f"{PARTIAL}{len(partials) + (0 if PAIRS in computed.values() else 1)}"
+                partials.append(halias(partial, computed[key]))
+            names.append(exp.column(computed[key], table=alias_identifier(join.left_item)))
         replacements.append((aggregate, _combine(type(aggregate), names)))
-    inner = parse_one(
-        f"SELECT {join.columns_sql()}, {', '.join(partials)} "
-        f"FROM {join.source_sql()} WHERE {join.not_null_filter()}"
-    )
+    inner = exp.select(*join.column_trees(), *partials, copy=False) \
+        .from_(join.source_tree(), copy=False).where(join.not_null_condition(), copy=False)
     for aggregate, combined in replacements:
         aggregate.replace(combined)
     has_pairs = PAIRS in computed.values()
@@ -192,12 +192,13 @@ def _spark_name(node: exp.Expression) -> str:
     return text
 
 
-def _partial(kind: str, value: exp.Expression, condition: exp.Expression | None, star: bool) -> str:
+def _partial(kind: str, value: exp.Expression, condition: exp.Expression | None, star: bool) -> exp.AggFunc:
+    function = {"SUM": exp.Sum, "COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[kind]
     if star:
-        return f"{kind}(*)"
+        return function(this=exp.Star())
     if condition is not None:
-        return f"{kind}(IF({to_sql(condition)}, {to_sql(value)}, NULL))"
-    return f"{kind}({to_sql(value)})"
+        return function(this=exp.If(this=condition.copy(), true=value.copy(), false=exp.null()))
+    return function(this=value.copy())
 
 
 def _combine(kind: type, names: list[exp.Column]) -> exp.Expression:

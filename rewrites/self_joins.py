@@ -16,7 +16,7 @@ BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds exactly the rows ``b`` with
 ``a.ts + lower <= b.ts <= a.ts + upper`` for the current row ``a``.
 
 What a window does not do and a join does is dropping NULL keys and NULL times (``=`` and
-``<=`` are never true on NULL); :func:`not_null_filter` adds that back.
+``<=`` are never true on NULL); :meth:`SelfJoin.not_null_condition` adds that back.
 
 >>> from sqlext.rewrites.dialect import parse_one
 >>> from sqlext.rewrites.relations import MappingRelations
@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from sqlext.rewrites.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
 from sqlext.rewrites.relations import Relations, Scope, standalone_query
-from sqlext.catalog.arguments import quote
+from sqlext.rewrites.sqltree import and_ as and_tree, col, over
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.
@@ -76,6 +76,14 @@ class Offset:
             return f"INTERVAL '{seconds.normalize():f}' SECOND"
         return f"{magnitude:f}" if isinstance(magnitude, Decimal) else str(magnitude)
 
+    def tree(self) -> exp.Expression:
+        """The distance's magnitude as a frame edge: a number, or an interval in seconds."""
+        magnitude = abs(self.value)
+        if self.kind == "interval":
+            seconds = Decimal(magnitude) / Decimal(10**6)
+            return exp.Interval(this=exp.Literal.string(f"{seconds.normalize():f}"), unit=exp.var("SECOND"))
+        return exp.Literal.number(f"{magnitude:f}" if isinstance(magnitude, Decimal) else str(magnitude))
+
 
 ZERO = Offset(None, 0)
 
@@ -110,6 +118,20 @@ class Band:
 
     def frame_sql(self) -> str:
         return f"RANGE BETWEEN {_frame_bound(self.lower, 'PRECEDING')} AND {_frame_bound(self.upper, 'FOLLOWING')}"
+
+    def frame(self) -> exp.WindowSpec:
+        """The frame as a tree: ``RANGE BETWEEN <lower> AND <upper>``."""
+        start, start_side = _frame_edge(self.lower, "PRECEDING")
+        end, end_side = _frame_edge(self.upper, "FOLLOWING")
+        return exp.WindowSpec(kind="RANGE", start=start, start_side=start_side, end=end, end_side=end_side)
+
+
+def _frame_edge(bound: Bound | None, unbounded: str) -> tuple[exp.Expression | str, str | None]:
+    if bound is None:
+        return "UNBOUNDED", unbounded
+    if bound.offset.value == 0:
+        return "CURRENT ROW", None
+    return bound.offset.tree(), "PRECEDING" if bound.offset.value < 0 else "FOLLOWING"
 
 
 def _frame_bound(bound: Bound | None, unbounded: str) -> str:
@@ -154,30 +176,37 @@ class SelfJoin:
                 return condition
         return None
 
-    def columns_sql(self) -> str:
+    def column_trees(self) -> list[exp.Column]:
         """The relation's columns, quoted, in order: the inner query's projection."""
-        return ", ".join(quote(c) for c in self.columns)
+        return [col(c) for c in self.columns]
 
     def partition_sql(self) -> str:
-        return ", ".join(quote(k) for k in self.keys_names)
+        return ", ".join(to_sql(col(k)) for k in self.keys_names)
 
     @property
     def keys_names(self) -> list[str]:
         return [k for k, _ in self.keys]
 
-    def window_sql(self) -> str:
-        spec = f"PARTITION BY {self.partition_sql()}"
-        if self.band is not None:
-            spec += f" ORDER BY {quote(self.band.column)} {self.band.frame_sql()}"
-        return f"({spec})"
+    def window(self, function: exp.Expression) -> exp.Window:
+        """``function OVER (PARTITION BY keys [ORDER BY band column frame])``."""
+        if self.band is None:
+            return over(function, self.keys_names, None)
+        return over(function, self.keys_names, self.band.column, self.band.frame())
 
-    def not_null_filter(self) -> str:
+    def window_sql(self) -> str:
+        """The window's specification as text, for notes."""
+        return to_sql(self.window(exp.Star()))[len("* OVER "):]
+
+    def not_null_condition(self) -> exp.Expression:
         """Rows a join on these conditions can never pair: NULL in a key compared with ``=``
         or in the band's column."""
         columns = [k for k, null_safe in self.keys if not null_safe]
         if self.band is not None and self.band.column not in columns:
             columns.append(self.band.column)
-        return " AND ".join(f"{quote(c)} IS NOT NULL" for c in columns) or "TRUE"
+        return and_tree(*[exp.not_(col(c).is_(exp.null())) for c in columns])
+
+    def source_tree(self) -> exp.Table:
+        return self.source.copy()
 
     def source_sql(self) -> str:
         return to_sql(self.source)
@@ -289,7 +318,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     band = None
     if bounds:
         column = max(bounds, key=lambda c: len({d for d, _ in bounds[c]}))
-        column_type = relations.expression_type(query, quote(column))
+        column_type = relations.expression_type(query, to_sql(col(column)))
         band = _band(column, (column_type or "").lower() or None, bounds.pop(column))
         if isinstance(band, str):
             return band

@@ -8,6 +8,9 @@ import sys
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# a rule that fails on a tree it did not expect fails the test (production notes it and
+# leaves the statement unchanged)
+os.environ.setdefault("SQLEXT_STRICT", "1")
 
 
 @pytest.fixture(scope="session")

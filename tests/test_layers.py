@@ -5,7 +5,8 @@ and no modules import each other in a cycle. ``sqlext.rewrite`` works without py
 
 Layers, bottom to top:
 
-0. errors and the SQL dialect: ``sqlext.errors``, ``sqlext.rewrites.dialect``;
+0. errors, the SQL dialect and the builders of generated SQL trees: ``sqlext.errors``,
+   ``sqlext.rewrites.dialect``, ``sqlext.rewrites.sqltree``;
 1. the function catalogue: ``sqlext.catalog`` (arguments, their checks, change rows);
 2. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
 3. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # where each installed package's files live (pyproject.toml maps the folders the same way)
 FOLDERS = {"sqlext": ROOT / "sqlext", "sqlext.rewrites": ROOT / "rewrites", "sqlext.udfs": ROOT / "udfs"}
-BASE = {"sqlext.errors", "sqlext.rewrites.dialect"}
+BASE = {"sqlext.errors", "sqlext.rewrites.dialect", "sqlext.rewrites.sqltree"}
 
 
 def layer(module: str) -> tuple[int, str]:

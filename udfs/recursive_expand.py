@@ -34,7 +34,6 @@ Three executions give the same rows:
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -57,7 +56,6 @@ WALK_MAX_ROWS = 50_000_000
 # The level path collapses its union of levels into one checkpoint every this many levels.
 COLLAPSE_EVERY = 32
 
-_counter = itertools.count(1)
 last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'levels'
 
 # ---------------------------------------------------------------------------------------
@@ -325,8 +323,9 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
         native = _native_levels(spark, spec, anchor, scoped)
         if native is not None:
             return native
-    tag = next(_counter)
-    working_view, union_view = f"__sx_rec_{tag}_working", f"__sx_rec_{tag}_union"
+    from sqlext.rewrites.sqltree import fresh, helper
+
+    working_view, union_view = fresh("rec_working_"), fresh("rec_union_")
     step_sql = substitute_step(spec.step_sql, spec.name, working_view, union_view)
     schema = anchor.schema
 
@@ -336,8 +335,8 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
                 "UNSUPPORTED_STATEMENT", function=FUNCTION,
                 reason=f"the step of {spec.name} returns {len(frame.columns)} columns, the anchor "
                        f"{len(schema.fields)}", fix="Make anchor and step return the same columns.")
-        renamed = frame.toDF(*[f"__sx_c{i}" for i in range(len(schema.fields))])
-        return renamed.select([F.col(f"__sx_c{i}").cast(f.dataType).alias(f.name)
+        renamed = frame.toDF(*[helper(f"c{i}") for i in range(len(schema.fields))])
+        return renamed.select([F.col(helper(f"c{i}")).cast(f.dataType).alias(f.name)
                                for i, f in enumerate(schema.fields)])
 
     step_text = scoped(step_sql)  # the same text every level: read the views anew
@@ -470,6 +469,8 @@ def _one_per_key(frame, key: list[str]):
 
 
 def _quote(name: str) -> str:
+    """A column name as ``F.col`` and ``frame[...]`` read it (they parse dots and backticks);
+    only for the DataFrame API: generated SQL quotes names as sqlglot identifiers."""
     return "`" + name.replace("`", "``") + "`"
 
 

@@ -16,7 +16,6 @@ from sqlext.errors import SqlextError
 from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
 from sqlext.rewrites.dialect import INTEGRAL, conjuncts
 from sqlext.udfs.recursive_expand import WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, walk
-from sqlext.udfs.recursive_expand import _quote as quote_name
 
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
@@ -30,21 +29,27 @@ def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
     from pyspark.sql.pandas.types import to_arrow_type
 
     try:
-        plan, edge_sql, edge_columns = compile_walk(spark, spec, anchor, scoped)
+        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
     except _NoWalk:
         if force:
             raise
         return None
-    index = None if edge_sql is None else _collect_edges(spark, scoped, edge_sql, edge_columns, plan, force)
-    if edge_sql is not None and index is None:
+    index = None if edge_source is None else _collect_edges(spark, scoped, edge_source, edge_columns, plan, force)
+    if edge_source is not None and index is None:
         return None
     plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
     return _walk_frame(spark, spec, anchor, index, plan)
 
 
-def _collect_edges(spark, scoped, edge_sql: str, edge_columns: list[str], plan: WalkPlan, force: bool):
-    """The joined relation, collected and indexed by its join key; None when it is too large."""
-    edge_frame = spark.sql(scoped(f"SELECT {', '.join(quote_name(c) for c in edge_columns)} FROM {edge_sql}"))
+def _collect_edges(spark, scoped, edge_source: exp.Expression, edge_columns: list[str], plan: WalkPlan,
+                   force: bool):
+    """The joined relation (a FROM item), collected and indexed by its join key; None when it
+    is too large."""
+    from sqlext.rewrites.dialect import to_sql
+    from sqlext.rewrites.sqltree import col
+
+    query = exp.select(*[col(c) for c in edge_columns], copy=False).from_(edge_source.copy(), copy=False)
+    edge_frame = spark.sql(scoped(to_sql(query)))
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
@@ -65,16 +70,19 @@ def _collect_edges(spark, scoped, edge_sql: str, edge_columns: list[str], plan: 
 def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
     from pyspark.sql.types import StructField, StructType
 
+    from sqlext.rewrites.sqltree import helper
+
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
 
     name = spec.name
+    names = [f.name for f in anchor.schema.fields]
 
     def run(batches):
         batches = list(batches)
         if not batches:
             return
-        seeds = pa.Table.from_batches(batches)
+        seeds = pa.Table.from_batches(batches).rename_columns(names)
         if not seeds.num_rows:
             return
         try:
@@ -86,7 +94,9 @@ def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, pla
             raise SqlextError("RECURSION_VALUE_OUT_OF_RANGE", function=FUNCTION, name=name,
                               reason=str(error).splitlines()[0]) from None
 
-    seeds = anchor
+    # mapInArrow reads its input by column name, which PySpark parses (a backtick in a name
+    # breaks it): the seeds travel under helper names, renamed back inside the walk
+    seeds = anchor.toDF(*[helper(f"c{i}") for i in range(len(names))])
     parallelism = spark.sparkContext.defaultParallelism
     if spec.distinct or spec.key:
         # UNION drops rows seen from any seed, USING KEY keeps one row per key over all
@@ -124,15 +134,15 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
-        e_source = f"({to_sql(exp.select('*').from_(e_table.copy()))})"
+        e_source = exp.Subquery(this=exp.select("*").from_(e_table.copy()))
     elif isinstance(e_table, exp.Table) and isinstance(e_table.this, exp.Identifier):
-        e_source = to_sql(exp.Table(this=e_table.this.copy(), db=e_table.args.get("db"),
-                                    catalog=e_table.args.get("catalog")))
+        e_source = exp.Table(this=e_table.this.copy(), db=_copy(e_table.args.get("db")),
+                             catalog=_copy(e_table.args.get("catalog")))
     elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):
-        e_source = f"({to_sql(e_table.this)})"
+        e_source = exp.Subquery(this=e_table.this.copy())
     else:
         raise _NoWalk("the joined relation is not a table or a subquery")
-    e_frame = spark.sql(scoped(f"SELECT * FROM {e_source}"))
+    e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
     r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
@@ -159,6 +169,10 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
                     row_limit=spec.row_limit)
     edge_columns = sorted(compiler.e_used | {key[1]})
     return plan, e_source, edge_columns
+
+
+def _copy(node: exp.Expression | None) -> exp.Expression | None:
+    return node.copy() if node is not None else None
 
 
 def split_join(step: exp.Select, name: str):

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import TableArgument, to_sql
+from sqlext.rewrites.sqltree import identifier_list, read_identifier_list
 from sqlext.errors import SqlextError
 
 
@@ -88,12 +89,12 @@ def literal_value(function: str, name: str, value: exp.Expression) -> Any:
     )
 
 
-def relation_source(argument: TableArgument) -> str:
-    """The table argument's relation as a FROM item."""
+def relation_source(argument: TableArgument) -> exp.Expression:
+    """The table argument's relation as a FROM item (a fresh copy: a table, or a subquery)."""
     relation = argument.this
     if isinstance(relation, exp.Table):
-        return to_sql(relation)
-    return f"({to_sql(relation)})"
+        return relation.copy()
+    return exp.Subquery(this=relation.copy())
 
 
 def partitioning_defaults(function: str, argument: TableArgument, literals: dict, key_argument: str) -> None:
@@ -110,9 +111,9 @@ def partitioning_defaults(function: str, argument: TableArgument, literals: dict
             )
         names = [p.name for p in partition]
         if literals.get(key_argument) is None:
-            literals[key_argument] = ", ".join(names)
+            literals[key_argument] = identifier_list(names)
         else:
-            given = [n.strip().strip("`").lower() for n in str(literals[key_argument]).split(",")]
+            given = [n.lower() for n in _names_or_none(literals[key_argument]) or []]
             if sorted(given) != sorted(n.lower() for n in names):
                 raise SqlextError(
                     "CONFLICTING_PARTITIONING", function=function, clause="PARTITION BY",
@@ -129,19 +130,28 @@ def partitioning_defaults(function: str, argument: TableArgument, literals: dict
                 expected="one ascending column",
             )
         if literals.get("order_by") is None:
-            literals["order_by"] = column.name
-        elif literals["order_by"].strip("`").lower() != column.name.lower():
+            literals["order_by"] = identifier_list([column.name])
+        elif [n.lower() for n in _names_or_none(literals["order_by"]) or []] != [column.name.lower()]:
             raise SqlextError(
                 "CONFLICTING_PARTITIONING", function=function, clause="ORDER BY",
                 value=column.name, argument="order_by", expected=repr(literals["order_by"]),
             )
 
 
-def replace_call(table: exp.Table, sql: str) -> None:
-    """Put the native query where the call stood, keeping the call's alias and joins."""
+def _names_or_none(text) -> list[str] | None:
+    """The names of a list argument, or None when it is not one (its own check reports it)."""
+    try:
+        return read_identifier_list(text) if isinstance(text, str) else None
+    except Exception:  # noqa: BLE001 - not a list of names
+        return None
+
+
+def replace_call(table: exp.Table, query: exp.Expression | str) -> None:
+    """Put the native query (a tree, or SQL text) where the call stood, keeping the call's
+    alias and joins."""
     from sqlext.rewrites.dialect import parse_one
 
-    subquery = exp.Subquery(this=parse_one(sql))
+    subquery = exp.Subquery(this=parse_one(query) if isinstance(query, str) else query)
     alias = table.args.get("alias")
     if alias is not None:
         subquery.set("alias", alias.copy())
@@ -172,31 +182,48 @@ def _depth(node: exp.Expression) -> int:
     return depth
 
 
-class SqlValue(str):
-    """A message parameter whose value is computed by SQL at run time."""
+class SqlValue:
+    """A message parameter whose value is computed by SQL at run time (``expression``)."""
+
+    def __init__(self, expression: exp.Expression):
+        self.expression = expression
 
 
-def raise_error_sql(error_class: str, function: str, **params) -> str:
-    """``raise_error(...)`` carrying a sqlext message; SqlValue parameters are filled in by Spark."""
+def raise_error(error_class: str, function: str, **params) -> exp.Expression:
+    """``raise_error(...)`` carrying a sqlext message; SqlValue parameters are filled in by Spark.
+
+    >>> print(to_sql(raise_error("AMBIGUOUS_ORDER", "F", key=key_text(["id"]), order_by="v{x}",
+    ...                          value=SqlValue(exp.column("v{x}", quoted=True))))[:180])
+    RAISE_ERROR(CONCAT('[AMBIGUOUS_ORDER] F: two changes of key ', COALESCE(CAST(CONCAT('id=', COALESCE(CAST(`id` AS STRING), 'NULL')) AS STRING), 'NULL'), ' share v{x} = ', COALESCE(C
+    """
     from sqlext.errors import message_text
 
     sql_params = {name: value for name, value in params.items() if isinstance(value, SqlValue)}
     markers = {name: f"\x00{i}\x00" for i, name in enumerate(sql_params)}
     text = message_text(error_class, function, **{**params, **markers})
-    parts = []
+    parts: list[exp.Expression] = []
     for piece in text.split("\x00"):
         if piece.isdigit() and int(piece) < len(sql_params):
             name = list(sql_params)[int(piece)]
-            parts.append(f"coalesce(cast({sql_params[name]} AS STRING), 'NULL')")
+            parts.append(_as_text(sql_params[name].expression))
         elif piece:
-            parts.append(sql_string(piece))
-    return f"raise_error(concat({', '.join(parts)}))"
+            parts.append(exp.Literal.string(piece))
+    return exp.Anonymous(this="raise_error", expressions=[exp.Concat(expressions=parts)])
 
 
-def key_text_sql(keys: Sequence[str]) -> SqlValue:
-    """SQL text naming a row's key, as 'id=7' or 'a=1, b=2'."""
-    parts = [f"concat({sql_string(k + '=')}, coalesce(cast({quote(k)} AS STRING), 'NULL'))" for k in keys]
-    return SqlValue(parts[0] if len(parts) == 1 else f"concat_ws(', ', {', '.join(parts)})")
+def _as_text(expression: exp.Expression) -> exp.Expression:
+    """``coalesce(cast(expression AS STRING), 'NULL')``."""
+    return exp.Coalesce(this=exp.cast(expression.copy(), "STRING"), expressions=[exp.Literal.string("NULL")])
+
+
+def key_text(keys: Sequence[str]) -> SqlValue:
+    """A row's key as text, 'id=7' or 'a=1, b=2', computed by SQL."""
+    parts = [exp.Concat(expressions=[exp.Literal.string(k + "="),
+                                     _as_text(exp.column(exp.to_identifier(k, quoted=True)))])
+             for k in keys]
+    if len(parts) == 1:
+        return SqlValue(parts[0])
+    return SqlValue(exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string(", "), *parts]))
 
 
 def check_table_arguments(call: Call, keys: dict[str, str]) -> None:

@@ -35,11 +35,12 @@ from sqlext.catalog.changes import CHANGE_TYPE, EMIT_MODES, ChangeShape, change_
 from sqlext.catalog.expressions import check_columns, parse_expression
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
+from sqlext.rewrites.sqltree import helper
 
 FUNCTION = "CHANGELOG_FILTER"
 ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
 REQUIRED = ("input", "key", "predicate")
-PASS_COLUMN = "__sqlext_pass"
+PASS_COLUMN = helper("pass")
 
 
 @dataclass(frozen=True)

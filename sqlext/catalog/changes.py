@@ -28,7 +28,7 @@ UPSERT = "upsert"
 
 EMIT_MODES = ("changes", "records", "final")
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$|^`[^`]+`$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$|^`(?:[^`]|``)+`$")
 
 
 def quoted_list(values: Iterable[str]) -> str:
@@ -36,23 +36,52 @@ def quoted_list(values: Iterable[str]) -> str:
 
 
 def split_columns(function: str, argument: str, text: Any) -> list[str]:
-    """``'a'`` or ``'a, b'`` -> column names, checked to be plain identifiers."""
+    """``'a'`` or ``'a, b'`` -> column names, checked to be plain identifiers; a name in
+    backticks may hold any character (a backtick written twice, as Spark quotes it).
+
+    >>> split_columns("F", "key", "id, `k {x}`, `it's ``q```")
+    ['id', 'k {x}', "it's `q`"]
+    """
+    from sqlext.rewrites.sqltree import read_identifier_list
+
     if not isinstance(text, str) or not text.strip():
         raise SqlextError(
             "INVALID_ARGUMENT_TYPE", function=function, argument=argument,
             expected="a string naming one column or several separated by commas",
             value=repr(text), fix=f"Write {argument} => 'id' or {argument} => 'id, region'.",
         )
-    names = [part.strip() for part in text.split(",")]
-    for name in names:
-        if not _IDENTIFIER.match(name):
-            raise SqlextError(
-                "INVALID_ARGUMENT_TYPE", function=function, argument=argument,
-                expected="column names", value=repr(text),
-                fix="Name columns only (quote unusual names with backticks); use an expression "
-                "argument where the function has one.",
-            )
-    return [n[1:-1] if n.startswith("`") else n for n in names]
+    not_names = SqlextError(
+        "INVALID_ARGUMENT_TYPE", function=function, argument=argument,
+        expected="column names", value=repr(text),
+        fix="Name columns only (quote unusual names with backticks); use an expression "
+        "argument where the function has one.",
+    )
+    try:
+        names = read_identifier_list(text)
+    except Exception:  # noqa: BLE001 - sqlglot's tokenizer refuses the text (an open quote)
+        raise not_names from None
+    for name, part in zip(names, _parts(text)):
+        if not _IDENTIFIER.match(part):
+            raise not_names
+    if not names or len(names) != len(_parts(text)):
+        raise not_names
+    return names
+
+
+def _parts(text: str) -> list[str]:
+    """The list's items as written: plain names, or names in backticks (commas inside
+    backticks belong to the name)."""
+    parts, current, quoted = [], "", False
+    for char in text:
+        if char == "`":
+            quoted = not quoted
+        if char == "," and not quoted:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
 
 
 def resolve_column(function: str, side: str, columns: Sequence[str], name: str, fix: str) -> str:

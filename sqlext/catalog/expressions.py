@@ -48,16 +48,21 @@ def parse_expression(function: str, argument: str, text: Any, example: str) -> e
     return expression
 
 
-def over_columns(expression_sql: str, names: Mapping[str, str]) -> str:
-    """``expression_sql`` (already checked) with each column in ``names`` (matched without
-    regard to case, as Spark resolves them) read from the column it maps to; columns not in
-    ``names`` and lambda parameters stay as they are.
+def expression_tree(expression_sql: str) -> exp.Expression:
+    """An expression argument's SQL (already checked by :func:`parse_expression`) as a tree."""
+    return SparkExt().parse(f"SELECT {expression_sql}")[0].expressions[0]
 
-    >>> over_columns("coalesce(fk, Region) + 1", {"fk": "__sx_prev_fk", "region": "__sx_prev_region"})
+
+def over_columns_tree(expression: exp.Expression | str, names: Mapping[str, str]) -> exp.Expression:
+    """``expression`` with each column in ``names`` (matched without regard to case, as
+    Spark resolves them) read from the column it maps to; columns not in ``names`` and lambda
+    parameters stay as they are.
+
+    >>> to_sql(over_columns_tree("coalesce(fk, Region) + 1", {"fk": "__sx_prev_fk", "region": "__sx_prev_region"}))
     'COALESCE(__sx_prev_fk, __sx_prev_region) + 1'
     """
     lowered = {k.lower(): v for k, v in names.items()}
-    tree = SparkExt().parse(f"SELECT {expression_sql}")[0].expressions[0]
+    tree = expression_tree(expression) if isinstance(expression, str) else expression.copy()
 
     def swap(node: exp.Expression) -> exp.Expression:
         if (isinstance(node, exp.Column) and not node.table and node.name.lower() in lowered
@@ -65,7 +70,7 @@ def over_columns(expression_sql: str, names: Mapping[str, str]) -> str:
             return exp.column(lowered[node.name.lower()])
         return node
 
-    return to_sql(tree.transform(swap))
+    return tree.transform(swap)
 
 
 def referenced_columns(expression: exp.Expression) -> list[str]:

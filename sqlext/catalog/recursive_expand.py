@@ -46,8 +46,11 @@ def repeats_error(name: str, level: int) -> SqlextError:
 
 
 def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
-    columns = [c.strip() for c in (literals.get("columns") or "").split(",") if c.strip()]
-    key = [c.strip() for c in (literals.get("key") or "").split(",") if c.strip()]
+    from sqlext.rewrites.sqltree import read_identifier_list
+
+    # the rule writes each list with sqltree.identifier_list: a name may hold a comma or a backtick
+    columns = read_identifier_list(literals.get("columns"))
+    key = read_identifier_list(literals.get("key"))
     return RecursiveSpec(
         name=literals["name"], columns=columns, anchor_sql=anchor_sql, step_sql=literals["step"],
         distinct=str(literals.get("distinct")).lower() == "true", max_level=int(literals["max_level"]),

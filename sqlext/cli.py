@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="read STREAM(NAME) from the change files in DIR; repeatable")
     stream.add_argument("--source-format", default="parquet", help="format of the change files (default parquet)")
     stream.add_argument("--output-format", default="parquet", help="format of the output files (default parquet)")
+    stream.add_argument("--engine", choices=["tables", "state_store"], default="tables",
+                        help="where the state lives: snapshot tables (default) or Spark's state store")
     how = stream.add_mutually_exclusive_group()
     how.add_argument("--available-now", action="store_true",
                      help="process what arrived since the last run, then stop (the default)")
@@ -191,7 +193,7 @@ def _stream(args) -> int:
             return 2
         sources[name] = folder
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources,
-                   source_format=args.source_format, output_format=args.output_format)
+                   source_format=args.source_format, output_format=args.output_format, engine=args.engine)
     spark = local_session("sqlext-stream")
     statement = statements[0]
     started = time.perf_counter()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from feeds import NULL_V, compact, rows_for, run_filter, schema_for
 from rows import multiset
 from sqlext.errors import SqlextError
-from sqlext.streaming import run_available_now, streaming_frame
+from sqlext.streaming import run_available_now, stream, streaming_frame
 from test_changelog_filter_cases import CASES, SEQUENCED
 
 
@@ -32,8 +32,8 @@ def filter_sql(emit="changes", extra=""):
 class Feed:
     """A folder of change files, the runs' checkpoint and output folder."""
 
-    def __init__(self, spark, shape, root: Path):
-        self.spark, self.shape, self.root = spark, shape, root
+    def __init__(self, spark, shape, root: Path, engine: str):
+        self.spark, self.shape, self.root, self.engine = spark, shape, root, engine
         self.source, self.output, self.checkpoint = root / "changes", root / "out", root / "checkpoint"
         self.seen: list[dict] = []
 
@@ -48,21 +48,27 @@ class Feed:
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
         run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                          sources={"changes": str(self.source)})
+                          sources={"changes": str(self.source)}, engine=self.engine)
         rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
-            if (self.output / "_spark_metadata").exists() else []
+            if any(self.output.glob("*.parquet")) or (self.output / "_spark_metadata").exists() else []
         new = multiset(rows) - multiset(self.seen)
         self.seen = rows
         return [dict(r) for r in new.elements()]
 
 
+@pytest.fixture(params=["tables", "state_store"])
+def engine(request):
+    """Both places an incremental CHANGELOG_FILTER can keep its state give the same rows."""
+    return request.param
+
+
 @pytest.fixture
-def feed(spark):
+def feed(spark, engine):
     roots = []
 
     def make(shape="cdf"):
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-")))
-        return Feed(spark, shape, roots[-1])
+        return Feed(spark, shape, roots[-1], engine)
 
     yield make
     for root in roots:
@@ -137,8 +143,8 @@ def test_sequence_by_cases_across_runs(spark, feed, case):
     assert compact(out, "changes") == changes
 
 
-def test_a_streaming_view_is_read_as_it_is(spark, feed):
-    current = feed("cdf")
+def test_a_streaming_view_is_read_as_it_is(spark, tmp_path):
+    current = Feed(spark, "cdf", tmp_path, "state_store")
     current.add([(1, 1, 5), (2, 2, -1), (3, 1, NULL_V)])
     schema = spark.read.parquet(str(current.source)).schema
     spark.readStream.schema(schema).parquet(str(current.source)).createOrReplaceTempView("stream_view_changes")
@@ -168,13 +174,15 @@ def test_what_cannot_run_incrementally_is_a_classed_error(spark, feed, sql, erro
     current.add([(1, 1, 5)])
     spark.read.parquet(str(current.source)).createOrReplaceTempView("changes_table")
     with pytest.raises(SqlextError, match=rf"\[{error}\]"):
-        streaming_frame(spark, sql, sources={"changes": str(current.source)})
+        stream(spark, sql, checkpoint=str(current.checkpoint), output=str(current.output),
+               sources={"changes": str(current.source)}, engine=current.engine)
 
 
 def test_an_empty_source_folder_is_a_classed_error(spark, feed):
     current = feed("cdf")
     with pytest.raises(SqlextError, match=r"\[STREAM_SOURCE_EMPTY\]"):
-        streaming_frame(spark, filter_sql(), sources={"changes": str(current.source)})
+        stream(spark, filter_sql(), checkpoint=str(current.checkpoint), output=str(current.output),
+               sources={"changes": str(current.source)}, engine=current.engine)
 
 
 def test_the_cli_runs_a_file_incrementally_and_reports_late_changes(spark, feed, tmp_path, capsys):
@@ -185,7 +193,7 @@ def test_the_cli_runs_a_file_incrementally_and_reports_late_changes(spark, feed,
     query = tmp_path / "filter `{x}`.sql"
     query.write_text(filter_sql() + ";\n")
     argv = ["stream", str(query), "--checkpoint", str(current.checkpoint), "--output", str(current.output),
-            "--source", f"changes={current.source}"]
+            "--source", f"changes={current.source}", "--engine", current.engine]
     assert main(argv) == 0
     assert "run complete" in capsys.readouterr().out
     assert [tuple(r) for r in spark.read.parquet(str(current.output)).collect()] == [(1, "acct1", 5, 1, "insert", 1)]
@@ -229,7 +237,7 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql())
     command = [sys.executable, "-m", "sqlext.cli", "stream", str(query), "--checkpoint", str(current.checkpoint),
-               "--output", str(current.output), "--source", f"changes={current.source}"]
+               "--output", str(current.output), "--source", f"changes={current.source}", "--engine", current.engine]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     started = time.monotonic()
     while not (current.checkpoint / "offsets" / "0").exists():
@@ -269,10 +277,13 @@ def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, 
 def test_bench_incremental_checks_rows_and_reports_both_sides(spark, capsys):
     from sqlext.bench.incremental import bench_incremental
 
-    result = bench_incremental(spark, rows=4000, runs=1, percent=5)
+    results = bench_incremental(spark, rows=4000, runs=1, percent=5)
     out = capsys.readouterr().out
-    assert "first incremental run" in out and "ratio batch/incremental" in out
-    assert len(result["incremental"]) == len(result["batch"]) == 1 and result["rows"] > 0
+    assert out.count("first incremental run") == 2 and out.count("ratio batch/incremental") == 2
+    assert set(results) == {"tables", "state_store"}
+    for result in results.values():
+        assert len(result["incremental"]) == len(result["batch"]) == 1 and result["rows"] > 0
+    assert results["tables"]["rows"] == results["state_store"]["rows"]
 
 
 def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):

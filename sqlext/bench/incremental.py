@@ -7,7 +7,9 @@ building the state). Then, ``runs`` times: an increment of ``percent`` % of the 
 (updates of random accounts, with versions above everything before), one incremental run
 processes it (``availableNow``, from the text to the committed output), and the batch query
 recomputes the whole output from the history plus the increments (written to Spark's no-op
-sink). Medians and their ratio are reported.
+sink). Medians and their ratio are reported, for each engine (where the state lives: snapshot
+tables written by each micro-batch, or Spark's state store through transformWithState), each
+on its own copy of the same history and increments.
 
     sqlext bench incremental --rows 10000000 --runs 3
     sqlext bench incremental --rows 100000000 --keys 1250000 --runs 3   (10x the history, same keys)
@@ -28,14 +30,24 @@ BATCH = """SELECT * FROM CHANGELOG_FILTER(input => TABLE(bench_feed_all), key =>
   predicate => 'balance >= 0', emit => 'changes')"""
 
 
-def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None) -> dict:
+def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
+                      engines: tuple[str, ...] = ("tables", "state_store")) -> dict:
+    """Each engine on its own copy of the same history and increments; returns, per engine,
+    the first run's seconds, the incremental and batch seconds per increment, and the rows."""
+    results = {}
+    for engine in engines:
+        results[engine] = _bench_engine(spark, rows, runs, percent, keys or max(1, rows // 8), engine)
+    return results
+
+
+def _bench_engine(spark, rows: int, runs: int, percent: float, keys: int, engine: str) -> dict:
     import sqlext
     from sqlext.streaming import run_available_now
 
-    keys = keys or max(1, rows // 8)
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
     feed = f"{directory}/changes"
-    options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", sources={"bench_feed": feed})
+    options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", sources={"bench_feed": feed},
+                   engine=engine)
     try:
         make_changes(spark, rows, feed, keys=keys)
         started = time.perf_counter()
@@ -62,10 +74,11 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         out_rows = spark.read.parquet(options["output"]).count()
         batch_rows = sqlext.sql(spark, BATCH).count()
         if out_rows != batch_rows:
-            raise SystemExit(f"bench incremental: the runs wrote {out_rows} rows, the batch query {batch_rows}")
+            raise SystemExit(f"bench incremental ({engine}): the runs wrote {out_rows} rows, the batch query "
+                             f"{batch_rows}")
         ratio = statistics.median(batch) / statistics.median(incremental)
-        print(f"CHANGELOG_FILTER emit => 'changes', history {rows:,} changes over {keys:,} keys, "
-              f"increments of {size:,} changes ({percent:g}%), {runs} runs", flush=True)
+        print(f"CHANGELOG_FILTER emit => 'changes', engine {engine!r}: history {rows:,} changes over {keys:,} "
+              f"keys, increments of {size:,} changes ({percent:g}%), {runs} runs", flush=True)
         print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s")
         print(f"  incremental run per increment: median {statistics.median(incremental):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in incremental))

@@ -1,4 +1,4 @@
-"""Native SQL that reads one input as a checked stream of changes (DESIGN.md section 1).
+"""Native SQL that reads one input as a checked stream of changes (the change-row rules in the README's "Change rows").
 
 Every table function's expansion starts here. The query returned keeps the input's data
 columns and its ordering column, adds ``__sx_present`` (does the change set the key's row?)

@@ -7,7 +7,7 @@ exactly "the previous change of this key", so one window pass computes every cas
 seed's table; an ``explode`` of 0, 1 or 2 slots forwards nothing, one image or a pre/post pair.
 With ``sequence_by`` a first window drops stale changes (older than the running maximum of
 the key's earlier changes, which equals the latest applied one because a stale change never
-raises it). The data errors of DESIGN.md section 1 (ordering ties, NULL ordering values,
+raises it). The data errors of the change-row rules (ordering ties, NULL ordering values,
 unknown change types) are raised by ``raise_error`` in the same pass, before any row is
 forwarded.
 

@@ -11,21 +11,21 @@ How the plan reproduces the sequential replay of :mod:`sqlext.catalog.fk_join`:
   own interval ``[version, next version)``: one equi-join with a range condition. The
   interval covering the left change's version is its as-of right row (right changes at the
   same version come first); every later one is a right change reaching this subscribed row
-  (the seed's prefix scan). The intervals are broadcast when Spark estimates the right input
+  (KIP-213's prefix scan). The intervals are broadcast when Spark estimates the right input
   as small, so a right key with a million subscribed left rows is never a single task or the
   driver; otherwise it is a skewed partition of an ordinary join, which Spark splits.
 * ``changes``: each event (a left change, or a right change reaching the row) yields the
   result row before and after it, and the minimal diff is forwarded. The row before a left
   change whose foreign key changed needs the right row at the previous key, found by a
   second probe of the same intervals.
-* ``records``: the same events, each forwarded by the seed's rules.
+* ``records``: the same events, each forwarded by KIP-213's rules.
 * ``final``: a plain join of the final left and right tables.
 
 Rows travel as plain columns with a presence flag (see :class:`_Columns`), never as structs.
 
 No stale right value can reach the output: every result row is computed from the right
 interval that covers its own version, never from a value remembered elsewhere; this is what
-the seed's subscription hash guarantees in a parallel execution.
+KIP-213's subscription hash guarantees in a parallel execution.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def native_sql(spec: FkJoinSpec, left_source: exp.Expression, right_source: exp.
         """One equi-join on the foreign key (with a range condition) finds, for each left
         change, the right interval covering its version (the as-of right row; right changes at
         the same version come first) and each right change inside the left row's own interval
-        [version, next version): the seed's prefix scan, reaching this subscribed row. In
+        [version, next version): KIP-213's prefix scan, reaching this subscribed row. In
         records mode a right change at the next left version still reaches the row, being
         forwarded first. A right key with very many subscribers is a skewed partition of an
         ordinary join (split by Spark, or avoided by broadcasting the right intervals)."""

@@ -16,7 +16,7 @@ the statement is untouched and reads that view under the CTE's name. ``UNION`` (
 drops every row seen before, including the anchor's, so it ends on cyclic data; ``USING KEY
 (k)`` keeps one row per key (DuckDB's keyed recursion).
 
-Seed 004's termination rules are checked here, before anything runs: a step that returns
+KIP-857's termination rules are checked here, before anything runs: a step that returns
 its input unchanged (``SELECT * FROM r``) can never stop, and under ``UNION ALL`` a step with
 no join, filter, limit or generator cannot end any record's recursion either; both are
 refused with ``[RECURSION_NON_TERMINATING]``. Recursion of any other shape (the step reads

@@ -1,5 +1,5 @@
--- Seed 004 (KIP-857): count the descendants of every node of a tree.
--- The node rows (one current parent per node, like the seed's `parents` table) are
+-- KIP-857's example: count the descendants of every node of a tree.
+-- The node rows (one current parent per node, like KIP-857's `parents` table) are
 -- written in a scrambled order; the answer is the fixpoint over the table, whatever the order.
 CREATE OR REPLACE TEMP VIEW parents AS
 SELECT * FROM VALUES

@@ -1,5 +1,5 @@
 """A Spark physical plan printed as a topology, in the style of Kafka Streams'
-``Topology#describe()`` that seed 001 lists before and after its self-join rewrite.
+``Topology#describe()`` that KIP-862 lists before and after its self-join rewrite.
 
 Each shuffle cuts the plan into sub-topologies, as a repartition topic does in Kafka Streams:
 the shuffle is the sink of the sub-topology below it and the source of the one above.

@@ -2,7 +2,7 @@
 
 An *event list* is what happened to keys, in order: ``(version, key, v)`` where ``v`` is the
 new balance or ``None`` for a delete (an optional fourth item is a ``ts`` for sequence_by).
-From it we build both input shapes of DESIGN.md section 1:
+From it we build both input shapes sqlext reads (see the README's "Change rows"):
 
 * ``cdf``: Delta's change data feed (insert / update_preimage+update_postimage / delete,
   a delete carrying the deleted row's values);

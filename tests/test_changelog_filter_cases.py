@@ -1,4 +1,4 @@
-"""Seed 003's case table (KAFKA-3902), line by line, in every emit mode, for both input shapes,
+"""The case table of KAFKA-3902, line by line, in every emit mode, for both input shapes,
 through all three paths: the reference logic (no JVM), the native rewrite (sqlext.sql) and the
 registered table function (plain spark.sql).
 
@@ -46,7 +46,7 @@ CASES = {
         [("upsert", 5, 1), ("upsert", 7, 2)],
         [(1, 7)],
     ),
-    # 3c1 made minimal (DESIGN.md section 1): an update whose rows are equal forwards nothing
+    # 3c1 made minimal (sqlext's change feeds are minimal): an update whose rows are equal forwards nothing
     "3c1 both pass, row unchanged": (
         [(1, 1, 5, 1), (2, 1, 5, 1)],  # same ts too: ts is data
         [("insert", 5, 1)],

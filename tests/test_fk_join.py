@@ -1,4 +1,4 @@
-"""FK_JOIN against the seeds' event tables (000, 002) and against a replay of seed 002's
+"""FK_JOIN against KIP-213's event tables and against a replay of KIP-213's
 workflow (tests/reference/fk_join.py) on random interleavings of left and right changes."""
 
 from collections import Counter
@@ -90,7 +90,7 @@ def R(name):
     return {"name": name}
 
 
-# Seed 002's event table (the seed's RHS-0 holds (1, foo) before the first left event).
+# KIP-213's event table (its RHS-0 holds (1, foo) before the first left event).
 SEED_EVENTS = [
     (1, "right", 1, R("foo")),
     (2, "left", "k", L(1)),        # publish new event (k,1): normal fk-join

@@ -94,8 +94,8 @@ def test_fixture_gives_the_same_rows(spark, events, fixture):
     assert_same(spark, fixture.query, out.sql)
 
 
-def test_the_seeds_self_join_pairs_each_record_with_itself_and_its_window(spark, view):
-    # seed 001: every record joins with itself, and with every other record of its key in the window
+def test_kip_862s_self_join_pairs_each_record_with_itself_and_its_window(spark, view):
+    # KIP-862: every record joins with itself, and with every other record of its key in the window
     view("clicks", [(1, "u", 0), (2, "u", 5), (3, "u", 30), (4, "v", 0), (5, None, 0)], "id int, k string, t int")
     query = ("SELECT a.id AS this, b.id AS other FROM clicks a JOIN clicks b "
              "ON a.k = b.k AND b.t BETWEEN a.t - 10 AND a.t + 10")

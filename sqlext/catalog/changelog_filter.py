@@ -1,7 +1,7 @@
-"""CHANGELOG_FILTER: a table filter that forwards minimal old/new pairs (seed 003, KAFKA-3902).
+"""CHANGELOG_FILTER: a table filter that forwards minimal old/new pairs (KAFKA-3902).
 
 Per key, in order, each change moves the key from an old row (or none) to a new row (or none).
-With ``emit => 'changes'`` (Kafka's "send old values" on) the filter forwards, by the seed's
+With ``emit => 'changes'`` (Kafka's "send old values" on) the filter forwards, by KAFKA-3902's
 case table:
 
 ==================  ==================  =============================================

@@ -1,4 +1,4 @@
-"""The change-row vocabulary shared by every table function (DESIGN.md section 1).
+"""The change-row vocabulary shared by every table function (the README's "Change rows").
 
 An input is either a change feed (it has ``_change_type``) or a plain upsert log (it has not).
 Both are reduced to the same thing: per key, in ordering-column order, a sequence of *changes*,
@@ -221,7 +221,7 @@ class Change:
 def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Change]]:
     """Group an input's rows into ordered changes per key, checking the input as we go.
 
-    Raises the data errors of DESIGN.md section 1: unknown change types, NULL ordering values
+    Raises the data errors of the change-row rules: unknown change types, NULL ordering values
     and ordering ties within a key. ``update_preimage`` rows carry no information and are
     dropped; with ``sequence_by`` a change older than the key's latest applied one is dropped.
     """

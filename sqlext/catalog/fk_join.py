@@ -12,14 +12,14 @@ refer to it):
 
 * a left change to a row with a foreign key subscribes it at the right key: with a right row
   the joined row is forwarded; without one, a left join forwards the left row padded with
-  NULLs, and an inner join forwards a tombstone if the key had a row before (the seed's
+  NULLs, and an inner join forwards a tombstone if the key had a row before (KIP-213's
   ``PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE``, including its deliberate redundant tombstones)
   and nothing for a new key (``PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE``);
 * a left row with a NULL foreign key: a left join forwards it padded with NULLs; an inner
   join treats it as absent (a tombstone if the key had a row before);
 * a left delete of a present row forwards a tombstone, joined or not;
 * a right change (anything but the delete of an absent key) re-forwards every left row
-  subscribed to that right key at that moment (the seed's prefix scan).
+  subscribed to that right key at that moment (KIP-213's prefix scan).
 
 ``changes`` is the minimal change feed of the result table; ``final`` the result table after
 the last change, which equals a plain join of the final left and right tables.

@@ -14,7 +14,8 @@ A micro-batch:
    for them;
 4. writes those rows into the output folder as files named by the batch id, replacing any
    files of the same batch (a replayed batch writes the same rows again, never twice);
-5. writes the new snapshot; older snapshots are deleted.
+5. writes the new snapshot (the key's last applied change: with ``sequence_by`` a stale
+   change is not applied); snapshots before the previous one are deleted.
 
 Spark commits the batch in the checkpoint after the function returns, so a crash at any
 point replays the batch from the same snapshot. The cost of a batch follows the batch and the
@@ -111,6 +112,13 @@ class TableStateFilter:
             present = F.lit(False)
             for column in shape.tombstone_columns:
                 present = present | F.col(column).isNotNull()
+        if shape.sequence_by is not None:  # the last change applied: a stale one is not
+            before = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by)) \
+                .rowsBetween(Window.unboundedPreceding, -1)
+            newest = F.max(F.col(shape.sequence_by)).over(before)
+            feed = feed.withColumn("__sx_newest", newest) \
+                .where(F.col("__sx_newest").isNull() | (F.col(shape.sequence_by) >= F.col("__sx_newest"))) \
+                .drop("__sx_newest")
         last = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by).desc())
         latest = feed.withColumn(PRESENT, present).withColumn("__sx_rank", F.row_number().over(last)) \
             .where(F.col("__sx_rank") == 1).select(*shape.data_columns, shape.order_by, PRESENT)
@@ -118,8 +126,8 @@ class TableStateFilter:
             prior.join(touched, _key_match(prior, touched, keys), "left_anti").unionByName(latest)
         target = self.state / str(batch_id)
         snapshot.write.mode("overwrite").parquet(str(target))
-        for old in self.state.glob("*"):
-            if old.name.isdigit() and int(old.name) < batch_id:
+        for old in self.state.glob("*"):  # the one before stays: a replay of this batch reads it
+            if old.name.isdigit() and int(old.name) < batch_id - 1:
                 shutil.rmtree(old, ignore_errors=True)
 
     def _in_order(self, changes, old):

@@ -45,6 +45,7 @@ def parse_expression(function: str, argument: str, text: Any, example: str) -> e
             raise invalid("aggregates and window functions are not allowed")
         if isinstance(node, exp.Star):
             raise invalid("* is not allowed")
+        node.comments = None  # a comment in an argument is not carried into the generated SQL
     return expression
 
 

@@ -81,7 +81,7 @@ class TableStateFilter:
             forwarded = run_statement(spark, to_sql(self._call_over(view)))
             if synthetic is not None:
                 forwarded = forwarded.join(synthetic.select(*keys, shape.order_by),
-                                           _null_safe(forwarded, synthetic, keys + [shape.order_by]), "left_anti")
+                                           _key_match(forwarded, synthetic, keys + [shape.order_by]), "left_anti")
             out_view = f"{self.placeholder}_{batch_id}"
             forwarded.createOrReplaceTempView(out_view)
             outer = self.outer.copy()
@@ -181,12 +181,9 @@ class TableStateFilter:
 
 
 def _key_match(left, right, keys):
+    """Equal (NULL equal to NULL) on every column of ``keys``."""
     match = None
     for k in keys:
         term = left[k].eqNullSafe(right[k])
         match = term if match is None else match & term
     return match
-
-
-def _null_safe(left, right, columns):
-    return _key_match(left, right, columns)

@@ -21,7 +21,7 @@ from sqlglot import exp
 from sqlext.catalog.arguments import find_calls, read_call
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
-from sqlext.catalog.changelog_filter import check_incremental, filter_spec, not_boolean
+from sqlext.catalog.changelog_filter import check_incremental, filter_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 
@@ -159,21 +159,13 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
     _check_columns(checkpoint, name, source.schema)
     spec = filter_spec(call.literals, source.columns)
     check_incremental(spec)
-    from pyspark.sql.types import BooleanType
+    from sqlext.udfs.changelog_stream import checked_predicate
 
-    actual = source.select(_expression(spec.predicate).alias("p")).schema["p"].dataType
-    if not isinstance(actual, BooleanType):
-        raise not_boolean(spec.predicate, actual.simpleString())
+    checked_predicate(source, spec)
     placeholder = f"__sx_filtered_{next(_views)}"
     call_node = table.copy()
     _replace(table, placeholder)
     return source, TableStateFilter(spark, spec, call_node, tree, placeholder, checkpoint, output, output_format)
-
-
-def _expression(text: str):
-    from pyspark.sql import functions as F
-
-    return F.expr(text)
 
 
 def _check_columns(checkpoint: str, name: str, schema) -> None:

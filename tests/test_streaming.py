@@ -217,6 +217,12 @@ def _output_rows(spark, current):
     return multiset(r.asDict() for r in spark.read.parquet(str(current.output)).collect())
 
 
+def _run_and_compare(spark, current) -> None:
+    """One more run; then the whole output is the batch output over every change so far."""
+    current.run(filter_sql())
+    assert _output_rows(spark, current) == _batch_rows(spark, current)
+
+
 def _many_events(first_version, keys, versions):
     return [(first_version + v, k, (k * 7 + v * 3) % 11 - 3 if (k + v) % 9 else None)
             for v in range(versions) for k in range(keys)]
@@ -247,11 +253,9 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
     assert not (current.checkpoint / "commits" / "0").exists()  # killed inside the batch
-    current.run(filter_sql())
-    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    _run_and_compare(spark, current)
     current.add(_many_events(7, 4000, 2))
-    current.run(filter_sql())
-    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    _run_and_compare(spark, current)
 
 
 def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, feed):
@@ -267,11 +271,9 @@ def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, 
     last = [p for p in commits if p.name.isdigit()][-1]
     last.unlink()
     (current.checkpoint / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
-    current.run(filter_sql())
-    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    _run_and_compare(spark, current)
     current.add(_many_events(6, 50, 2))
-    current.run(filter_sql())
-    assert _output_rows(spark, current) == _batch_rows(spark, current)
+    _run_and_compare(spark, current)
 
 
 def test_bench_incremental_checks_rows_and_reports_both_sides(spark, capsys):

@@ -40,10 +40,7 @@ def filter_stream(source, spec: FilterSpec):
     with the columns ``spec`` was checked against): a streaming DataFrame in append mode."""
     check_incremental(spec)
     shape = spec.shape
-    predicate = F.expr(spec.predicate)
-    actual = source.select(predicate.alias("p")).schema["p"].dataType
-    if not isinstance(actual, BooleanType):
-        raise not_boolean(spec.predicate, actual.simpleString())
+    predicate = checked_predicate(source, spec)
     rows = source
     if shape.has_change_type:  # preimages carry nothing the filter needs
         rows = rows.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
@@ -56,6 +53,15 @@ def filter_stream(source, spec: FilterSpec):
     processor = ChangelogFilterProcessor(spec, state.json(), list(spec.output_columns))
     return rows.groupBy(*[F.col(k) for k in shape.key]).transformWithState(
         processor, output, outputMode="Append", timeMode="None")
+
+
+def checked_predicate(source, spec: FilterSpec):
+    """The predicate as a column of ``source``; EXPRESSION_TYPE_MISMATCH unless it is boolean."""
+    predicate = F.expr(spec.predicate)
+    actual = source.select(predicate.alias("p")).schema["p"].dataType
+    if not isinstance(actual, BooleanType):
+        raise not_boolean(spec.predicate, actual.simpleString())
+    return predicate
 
 
 class ChangelogFilterProcessor(StatefulProcessor):

@@ -61,11 +61,10 @@ def sql(spark, text: str):
 
     sqlext is installed on the session first if it is not yet.
     """
-    from sqlext.session import INSTALLED_FLAG
+    from sqlext.session import ensure_installed
     from sqlext.statements import split_statements
 
-    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
-        install(spark)
+    ensure_installed(spark)
     frame = None
     for statement in split_statements(text):
         frame = run_statement(spark, statement.text)

@@ -48,13 +48,11 @@ class Result:
 def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
     """Rewrite and run every statement of ``cell``; the last one's result (None if it has no
     columns). Errors are printed as ``cell:LINE:COLUMN: [CLASS] message``; then None."""
-    from sqlext.session import install
     from sqlext.runner import run_and_fetch
-    from sqlext.session import INSTALLED_FLAG
+    from sqlext.session import ensure_installed
     from sqlext.statements import split_statements
 
-    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
-        install(spark)
+    ensure_installed(spark)
     result = None
     for statement in split_statements(cell):
         outcome = run_and_fetch(spark, statement.text, limit)

@@ -241,12 +241,10 @@ def build(spark, directory: Path, warehouse: Path | str = DEFAULT_WAREHOUSE, sel
     """Build the models of ``directory`` on ``spark``, in dependency order; returns a result
     per model. A failing model is reported (file, line, class) and its dependents are
     skipped; every other model is still built, and tables built before stay intact."""
-    from sqlext.session import install
-    from sqlext.session import INSTALLED_FLAG
+    from sqlext.session import ensure_installed
 
     err = err or (lambda text: print(text, file=sys.stderr))
-    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
-        install(spark)
+    ensure_installed(spark)
     warehouse = Path(warehouse).resolve()
     models = discover(directory, vars)
     graph = {name: set(m.refs) for name, m in models.items()}

@@ -68,6 +68,13 @@ def install(spark):
     return spark
 
 
+def ensure_installed(spark):
+    """Install sqlext on ``spark`` unless it already is; return it."""
+    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
+        install(spark)
+    return spark
+
+
 def quiet_query_context_logs() -> None:
     """PySpark logs every failed query with its JVM stack trace before raising it; sqlext
     reports errors itself, so the embedded session turns those two loggers off."""

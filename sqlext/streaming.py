@@ -27,7 +27,6 @@ from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
-INCREMENTAL = {FILTER}  # the table functions that run incrementally
 TABLE_FUNCTIONS = ("FK_JOIN", "RECURSIVE_EXPAND")
 
 
@@ -88,10 +87,9 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
     ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
-    from sqlext.session import INSTALLED_FLAG, install
+    from sqlext.session import ensure_installed
 
-    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
-        install(spark)
+    ensure_installed(spark)
     _use_rocksdb(spark)
     tree = parse_one(sql)
     views: list[str] = []
@@ -134,11 +132,10 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 def _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format):
     """The streaming source and the foreachBatch function of a statement holding one
     CHANGELOG_FILTER over ``STREAM(name)`` (and any SQL around it)."""
-    from sqlext.session import INSTALLED_FLAG, install
+    from sqlext.session import ensure_installed
     from sqlext.stream_tables import TableStateFilter
 
-    if spark.conf.get(INSTALLED_FLAG, "false") != "true":
-        install(spark)
+    ensure_installed(spark)
     tree = parse_one(sql)
     calls = find_calls(tree, FILTER)
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]

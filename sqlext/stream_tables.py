@@ -1,31 +1,37 @@
 """Incremental CHANGELOG_FILTER with its state in tables, one micro-batch at a time
 (``foreachBatch``), every step a native Spark plan.
 
-The state is a table of each key's last change (its row, ordering value and whether the row
-is present), written as one snapshot per micro-batch in ``<checkpoint>/sqlext-state/<batch>``.
-A micro-batch:
+The state is each key's last applied change (its row, ordering value and whether the row is
+present), kept in ``<checkpoint>/sqlext-state`` as layers: a *base* (every key, after some
+batch) and *deltas* (after each later batch, the keys that batch touched). A micro-batch:
 
-1. reads the snapshot of the batch before it, for the keys the batch touches;
+1. reads the state before it, for the keys the batch touches only: the base and the deltas
+   after it, the newest layer of each key winning;
 2. refuses a late change (ordering value not above the key's last one) as the state-store
-   engine does, or drops it when ``sequence_by`` says it is stale;
-3. puts each touched key's last row in front of its new changes, as an insert at its own
-   ordering value, runs the batch CHANGELOG_FILTER (the native rewrite) over that, and keeps
-   what the new changes forward: exactly the rows the batch run over the whole feed forwards
-   for them;
+   engine does, or drops it when ``sequence_by`` says it is stale, inside the same plan that
+   puts each touched key's last row in front of its new changes (as an insert at its own
+   ordering value);
+3. runs the batch CHANGELOG_FILTER (the native rewrite) over that, and keeps what the new
+   changes forward: exactly the rows the batch run over the whole feed forwards for them;
 4. writes those rows into the output folder as files named by the batch id, replacing any
    files of the same batch (a replayed batch writes the same rows again, never twice);
-5. writes the new snapshot (the key's last applied change: with ``sequence_by`` a stale
-   change is not applied); snapshots before the previous one are deleted.
+5. writes its delta: the touched keys' last applied change (with ``sequence_by`` a stale change
+   is not applied). When the deltas since the base have grown to half the base's size, it
+   also writes a new base (the compaction, the one step whose cost follows the number of
+   keys), and layers that no batch can read any more are deleted.
 
 Spark commits the batch in the checkpoint after the function returns, so a crash at any
-point replays the batch from the same snapshot. The cost of a batch follows the batch and the
-number of keys (one scan and one write of the snapshot), not the length of the history.
+point replays the batch from the same layers (a batch only reads layers of earlier batches,
+and deletes only layers that the replay of its own batch does not read). Outside compaction,
+the cost of a batch follows the batch: one scan of the state's layers for the touched keys,
+and writes the size of the batch.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlglot import exp
@@ -36,6 +42,9 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
 
 PRESENT = "__sx_present"
+LAYER = "__sx_layer"
+# a new base is written once the deltas after the current one hold this share of its bytes
+COMPACT_SHARE = 0.5
 _views = itertools.count(1)
 
 
@@ -46,7 +55,7 @@ class TableStateFilter:
                  checkpoint: str, output: str, output_format: str):
         self.spark, self.spec = spark, spec
         self.call, self.outer, self.placeholder = call, outer, placeholder
-        self.state = Path(checkpoint) / "sqlext-state"
+        self.layers = Layers(Path(checkpoint) / "sqlext-state")
         self.output, self.output_format = Path(output), output_format
 
     def __call__(self, batch, batch_id: int) -> None:
@@ -59,22 +68,18 @@ class TableStateFilter:
         changes = batch
         if shape.has_change_type:
             changes = changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
-        changes = changes.localCheckpoint()
-        self.session = spark
-        prior = self._snapshot_before(batch_id)
+        before = self.layers.before(batch_id)
         touched = changes.select(*keys).distinct()
-        old = None
-        if prior is not None:
-            old = prior.join(touched, _key_match(prior, touched, keys), "left_semi").localCheckpoint()
-            changes = self._in_order(changes, old)
-        columns = list(changes.columns)
         synthetic = None
-        if old is not None:
+        if before.base is None:
+            feed = changes.localCheckpoint()
+        else:
+            old = self._touched_state(spark, before, touched, changes.schema)
             present = old.where(F.col(PRESENT))
             if shape.has_change_type:
                 present = present.withColumn(CHANGE_TYPE, F.lit(INSERT))
-            synthetic = present.select(*columns)
-        feed = changes if synthetic is None else synthetic.unionByName(changes)
+            synthetic = present.select(*changes.columns)
+            feed = synthetic.unionByName(self._in_order(changes, old)).localCheckpoint()
         view = f"__sx_batch_feed_{next(_views)}"
         feed.createOrReplaceTempView(view)
         try:
@@ -92,16 +97,35 @@ class TableStateFilter:
             spark.catalog.dropTempView(out_view)
         finally:
             spark.catalog.dropTempView(view)
-        self._write_snapshot(prior, feed, touched, batch_id)
+        self._write_state(spark, before, feed, batch_id)
 
     # -- the state
 
-    def _snapshot_before(self, batch_id: int):
-        done = sorted(int(p.name) for p in self.state.glob("*")
-                      if p.name.isdigit() and int(p.name) < batch_id and (p / "_SUCCESS").exists())
-        return self.session.read.parquet(str(self.state / str(done[-1]))) if done else None
+    def _touched_state(self, spark, before: "Before", touched, changes_schema):
+        """The last applied change of every key the batch touches (materialised: the plan
+        reads it three times)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
 
-    def _write_snapshot(self, prior, feed, touched, batch_id: int) -> None:
+        keys = list(self.spec.shape.key)
+        layers = before.read(spark, self._state_schema(changes_schema))
+        old = layers.join(F.broadcast(touched), _key_match(layers, touched, keys), "left_semi")
+        if before.deltas:
+            newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
+            old = old.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
+                .drop("__sx_rank")
+        return old.drop(LAYER).localCheckpoint()
+
+    def _state_schema(self, changes_schema):
+        """The state's columns: the data columns, the ordering column and ``__sx_present``."""
+        from pyspark.sql.types import BooleanType, StructField, StructType
+
+        shape = self.spec.shape
+        fields = {field.name: field for field in changes_schema.fields}
+        return StructType([fields[c] for c in (*shape.data_columns, shape.order_by)]
+                          + [StructField(PRESENT, BooleanType(), True)])
+
+    def _write_state(self, spark, before: "Before", feed, batch_id: int) -> None:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -113,26 +137,30 @@ class TableStateFilter:
             for column in shape.tombstone_columns:
                 present = present | F.col(column).isNotNull()
         if shape.sequence_by is not None:  # the last change applied: a stale one is not
-            before = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by)) \
+            earlier = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by)) \
                 .rowsBetween(Window.unboundedPreceding, -1)
-            newest = F.max(F.col(shape.sequence_by)).over(before)
+            newest = F.max(F.col(shape.sequence_by)).over(earlier)
             feed = feed.withColumn("__sx_newest", newest) \
                 .where(F.col("__sx_newest").isNull() | (F.col(shape.sequence_by) >= F.col("__sx_newest"))) \
                 .drop("__sx_newest")
         last = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by).desc())
         latest = feed.withColumn(PRESENT, present).withColumn("__sx_rank", F.row_number().over(last)) \
             .where(F.col("__sx_rank") == 1).select(*shape.data_columns, shape.order_by, PRESENT)
-        snapshot = latest if prior is None else \
-            prior.join(touched, _key_match(prior, touched, keys), "left_anti").unionByName(latest)
-        target = self.state / str(batch_id)
-        snapshot.write.mode("overwrite").parquet(str(target))
-        for old in self.state.glob("*"):  # the one before stays: a replay of this batch reads it
-            if old.name.isdigit() and int(old.name) < batch_id - 1:
-                shutil.rmtree(old, ignore_errors=True)
+        if before.base is None:
+            latest.write.mode("overwrite").parquet(str(self.layers.base_path(batch_id)))
+        else:
+            latest.write.mode("overwrite").parquet(str(self.layers.delta_path(batch_id)))
+            if self.layers.worth_compacting(before, batch_id):
+                after = Before(before.base, before.deltas + (batch_id,), self.layers)
+                state = after.read(spark, latest.schema)
+                newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
+                state.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
+                    .drop("__sx_rank", LAYER).write.mode("overwrite").parquet(str(self.layers.base_path(batch_id)))
+        self.layers.forget_before(before)
 
     def _in_order(self, changes, old):
         """The new changes without the stale ones; a late change that is not stale stops the
-        batch with ``[LATE_CHANGE]``."""
+        batch with ``[LATE_CHANGE]`` when the plan reaches it (Spark's ``raise_error``)."""
         from pyspark.sql import functions as F
 
         shape, keys = self.spec.shape, list(self.spec.shape.key)
@@ -143,17 +171,32 @@ class TableStateFilter:
         for i, k in enumerate(keys):
             term = F.col(k).eqNullSafe(F.col(f"__sx_k{i}"))
             match = term if match is None else match & term
-        joined = changes.join(o, match, "left")
+        joined = changes.join(F.broadcast(o), match, "left")
         late = F.col("__sx_last").isNotNull() & (F.col(shape.order_by) <= F.col("__sx_last"))
         stale = F.lit(False)
         if shape.sequence_by:
             stale = late & F.col(shape.sequence_by).isNotNull() & (F.col(shape.sequence_by) < F.col("__sx_seq"))
-        bad = joined.where(late & ~stale).limit(1).collect()
-        if bad:
-            row = bad[0].asDict()
-            raise SqlextError("LATE_CHANGE", function=FUNCTION, key=shape.key_text(row), order_by=shape.order_by,
-                              value=repr(row[shape.order_by]), last=repr(row["__sx_last"]))
-        return joined.where(~stale).select(*changes.columns)
+        refuse = F.when(late & ~stale, F.raise_error(self._late_message(changes.schema))).otherwise(F.lit(True))
+        return joined.where(refuse & ~stale).select(*changes.columns)
+
+    def _late_message(self, schema):
+        """``[LATE_CHANGE]``'s text for the row at hand, as a column: the message is made by
+        the error class with markers where the row's values go."""
+        from pyspark.sql import functions as F
+
+        shape = self.spec.shape
+        marks = {"key": "\x00key\x00", "value": "\x00value\x00", "last": "\x00last\x00"}
+        text = str(SqlextError("LATE_CHANGE", function=FUNCTION, order_by=shape.order_by, **marks))
+        types = {field.name: field.dataType for field in schema.fields}
+        values = {
+            "key": F.concat_ws(", ", *[F.concat(F.lit(k + "="), _shown(F.col(k), types[k])) for k in shape.key]),
+            "value": _shown(F.col(shape.order_by), types[shape.order_by]),
+            "last": _shown(F.col("__sx_last"), types[shape.order_by]),
+        }
+        parts = []
+        for piece in text.split("\x00"):
+            parts.append(values[piece] if piece in values else F.lit(piece))
+        return F.concat(*parts)
 
     # -- the output
 
@@ -178,6 +221,91 @@ class TableStateFilter:
         for part in sorted(temporary.glob("part-*")):
             part.rename(self.output / (prefix + part.name))
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Before:
+    """The layers that hold the state before one batch: a base and the deltas after it."""
+
+    base: int | None
+    deltas: tuple[int, ...]
+    layers: "Layers"
+
+    def read(self, spark, schema):
+        """Every row of these layers (``schema``: the state's columns), each with its layer's
+        batch id in ``__sx_layer``."""
+        from pyspark.sql import functions as F
+
+        def layer(path, number):
+            return spark.read.schema(schema).parquet(str(path)).withColumn(LAYER, F.lit(number))
+
+        frames = [layer(self.layers.base_path(self.base), self.base)]
+        frames += [layer(self.layers.delta_path(d), d) for d in self.deltas]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+
+class Layers:
+    """The folder of state layers, ``base-<batch>`` and ``delta-<batch>``; a layer counts once
+    Spark's write of it has finished (its ``_SUCCESS`` file)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def base_path(self, batch_id: int) -> Path:
+        return self.folder / f"base-{batch_id}"
+
+    def delta_path(self, batch_id: int) -> Path:
+        return self.folder / f"delta-{batch_id}"
+
+    def _finished(self, kind: str) -> list[int]:
+        found = []
+        for path in self.folder.glob(f"{kind}-*"):
+            number = path.name[len(kind) + 1:]
+            if number.isdigit() and (path / "_SUCCESS").exists():
+                found.append(int(number))
+        return sorted(found)
+
+    def before(self, batch_id: int) -> Before:
+        """The layers a batch reads: the newest base of an earlier batch and the deltas after it."""
+        bases = [b for b in self._finished("base") if b < batch_id]
+        if not bases:
+            return Before(None, (), self)
+        base = bases[-1]
+        deltas = tuple(d for d in self._finished("delta") if base < d < batch_id)
+        return Before(base, deltas, self)
+
+    def worth_compacting(self, before: Before, batch_id: int) -> bool:
+        deltas = sum(_size(self.delta_path(d)) for d in before.deltas + (batch_id,))
+        return deltas >= COMPACT_SHARE * _size(self.base_path(before.base))
+
+    def forget_before(self, before: Before) -> None:
+        """Delete the layers older than the ones this batch read: once this batch runs, the
+        batches before it are committed and will not be replayed."""
+        if before.base is None:
+            return
+        for kind in ("base", "delta"):
+            for path in self.folder.glob(f"{kind}-*"):
+                number = path.name[len(kind) + 1:]
+                if number.isdigit() and (int(number) < before.base or (kind == "delta" and int(number) <= before.base)):
+                    shutil.rmtree(path, ignore_errors=True)
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.glob("part-*"))
+
+
+def _shown(column, data_type):
+    """A value as the error message shows it: text in quotes, anything else as Spark prints it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    text = column.cast("string")
+    if isinstance(data_type, StringType):
+        text = F.concat(F.lit("'"), text, F.lit("'"))
+    return F.when(column.isNull(), F.lit("None")).otherwise(text)
 
 
 def _key_match(left, right, keys):

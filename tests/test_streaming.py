@@ -310,3 +310,35 @@ def test_the_readme_example_runs_as_pasted(spark, capsys):
     rows = sorted(tuple(r) for r in spark.read.parquet(namespace["demo"] + "/out").collect())
     assert rows == [(1, 10, "delete", 2), (1, 10, "insert", 1), (2, 7, "insert", 2)]
     shutil.rmtree(namespace["demo"], ignore_errors=True)
+
+
+def _layers(current) -> list[str]:
+    return sorted(p.name for p in (current.checkpoint / "sqlext-state").iterdir())
+
+
+@pytest.mark.parametrize("share", [0.0, float("inf")], ids=["compact-every-batch", "deltas-only"])
+def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, share):
+    """The 'tables' engine keeps its state as a base and deltas: whether every batch writes a
+    new base or none after the first does, each run's output is the batch output, a batch
+    redone after a lost commit gives it too, and only the layers a replay can read are kept."""
+    import sqlext.stream_tables as stream_tables
+
+    monkeypatch.setattr(stream_tables, "COMPACT_SHARE", share)
+    root = Path(tempfile.mkdtemp(prefix="sqlext-layers-"))
+    try:
+        current = Feed(spark, "upsert", root, "tables")
+        for first in (1, 3, 5, 7):
+            current.add(_many_events(first, 40, 2))
+            _run_and_compare(spark, current)
+        if share == 0.0:
+            assert _layers(current) == ["base-2", "base-3", "delta-3"]
+        else:
+            assert _layers(current) == ["base-0", "delta-1", "delta-2", "delta-3"]
+        last = current.checkpoint / "commits" / "3"
+        last.unlink()
+        (current.checkpoint / "commits" / ".3.crc").unlink(missing_ok=True)
+        _run_and_compare(spark, current)  # batch 3 again, from the layers before it
+        current.add([(9, 1, 4), (9, 2, None), (10, 1, -1)])
+        _run_and_compare(spark, current)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

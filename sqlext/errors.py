@@ -84,10 +84,9 @@ MESSAGES: dict[str, str] = {
     "EMPTY_MODEL": "{function}: the model file holds no SQL statement. {fix}",
     # incremental runs on Structured Streaming
     "LATE_CHANGE": (
-        "{function}: a change of key {key} has {order_by} = {value}, not above {last}, which an "
-        "earlier run already processed for that key, so applying it now would differ from the "
-        "batch result. Give late changes a higher {order_by}, or name a sequence_by column so that "
-        "stale changes are ignored. Nothing of this run was written; the next run retries it."
+        "{function}: a change of key {key} has {order_by} = {value}, not above {last}, {earlier}, "
+        "so applying it now would differ from the batch result. {fix} Nothing of this run was "
+        "written; the next run retries it."
     ),
     "UNSUPPORTED_STREAM": "{function}: {what} cannot run incrementally: {reason}. {fix}",
     "STREAM_SCHEMA_CHANGED": (

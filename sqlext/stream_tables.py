@@ -36,9 +36,8 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from sqlext.catalog.changelog_filter import FUNCTION, FilterSpec
-from sqlext.catalog.changes import CHANGE_TYPE, INSERT, PREIMAGE, SETS_VALUE
-from sqlext.errors import SqlextError
+from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec
+from sqlext.catalog.changes import CHANGE_TYPE, INSERT, PREIMAGE, SETS_VALUE, late_change
 from sqlext.rewrites.dialect import to_sql
 
 PRESENT = "__sx_present"
@@ -48,166 +47,44 @@ COMPACT_SHARE = 0.5
 _views = itertools.count(1)
 
 
-class TableStateFilter:
-    """The ``foreachBatch`` function of one incremental CHANGELOG_FILTER."""
+class TableStateRun:
+    """What the ``foreachBatch`` functions of the 'tables' engine share: the statement around
+    the function call, the batch call over the batch's views, and the output folder."""
 
-    def __init__(self, spark, spec: FilterSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint: str, output: str, output_format: str):
-        self.spark, self.spec = spark, spec
+    def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: str, output: str,
+                 output_format: str, function: str, arguments: tuple[str, ...]):
         self.call, self.outer, self.placeholder = call, outer, placeholder
-        self.layers = Layers(Path(checkpoint) / "sqlext-state")
+        self.state = Path(checkpoint) / "sqlext-state"
         self.output, self.output_format = Path(output), output_format
+        self.function, self.arguments = function, arguments
 
-    def __call__(self, batch, batch_id: int) -> None:
-        from pyspark.sql import functions as F
+    def call_over(self, views: dict[str, str]) -> exp.Expression:
+        """``SELECT * FROM <the call>`` with each table argument named in ``views`` reading
+        that view instead of its stream."""
+        from sqlext.catalog.arguments import read_call
 
+        call = self.call.copy()
+        tables = read_call(call, self.function, self.arguments).tables
+        for name, view in views.items():
+            tables[name].this.replace(exp.Table(this=exp.to_identifier(view)))
+        call.set("alias", None)
+        return exp.select("*").from_(call)
+
+    def write_statement(self, spark, forwarded, batch_id: int) -> None:
+        """The statement around the call, over the rows the call forwarded in this batch,
+        written as the batch's output files."""
         from sqlext.runner import run_statement
 
-        spark, shape = batch.sparkSession, self.spec.shape  # the query's own session: its views
-        keys = list(shape.key)
-        changes = batch
-        if shape.has_change_type:
-            changes = changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
-        before = self.layers.before(batch_id)
-        touched = changes.select(*keys).distinct()
-        synthetic = None
-        if before.base is None:
-            feed = changes.localCheckpoint()
-        else:
-            old = self._touched_state(spark, before, touched, changes.schema)
-            present = old.where(F.col(PRESENT))
-            if shape.has_change_type:
-                present = present.withColumn(CHANGE_TYPE, F.lit(INSERT))
-            synthetic = present.select(*changes.columns)
-            feed = synthetic.unionByName(self._in_order(changes, old)).localCheckpoint()
-        view = f"__sx_batch_feed_{next(_views)}"
-        feed.createOrReplaceTempView(view)
+        out_view = f"{self.placeholder}_{batch_id}"
+        forwarded.createOrReplaceTempView(out_view)
         try:
-            forwarded = run_statement(spark, to_sql(self._call_over(view)))
-            if synthetic is not None:
-                forwarded = forwarded.join(synthetic.select(*keys, shape.order_by),
-                                           _key_match(forwarded, synthetic, keys + [shape.order_by]), "left_anti")
-            out_view = f"{self.placeholder}_{batch_id}"
-            forwarded.createOrReplaceTempView(out_view)
             outer = self.outer.copy()
             for table in outer.find_all(exp.Table):
                 if table.name == self.placeholder:
                     table.set("this", exp.to_identifier(out_view))
             self._write_output(run_statement(spark, to_sql(outer)), batch_id)
-            spark.catalog.dropTempView(out_view)
         finally:
-            spark.catalog.dropTempView(view)
-        self._write_state(spark, before, feed, batch_id)
-
-    # -- the state
-
-    def _touched_state(self, spark, before: "Before", touched, changes_schema):
-        """The last applied change of every key the batch touches (materialised: the plan
-        reads it three times)."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        keys = list(self.spec.shape.key)
-        layers = before.read(spark, self._state_schema(changes_schema))
-        old = layers.join(F.broadcast(touched), _key_match(layers, touched, keys), "left_semi")
-        if before.deltas:
-            newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
-            old = old.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
-                .drop("__sx_rank")
-        return old.drop(LAYER).localCheckpoint()
-
-    def _state_schema(self, changes_schema):
-        """The state's columns: the data columns, the ordering column and ``__sx_present``."""
-        from pyspark.sql.types import BooleanType, StructField, StructType
-
-        shape = self.spec.shape
-        fields = {field.name: field for field in changes_schema.fields}
-        return StructType([fields[c] for c in (*shape.data_columns, shape.order_by)]
-                          + [StructField(PRESENT, BooleanType(), True)])
-
-    def _write_state(self, spark, before: "Before", feed, batch_id: int) -> None:
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        shape, keys = self.spec.shape, list(self.spec.shape.key)
-        if shape.has_change_type:
-            present = F.col(CHANGE_TYPE).isin(*SETS_VALUE)
-        else:
-            present = F.lit(False)
-            for column in shape.tombstone_columns:
-                present = present | F.col(column).isNotNull()
-        if shape.sequence_by is not None:  # the last change applied: a stale one is not
-            earlier = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by)) \
-                .rowsBetween(Window.unboundedPreceding, -1)
-            newest = F.max(F.col(shape.sequence_by)).over(earlier)
-            feed = feed.withColumn("__sx_newest", newest) \
-                .where(F.col("__sx_newest").isNull() | (F.col(shape.sequence_by) >= F.col("__sx_newest"))) \
-                .drop("__sx_newest")
-        last = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by).desc())
-        latest = feed.withColumn(PRESENT, present).withColumn("__sx_rank", F.row_number().over(last)) \
-            .where(F.col("__sx_rank") == 1).select(*shape.data_columns, shape.order_by, PRESENT)
-        if before.base is None:
-            latest.write.mode("overwrite").parquet(str(self.layers.base_path(batch_id)))
-        else:
-            latest.write.mode("overwrite").parquet(str(self.layers.delta_path(batch_id)))
-            if self.layers.worth_compacting(before, batch_id):
-                after = Before(before.base, before.deltas + (batch_id,), self.layers)
-                state = after.read(spark, latest.schema)
-                newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
-                state.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
-                    .drop("__sx_rank", LAYER).write.mode("overwrite").parquet(str(self.layers.base_path(batch_id)))
-        self.layers.forget_before(before)
-
-    def _in_order(self, changes, old):
-        """The new changes without the stale ones; a late change that is not stale stops the
-        batch with ``[LATE_CHANGE]`` when the plan reaches it (Spark's ``raise_error``)."""
-        from pyspark.sql import functions as F
-
-        shape, keys = self.spec.shape, list(self.spec.shape.key)
-        o = old.select(*[F.col(k).alias(f"__sx_k{i}") for i, k in enumerate(keys)],
-                       F.col(shape.order_by).alias("__sx_last"),
-                       *([F.col(shape.sequence_by).alias("__sx_seq")] if shape.sequence_by else []))
-        match = None
-        for i, k in enumerate(keys):
-            term = F.col(k).eqNullSafe(F.col(f"__sx_k{i}"))
-            match = term if match is None else match & term
-        joined = changes.join(F.broadcast(o), match, "left")
-        late = F.col("__sx_last").isNotNull() & (F.col(shape.order_by) <= F.col("__sx_last"))
-        stale = F.lit(False)
-        if shape.sequence_by:
-            stale = late & F.col(shape.sequence_by).isNotNull() & (F.col(shape.sequence_by) < F.col("__sx_seq"))
-        refuse = F.when(late & ~stale, F.raise_error(self._late_message(changes.schema))).otherwise(F.lit(True))
-        return joined.where(refuse & ~stale).select(*changes.columns)
-
-    def _late_message(self, schema):
-        """``[LATE_CHANGE]``'s text for the row at hand, as a column: the message is made by
-        the error class with markers where the row's values go."""
-        from pyspark.sql import functions as F
-
-        shape = self.spec.shape
-        marks = {"key": "\x00key\x00", "value": "\x00value\x00", "last": "\x00last\x00"}
-        text = str(SqlextError("LATE_CHANGE", function=FUNCTION, order_by=shape.order_by, **marks))
-        types = {field.name: field.dataType for field in schema.fields}
-        values = {
-            "key": F.concat_ws(", ", *[F.concat(F.lit(k + "="), _shown(F.col(k), types[k])) for k in shape.key]),
-            "value": _shown(F.col(shape.order_by), types[shape.order_by]),
-            "last": _shown(F.col("__sx_last"), types[shape.order_by]),
-        }
-        parts = []
-        for piece in text.split("\x00"):
-            parts.append(values[piece] if piece in values else F.lit(piece))
-        return F.concat(*parts)
-
-    # -- the output
-
-    def _call_over(self, view: str) -> exp.Expression:
-        call = self.call.copy()
-        for argument in call.find_all(exp.Table):
-            if isinstance(argument.this, exp.Anonymous) and argument.this.name.upper() == "STREAM":
-                argument.replace(exp.Table(this=exp.to_identifier(view)))
-                break
-        call.set("alias", None)
-        return exp.select("*").from_(call)
+            spark.catalog.dropTempView(out_view)
 
     def _write_output(self, frame, batch_id: int) -> None:
         """The batch's rows as files ``batch-<id>-*`` in the output folder, replacing any
@@ -221,6 +98,183 @@ class TableStateFilter:
         for part in sorted(temporary.glob("part-*")):
             part.rename(self.output / (prefix + part.name))
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+class TableStateFilter(TableStateRun):
+    """The ``foreachBatch`` function of one incremental CHANGELOG_FILTER."""
+
+    def __init__(self, spec: FilterSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
+                 checkpoint: str, output: str, output_format: str):
+        super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
+        self.spec = spec
+        self.layers = Layers(self.state)
+
+    def __call__(self, batch, batch_id: int) -> None:
+        from sqlext.runner import run_statement
+
+        spark, shape = batch.sparkSession, self.spec.shape  # the query's own session: its views
+        keys = list(shape.key)
+        changes = without_preimages(batch, shape)
+        before = self.layers.before(batch_id)
+        touched = changes.select(*keys).distinct()
+        synthetic = None
+        if before.base is None:
+            feed = changes  # read twice (output, base) from the files: cheaper than materialising all history
+        else:
+            old = self._touched_state(spark, before, touched, changes.schema)
+            synthetic = as_inserts(old, shape, changes.columns)
+            feed = synthetic.unionByName(self._in_order(changes, old)).localCheckpoint()
+        view = f"__sx_batch_feed_{next(_views)}"
+        feed.createOrReplaceTempView(view)
+        try:
+            forwarded = run_statement(spark, to_sql(self.call_over({"input": view})))
+            if synthetic is not None:
+                forwarded = forwarded.join(synthetic.select(*keys, shape.order_by),
+                                           key_match(forwarded, synthetic, keys + [shape.order_by]), "left_anti")
+            self.write_statement(spark, forwarded, batch_id)
+        finally:
+            spark.catalog.dropTempView(view)
+        self._write_state(spark, before, feed, batch_id)
+
+    # -- the state
+
+    def _touched_state(self, spark, before: "Before", touched, changes_schema):
+        """The last applied change of every key the batch touches (materialised: the plan
+        reads it three times)."""
+        from pyspark.sql import functions as F
+
+        keys = list(self.spec.shape.key)
+        layers = before.read(spark, state_schema(self.spec.shape, changes_schema))
+        old = newest_layer(layers.join(F.broadcast(touched), key_match(layers, touched, keys), "left_semi"), keys,
+                           before)
+        return old.localCheckpoint()
+
+    def _write_state(self, spark, before: "Before", feed, batch_id: int) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        shape, keys = self.spec.shape, list(self.spec.shape.key)
+        if shape.sequence_by is not None:  # the last change applied: a stale one is not
+            earlier = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(shape.order_by)) \
+                .rowsBetween(Window.unboundedPreceding, -1)
+            newest = F.max(F.col(shape.sequence_by)).over(earlier)
+            feed = feed.withColumn("__sx_newest", newest) \
+                .where(F.col("__sx_newest").isNull() | (F.col(shape.sequence_by) >= F.col("__sx_newest"))) \
+                .drop("__sx_newest")
+        self.layers.write(spark, before, last_changes(feed, shape), keys, batch_id)
+
+    def _in_order(self, changes, old):
+        """The new changes without the stale ones; a late change that is not stale stops the
+        batch with ``[LATE_CHANGE]`` when the plan reaches it (Spark's ``raise_error``)."""
+        from pyspark.sql import functions as F
+
+        shape, keys = self.spec.shape, list(self.spec.shape.key)
+        o = old.select(*[F.col(k).alias(f"__sx_k{i}") for i, k in enumerate(keys)],
+                       F.col(shape.order_by).alias(LAST),
+                       *([F.col(shape.sequence_by).alias("__sx_seq")] if shape.sequence_by else []))
+        match = None
+        for i, k in enumerate(keys):
+            term = F.col(k).eqNullSafe(F.col(f"__sx_k{i}"))
+            match = term if match is None else match & term
+        joined = changes.join(F.broadcast(o), match, "left")
+        late = F.col(LAST).isNotNull() & (F.col(shape.order_by) <= F.col(LAST))
+        stale = F.lit(False)
+        if shape.sequence_by:
+            stale = late & F.col(shape.sequence_by).isNotNull() & (F.col(shape.sequence_by) < F.col("__sx_seq"))
+        refuse = refuse_late(late & ~stale, FUNCTION, shape, changes.schema)
+        return joined.where(refuse & ~stale).select(*changes.columns)
+
+
+LAST = "__sx_last"
+
+
+def present_column(shape):
+    """Whether a change leaves its key with a row: an insert or update, or in an upsert log a
+    row with a value."""
+    from pyspark.sql import functions as F
+
+    if shape.has_change_type:
+        return F.col(CHANGE_TYPE).isin(*SETS_VALUE)
+    present = F.lit(False)
+    for column in shape.tombstone_columns:
+        present = present | F.col(column).isNotNull()
+    return present
+
+
+def without_preimages(changes, shape):
+    """``update_preimage`` rows carry nothing the state does not know."""
+    from pyspark.sql import functions as F
+
+    if not shape.has_change_type:
+        return changes
+    return changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
+
+
+def as_inserts(state, shape, columns):
+    """The present rows of a state as changes that insert them at their own ordering value."""
+    from pyspark.sql import functions as F
+
+    present = state.where(F.col(PRESENT))
+    if shape.has_change_type:
+        present = present.withColumn(CHANGE_TYPE, F.lit(INSERT))
+    return present.select(*columns)
+
+
+def last_changes(feed, shape, *extra):
+    """Each key's last change in ``feed``: its data columns, ordering value, ``extra``
+    columns and whether it leaves a row (``__sx_present``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    last = Window.partitionBy(*[F.col(k) for k in shape.key]).orderBy(F.col(shape.order_by).desc())
+    return feed.withColumn(PRESENT, present_column(shape)).withColumn("__sx_rank", F.row_number().over(last)) \
+        .where(F.col("__sx_rank") == 1).select(*shape.data_columns, shape.order_by, *extra, PRESENT)
+
+
+def state_schema(shape, changes_schema, *extra):
+    """The state's columns: the data columns, the ordering column, ``extra`` fields and
+    ``__sx_present``."""
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    fields = {field.name: field for field in changes_schema.fields}
+    return StructType([fields[c] for c in (*shape.data_columns, shape.order_by)] + list(extra)
+                      + [StructField(PRESENT, BooleanType(), True)])
+
+
+def newest_layer(rows, keys, before: "Before"):
+    """Of the layers' rows of each key, the newest layer's (one layer needs no choosing)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if before.deltas:
+        newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
+        rows = rows.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
+            .drop("__sx_rank")
+    return rows.drop(LAYER)
+
+
+def refuse_late(late, function: str, shape, schema, across_inputs: bool = False):
+    """A condition that is true, or stops the plan with ``[LATE_CHANGE]`` on a row where
+    ``late`` holds (the key's or both inputs' last ordering value is in ``__sx_last``)."""
+    from pyspark.sql import functions as F
+
+    return F.when(late, F.raise_error(_late_message(function, shape, schema, across_inputs))).otherwise(F.lit(True))
+
+
+def _late_message(function: str, shape, schema, across_inputs: bool):
+    """``[LATE_CHANGE]``'s text for the row at hand, as a column: the message is made by the
+    error class with markers where the row's values go."""
+    from pyspark.sql import functions as F
+
+    marks = {"key": "\x00key\x00", "value": "\x00value\x00", "last": "\x00last\x00"}
+    text = str(late_change(function, order_by=shape.order_by, across_inputs=across_inputs, **marks))
+    types = {field.name: field.dataType for field in schema.fields}
+    values = {
+        "key": F.concat_ws(", ", *[F.concat(F.lit(k + "="), _shown(F.col(k), types[k])) for k in shape.key]),
+        "value": _shown(F.col(shape.order_by), types[shape.order_by]),
+        "last": _shown(F.col(LAST), types[shape.order_by]),
+    }
+    return F.concat(*[values[piece] if piece in values else F.lit(piece) for piece in text.split("\x00")])
 
 
 @dataclass(frozen=True)
@@ -277,6 +331,19 @@ class Layers:
         deltas = tuple(d for d in self._finished("delta") if base < d < batch_id)
         return Before(base, deltas, self)
 
+    def write(self, spark, before: Before, latest, keys, batch_id: int) -> None:
+        """Write a batch's layer: the base on the first batch, else a delta (and a new base
+        when the deltas are worth compacting); then forget the layers no replay reads."""
+        if before.base is None:
+            latest.write.mode("overwrite").parquet(str(self.base_path(batch_id)))
+            return
+        latest.write.mode("overwrite").parquet(str(self.delta_path(batch_id)))
+        if self.worth_compacting(before, batch_id):
+            after = Before(before.base, before.deltas + (batch_id,), self)
+            newest_layer(after.read(spark, latest.schema), keys, after) \
+                .write.mode("overwrite").parquet(str(self.base_path(batch_id)))
+        self.forget_before(before)
+
     def worth_compacting(self, before: Before, batch_id: int) -> bool:
         deltas = sum(_size(self.delta_path(d)) for d in before.deltas + (batch_id,))
         return deltas >= COMPACT_SHARE * _size(self.base_path(before.base))
@@ -308,7 +375,7 @@ def _shown(column, data_type):
     return F.when(column.isNull(), F.lit("None")).otherwise(text)
 
 
-def _key_match(left, right, keys):
+def key_match(left, right, keys):
     """Equal (NULL equal to NULL) on every column of ``keys``."""
     match = None
     for k in keys:

@@ -22,12 +22,15 @@ from sqlext.catalog.arguments import find_calls, read_call
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
+from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
+from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+from sqlext.catalog.fk_join import check_incremental as check_fk_join_incremental
+from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
-TABLE_FUNCTIONS = ("FK_JOIN", "RECURSIVE_EXPAND")
 
 
 ENGINES = ("tables", "state_store")
@@ -97,20 +100,15 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
         for table in list(tree.find_all(exp.Table)):
             if _is_stream(table) and not isinstance(table.parent, TableArgument):
                 _replace(table, _register(spark, _source(spark, table.this, sources, source_format), views))
-        for function in TABLE_FUNCTIONS:
-            if find_calls(tree, function) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
-                raise SqlextError(
-                    "UNSUPPORTED_STREAM", function=FUNCTION, what=function,
-                    reason="only CHANGELOG_FILTER runs incrementally so far",
-                    fix="Run this function as a batch query (sqlext.sql), or stream a CHANGELOG_FILTER.")
+        if find_calls(tree, FK_JOIN) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
+            raise SqlextError(
+                "UNSUPPORTED_STREAM", function=FUNCTION, what="FK_JOIN on engine 'state_store'",
+                reason="its state is kept under several keys, which the 'tables' engine does",
+                fix="Use engine='tables' (the default).")
+        _refuse_recursion(tree)
         for table in find_calls(tree, FILTER):
-            call = read_call(table, FILTER, FILTER_ARGUMENTS)
-            argument = call.tables.get("input")
-            if argument is None or not _is_stream(argument.this):
-                raise SqlextError(
-                    "UNSUPPORTED_STREAM", function=FUNCTION, what="a CHANGELOG_FILTER over a table",
-                    reason="a streaming statement reads its inputs as streams",
-                    fix="Write input => TABLE(STREAM(my_changes)).")
+            call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
+            argument = call.tables["input"]
             source = _source(spark, argument.this.this, sources, source_format)
             if checkpoint is not None:
                 _check_columns(checkpoint, to_sql(argument.this.this), source.schema)
@@ -131,38 +129,76 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
 def _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format):
     """The streaming source and the foreachBatch function of a statement holding one
-    CHANGELOG_FILTER over ``STREAM(name)`` (and any SQL around it)."""
+    CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
+    around it)."""
     from sqlext.session import ensure_installed
-    from sqlext.stream_tables import TableStateFilter
 
     ensure_installed(spark)
     tree = parse_one(sql)
-    calls = find_calls(tree, FILTER)
+    filters, joins = find_calls(tree, FILTER), find_calls(tree, FK_JOIN)
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
-    if len(calls) != 1 or len(streams) != 1 or any(find_calls(tree, f) for f in TABLE_FUNCTIONS):
+    _refuse_recursion(tree)
+    if len(filters) + len(joins) != 1 or len(streams) != (1 if filters else 2):
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-            reason="the 'tables' engine runs one CHANGELOG_FILTER over one STREAM(...) source",
-            fix="Read one stream in one CHANGELOG_FILTER call, or use engine='state_store'.")
-    table = calls[0]
-    call = read_call(table, FILTER, FILTER_ARGUMENTS)
-    argument = call.tables.get("input")
-    if argument is None or not _is_stream(argument.this):
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="a CHANGELOG_FILTER over a table",
-            reason="a streaming statement reads its inputs as streams", fix="Write input => TABLE(STREAM(my_changes)).")
-    name = to_sql(argument.this.this)
-    source = _source(spark, argument.this.this, sources, source_format)
-    _check_columns(checkpoint, name, source.schema)
-    spec = filter_spec(call.literals, source.columns)
-    check_incremental(spec)
-    from sqlext.udfs.changelog_stream import checked_predicate
+            reason="the 'tables' engine runs one CHANGELOG_FILTER over one STREAM(...) source, or one FK_JOIN "
+                   "over two, and reads no other stream",
+            fix="Read the streams in one CHANGELOG_FILTER or FK_JOIN call.")
+    placeholder = f"__sx_result_{next(_views)}"
+    if filters:
+        table = filters[0]
+        call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
+        name = to_sql(call.tables["input"].this.this)
+        source = _source(spark, call.tables["input"].this.this, sources, source_format)
+        _check_columns(checkpoint, name, source.schema)
+        spec = filter_spec(call.literals, source.columns)
+        check_incremental(spec)
+        from sqlext.udfs.changelog_stream import checked_predicate
 
-    checked_predicate(source, spec)
-    placeholder = f"__sx_filtered_{next(_views)}"
+        checked_predicate(source, spec)
+        call_node = table.copy()
+        _replace(table, placeholder)
+        from sqlext.stream_tables import TableStateFilter
+
+        return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format)
+    table = joins[0]
+    call = _stream_call(table, FK_JOIN, FK_JOIN_ARGUMENTS, ("left", "right"))
+    inputs = {}
+    for side in ("left", "right"):
+        stream_call = call.tables[side].this.this
+        inputs[side] = _source(spark, stream_call, sources, source_format)
+        _check_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
+    spec = fk_join_spec(call.literals, inputs["left"].columns, inputs["right"].columns)
+    check_fk_join_incremental(spec)
     call_node = table.copy()
     _replace(table, placeholder)
-    return source, TableStateFilter(spark, spec, call_node, tree, placeholder, checkpoint, output, output_format)
+    from sqlext.stream_fk_join import TableStateFkJoin, one_stream
+
+    return one_stream(inputs["left"], inputs["right"]), \
+        TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format)
+
+
+def _refuse_recursion(tree: exp.Expression) -> None:
+    """A recursion over a stream would run over each micro-batch's rows alone."""
+    recursive = any(w.args.get("recursive") for w in tree.find_all(exp.With)) or find_calls(tree, "RECURSIVE_EXPAND")
+    if recursive and any(_is_stream(t) for t in tree.find_all(exp.Table)):
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion",
+            reason="recursion does not run incrementally yet (it would see each micro-batch's rows alone)",
+            fix="Run the recursion as a batch query (sqlext.sql).")
+
+
+def _stream_call(table: exp.Table, function: str, arguments, inputs: tuple[str, ...]):
+    """A call's arguments, each of ``inputs`` a ``TABLE(STREAM(name))``."""
+    call = read_call(table, function, arguments)
+    for name in inputs:
+        argument = call.tables.get(name)
+        if argument is None or not _is_stream(argument.this):
+            raise SqlextError(
+                "UNSUPPORTED_STREAM", function=FUNCTION, what=f"a {function} over a table",
+                reason="a streaming statement reads its inputs as streams",
+                fix=f"Write {name} => TABLE(STREAM(my_changes)).")
+    return call
 
 
 def _check_columns(checkpoint: str, name: str, schema) -> None:

@@ -162,8 +162,8 @@ def test_a_streaming_view_is_read_as_it_is(spark, tmp_path):
     (filter_sql("final"), "UNSUPPORTED_STREAM"),
     ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(changes_table), key => 'id', predicate => 'v >= 0')",
      "UNSUPPORTED_STREAM"),
-    ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(changes)), right => TABLE(STREAM(changes)), left_key => 'id', "
-     "foreign_key => 'v', right_key => 'id')", "UNSUPPORTED_STREAM"),
+    ("WITH RECURSIVE r(id, n) AS (SELECT id, 0 FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "
+     "predicate => 'v >= 0') UNION ALL SELECT id, n + 1 FROM r WHERE n < 3) SELECT * FROM r", "UNSUPPORTED_STREAM"),
     ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'nope', predicate => 'v >= 0')",
      "CHANGELOG_MISSING_COLUMN"),
     ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', predicate => 'v + 1')",

@@ -27,8 +27,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, check_incremental, not_boolean
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, drop_stale
-from sqlext.errors import SqlextError
+from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, drop_stale, late_change
 from sqlext.udfs.changelog_filter import apply_changes
 
 PASSED = "__sx_passed"  # in the state: whether the key's row passed the predicate
@@ -107,8 +106,8 @@ class ChangelogFilterProcessor(StatefulProcessor):
                     and change.row[shape.sequence_by] < old[shape.sequence_by]:
                 continue  # stale by the versioned-table rule: ignored, as the batch run ignores it
             else:
-                raise SqlextError("LATE_CHANGE", function=FUNCTION, key=shape.key_text(change.row),
-                                  order_by=shape.order_by, value=repr(change.order), last=repr(last_order))
+                raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
+                                  repr(last_order))
         return kept
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ on its own copy of the same history and increments.
 
     sqlext bench incremental --rows 10000000 --runs 3
     sqlext bench incremental --rows 100000000 --keys 1250000 --runs 3   (10x the history, same keys)
+    sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from sqlext.bench.changes import make_changes
+from sqlext.bench.changes import make_changes, make_fk_inputs
 
 STREAMED = """SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(bench_feed)), key => 'id',
   predicate => 'balance >= 0', emit => 'changes')"""
@@ -30,55 +33,128 @@ BATCH = """SELECT * FROM CHANGELOG_FILTER(input => TABLE(bench_feed_all), key =>
   predicate => 'balance >= 0', emit => 'changes')"""
 
 
+FK_STREAMED = """SELECT * FROM FK_JOIN(left => TABLE(STREAM(bench_orders)), right => TABLE(STREAM(bench_customers)),
+  left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', join_type => 'inner', emit => 'changes')"""
+FK_BATCH = """SELECT * FROM FK_JOIN(left => TABLE(bench_orders_all), right => TABLE(bench_customers_all),
+  left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', join_type => 'inner', emit => 'changes')"""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One function's history, its increments and its two formulations."""
+
+    name: str
+    streamed: str
+    batch: str
+    feeds: dict[str, str]  # the stream's name -> the batch view's name
+    make_history: Callable[[Any, str], None]  # (spark, directory)
+    add_increment: Callable[[Any, str, int], None]  # (spark, directory, run)
+    size: int  # history rows
+    increment: int  # rows per increment
+    about: str
+
+
+def filter_workload(rows: int, percent: float, keys: int) -> Workload:
+    size = max(1, int(rows * percent / 100))
+
+    def history(spark, directory):
+        make_changes(spark, rows, f"{directory}/bench_feed", keys=keys)
+
+    def increment(spark, directory, run):
+        first = rows + run * size
+        spark.range(size).selectExpr(
+            f"CAST(pmod(hash(id, {run}, 13), {keys}) AS BIGINT) AS id",
+            "concat('owner-', CAST(pmod(hash(id, 17), 1000) AS STRING)) AS owner",
+            f"CAST(pmod(hash(id, {run}, 19), 2000) - 500 AS BIGINT) AS balance",
+            "'update_postimage' AS _change_type",
+            f"id + {first} AS _commit_version",
+        ).write.mode("append").parquet(f"{directory}/bench_feed")
+
+    return Workload("CHANGELOG_FILTER emit => 'changes'", STREAMED, BATCH, {"bench_feed": "bench_feed_all"},
+                    history, increment, rows, size, f"{rows:,} changes over {keys:,} keys")
+
+
+def fk_workload(left: int, right: int, percent: float) -> Workload:
+    """The FK_JOIN benchmark's orders and customers; an increment updates random orders (one
+    in ten moves to another customer) and random customers, in the proportions of the history."""
+    left_size, right_size = max(1, int(left * percent / 100)), max(1, int(right * percent / 100))
+    orders, customers = max(1, left // 5), max(1, right // 5)
+
+    def history(spark, directory):
+        make_fk_inputs(spark, left, right, directory)
+        for name in ("orders", "customers"):
+            shutil.move(f"{directory}/{name}", f"{directory}/bench_{name}")
+
+    def increment(spark, directory, run):
+        first = max(left, right * max(1, left // max(1, right))) + 1 + run * (left_size + right_size)
+        spark.range(right_size).selectExpr(
+            f"CAST(pmod(hash(id, {run}, 29), {customers}) + 1 AS BIGINT) AS id",
+            f"concat('customer-', CAST(pmod(hash(id, {run}, 3), 100000) AS STRING)) AS name",
+            f"CAST(pmod(hash(id, {run}, 5), 4) AS INT) AS tier",
+            "'update_postimage' AS _change_type",
+            f"id + {first} AS _commit_version",
+        ).write.mode("append").parquet(f"{directory}/bench_customers")
+        spark.range(left_size).selectExpr(
+            f"CAST(pmod(hash(id, {run}, 31), {orders}) AS BIGINT) AS order_id",
+            f"CAST(floor(exp((pmod(hash(id, {run}, 17), 1000000) / 1000000.0) * ln({customers}))) AS BIGINT)"
+            " AS customer_id",
+            f"CAST(pmod(hash(id, {run}, 19), 100000) AS BIGINT) AS amount",
+            "'update_postimage' AS _change_type",
+            f"id + {first + right_size} AS _commit_version",
+        ).write.mode("append").parquet(f"{directory}/bench_orders")
+
+    return Workload("FK_JOIN emit => 'changes'", FK_STREAMED, FK_BATCH,
+                    {"bench_orders": "bench_orders_all", "bench_customers": "bench_customers_all"},
+                    history, increment, left + right, left_size + right_size,
+                    f"{left:,} left and {right:,} right changes")
+
+
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
-                      engines: tuple[str, ...] = ("tables", "state_store")) -> dict:
+                      engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
+                      left: int = 5_000_000, right: int = 500_000) -> dict:
     """Each engine on its own copy of the same history and increments; returns, per engine,
-    the first run's seconds, the incremental and batch seconds per increment, and the rows."""
-    results = {}
-    for engine in engines:
-        results[engine] = _bench_engine(spark, rows, runs, percent, keys or max(1, rows // 8), engine)
-    return results
+    the first run's seconds, the incremental and batch seconds per increment, and the rows.
+    ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
+    ``right`` changes; the 'tables' engine only: FK_JOIN keeps state under several keys)."""
+    if function == "fk":
+        workload = fk_workload(left, right, percent)
+        engines = tuple(e for e in engines if e == "tables")
+    else:
+        workload = filter_workload(rows, percent, keys or max(1, rows // 8))
+    return {engine: _bench_engine(spark, workload, runs, percent, engine) for engine in engines}
 
 
-def _bench_engine(spark, rows: int, runs: int, percent: float, keys: int, engine: str) -> dict:
+def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: str) -> dict:
     import sqlext
     from sqlext.streaming import run_available_now
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
-    feed = f"{directory}/changes"
-    options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", sources={"bench_feed": feed},
-                   engine=engine)
+    options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", engine=engine,
+                   sources={name: f"{directory}/{name}" for name in workload.feeds})
     try:
-        make_changes(spark, rows, feed, keys=keys)
+        workload.make_history(spark, directory)
         started = time.perf_counter()
-        run_available_now(spark, STREAMED, **options)
+        run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
-        size = max(1, int(rows * percent / 100))
         incremental, batch = [], []
         for run in range(runs):
-            first = rows + run * size
-            spark.range(size).selectExpr(
-                f"CAST(pmod(hash(id, {run}, 13), {keys}) AS BIGINT) AS id",
-                "concat('owner-', CAST(pmod(hash(id, 17), 1000) AS STRING)) AS owner",
-                f"CAST(pmod(hash(id, {run}, 19), 2000) - 500 AS BIGINT) AS balance",
-                "'update_postimage' AS _change_type",
-                f"id + {first} AS _commit_version",
-            ).write.mode("append").parquet(feed)
+            workload.add_increment(spark, directory, run)
             started = time.perf_counter()
-            run_available_now(spark, STREAMED, **options)
+            run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
-            spark.read.parquet(feed).createOrReplaceTempView("bench_feed_all")
+            for name, view in workload.feeds.items():
+                spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(view)
             started = time.perf_counter()
-            sqlext.sql(spark, BATCH).write.format("noop").mode("overwrite").save()
+            sqlext.sql(spark, workload.batch).write.format("noop").mode("overwrite").save()
             batch.append(time.perf_counter() - started)
         out_rows = spark.read.parquet(options["output"]).count()
-        batch_rows = sqlext.sql(spark, BATCH).count()
+        batch_rows = sqlext.sql(spark, workload.batch).count()
         if out_rows != batch_rows:
             raise SystemExit(f"bench incremental ({engine}): the runs wrote {out_rows} rows, the batch query "
                              f"{batch_rows}")
         ratio = statistics.median(batch) / statistics.median(incremental)
-        print(f"CHANGELOG_FILTER emit => 'changes', engine {engine!r}: history {rows:,} changes over {keys:,} "
-              f"keys, increments of {size:,} changes ({percent:g}%), {runs} runs", flush=True)
+        print(f"{workload.name}, engine {engine!r}: history {workload.about}, increments of "
+              f"{workload.increment:,} changes ({percent:g}%), {runs} runs", flush=True)
         print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s")
         print(f"  incremental run per increment: median {statistics.median(incremental):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in incremental))

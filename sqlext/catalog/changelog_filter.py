@@ -31,7 +31,9 @@ from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
 
-from sqlext.catalog.changes import CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option
+from sqlext.catalog.changes import (
+    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
+)
 from sqlext.catalog.expressions import check_columns, parse_expression
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
@@ -86,9 +88,4 @@ def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
 
 def check_incremental(spec: FilterSpec) -> None:
     """The emit modes an incremental run can append: ``changes`` and ``records``."""
-    if spec.emit == "final":
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="emit => 'final'",
-            reason="the final table changes in place, and a streaming sink only appends",
-            fix="Stream emit => 'records' (an upsert and a tombstone per change) into a table that "
-                "applies them, or run emit => 'final' as a batch query.")
+    check_streamable_emit(FUNCTION, spec.emit)

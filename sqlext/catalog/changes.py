@@ -278,3 +278,30 @@ def drop_stale(shape: ChangeShape, changes: list[Change], latest: Any = None) ->
         latest = stamp
         kept.append(change)
     return kept
+
+
+def late_change(function: str, key: str, order_by: str, value: str, last: str,
+                across_inputs: bool = False) -> SqlextError:
+    """``[LATE_CHANGE]``: an incremental run met a change at or below what an earlier run
+    processed. CHANGELOG_FILTER compares per key (and can drop stale changes by
+    ``sequence_by``); FK_JOIN compares with the highest ordering value of both inputs, since
+    a change of either input can meet every row of the other."""
+    if across_inputs:
+        earlier = f"the highest {order_by} an earlier run processed (one order runs across both inputs)"
+        fix = f"Give late changes a higher {order_by}."
+    else:
+        earlier = "which an earlier run already processed for that key"
+        fix = f"Give late changes a higher {order_by}, or name a sequence_by column so that stale changes are ignored."
+    return SqlextError("LATE_CHANGE", function=function, key=key, order_by=order_by, value=value, last=last,
+                       earlier=earlier, fix=fix)
+
+
+def check_streamable_emit(function: str, emit: str) -> None:
+    """An incremental run appends to its output: ``changes`` and ``records`` can, ``final``
+    (the table after the last change, which changes in place) cannot."""
+    if emit == "final":
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=function, what="emit => 'final'",
+            reason="the final table changes in place, and a streaming sink only appends",
+            fix="Stream emit => 'records' (an upsert and a tombstone per change) into a table that "
+                "applies them, or run emit => 'final' as a batch query.")

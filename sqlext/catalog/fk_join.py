@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_numeric
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
+    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
 )
 from sqlext.catalog.expressions import check_columns, parse_expression
 
@@ -106,6 +106,15 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 
 
+def check_incremental(spec: FkJoinSpec) -> None:
+    """What an incremental run supports: ``changes`` and ``records``, without ``sequence_by``."""
+    check_streamable_emit(FUNCTION, spec.emit)
+    if spec.left.sequence_by is not None:
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="sequence_by",
+            reason="an incremental FK_JOIN needs every change above the highest ordering value of earlier runs, "
+                   "so it has no stale changes to drop",
+            fix="Leave sequence_by out of the streaming call, or run it as a batch query.")
 
 
 def check_foreign_key_type(spec: FkJoinSpec, fk_type: str | None, key_type: str | None) -> None:

@@ -1,0 +1,155 @@
+"""Incremental FK_JOIN with its state in tables (the 'tables' engine), one micro-batch at a
+time, every step a native Spark plan.
+
+Both inputs arrive in one stream (each row in the column of its side). The state is each
+left key's last change (with its foreign key computed) and each right key's last change, kept
+as layers like CHANGELOG_FILTER's (a base and deltas, see :mod:`sqlext.stream_tables`). The
+left state, looked up by foreign key, is KIP-213's subscription store. A micro-batch:
+
+1. finds the rows the new changes can meet: the left rows of the changed left keys and the
+   left rows subscribed to a changed right key; the right rows of the changed right keys and
+   of every foreign key those left rows (old or new) point at;
+2. puts those rows, as inserts at their own ordering values, in front of the new changes and
+   runs the batch FK_JOIN (the native rewrite) over that. Replaying each key's last row
+   rebuilds exactly the join's state for those keys, so what the new changes forward is what
+   the batch run over the whole history forwards for them; the rows the replayed inserts
+   forward (at ordering values an earlier run processed) are dropped;
+3. writes the statement's rows as the batch's output files (a replay replaces them) and
+   the changed keys' last rows as the batch's state deltas.
+
+One order runs across both inputs, and a change of either input can meet any row of the
+other, so every new change must be above the highest ordering value an earlier run
+processed; one that is not stops the run with ``[LATE_CHANGE]`` and nothing written.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from sqlglot import exp
+
+from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
+from sqlext.stream_tables import (
+    LAST, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
+    state_schema, without_preimages,
+)
+
+LEFT, RIGHT = "__sx_left", "__sx_right"
+FOREIGN_KEY = "__sx_fk"
+_views = itertools.count(1)
+
+
+def one_stream(left, right):
+    """Both inputs' streams as one: a row holds its change in the column of its side."""
+    from pyspark.sql import functions as F
+
+    left_type, right_type = _struct_type(left), _struct_type(right)
+    return left.select(F.struct(*[F.col(_quoted(c)) for c in left.columns]).alias(LEFT),
+                       F.lit(None).cast(right_type).alias(RIGHT)) \
+        .unionByName(right.select(F.lit(None).cast(left_type).alias(LEFT),
+                                  F.struct(*[F.col(_quoted(c)) for c in right.columns]).alias(RIGHT)))
+
+
+class TableStateFkJoin(TableStateRun):
+    """The ``foreachBatch`` function of one incremental FK_JOIN."""
+
+    def __init__(self, spec: FkJoinSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
+                 checkpoint: str, output: str, output_format: str):
+        super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
+        self.spec = spec
+        self.left_layers, self.right_layers = Layers(self.state / "left"), Layers(self.state / "right")
+
+    def __call__(self, batch, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        from sqlext.runner import run_statement
+
+        spark, spec = batch.sparkSession, self.spec
+        left_shape, right_shape = spec.left, spec.right
+        new_left = without_preimages(batch.where(F.col(LEFT).isNotNull()).select(f"{LEFT}.*"), left_shape)
+        new_right = without_preimages(batch.where(F.col(RIGHT).isNotNull()).select(f"{RIGHT}.*"), right_shape)
+        left_before, right_before = self.left_layers.before(batch_id), self.right_layers.before(batch_id)
+        foreign_key = F.expr(spec.foreign_key)
+        if left_before.base is None:
+            feed_left, feed_right, highest = new_left, new_right, None
+        else:
+            left_state = left_before.read(spark, self._left_schema(new_left))
+            right_state = right_before.read(spark, state_schema(right_shape, new_right.schema))
+            highest = left_state.select(F.max(left_shape.order_by).alias("m")) \
+                .unionByName(right_state.select(F.max(right_shape.order_by).alias("m"))) \
+                .agg(F.max("m")).first()[0]
+            old_left, old_right = self._met_rows(left_state, right_state, left_before, right_before,
+                                                 new_left, new_right, foreign_key)
+            feed_left = as_inserts(old_left, left_shape, new_left.columns) \
+                .unionByName(self._in_order(new_left, left_shape, highest)).localCheckpoint()
+            feed_right = as_inserts(old_right, right_shape, new_right.columns) \
+                .unionByName(self._in_order(new_right, right_shape, highest)).localCheckpoint()
+        views = {"left": f"__sx_batch_left_{next(_views)}", "right": f"__sx_batch_right_{next(_views)}"}
+        feed_left.createOrReplaceTempView(views["left"])
+        feed_right.createOrReplaceTempView(views["right"])
+        try:
+            forwarded = run_statement(spark, self.call_over_sql(views))
+            if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
+                forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
+            self.write_statement(spark, forwarded, batch_id)
+        finally:
+            for view in views.values():
+                spark.catalog.dropTempView(view)
+        self.left_layers.write(spark, left_before,
+                               last_changes(new_left.withColumn(FOREIGN_KEY, foreign_key), left_shape, FOREIGN_KEY),
+                               list(left_shape.key), batch_id)
+        self.right_layers.write(spark, right_before, last_changes(new_right, right_shape), list(right_shape.key),
+                                batch_id)
+
+    def call_over_sql(self, views: dict[str, str]) -> str:
+        from sqlext.rewrites.dialect import to_sql
+
+        return to_sql(self.call_over(views))
+
+    def _left_schema(self, new_left):
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructField
+
+        fk_type = new_left.select(F.expr(self.spec.foreign_key).alias(FOREIGN_KEY)).schema[FOREIGN_KEY].dataType
+        return state_schema(self.spec.left, new_left.schema, StructField(FOREIGN_KEY, fk_type, True))
+
+    def _met_rows(self, left_state, right_state, left_before: Before, right_before: Before, new_left, new_right,
+                  foreign_key):
+        """The last rows (present or not) of the left keys the new changes can meet (changed
+        keys, and keys subscribed to a changed right key) and of the right keys those left
+        rows and the new left rows point at, or that changed; materialised."""
+        from pyspark.sql import functions as F
+
+        left_keys, right_key = list(self.spec.left.key), self.spec.right_key
+        changed_left = new_left.select(*left_keys).distinct()
+        changed_right = new_right.select(F.col(right_key).alias(FOREIGN_KEY)).distinct()
+        left_now = newest_layer(left_state, left_keys, left_before).where(F.col("__sx_present"))
+        by_key = left_now.join(F.broadcast(changed_left), key_match(left_now, changed_left, left_keys), "left_semi")
+        by_fk = left_now.join(F.broadcast(changed_right), left_now[FOREIGN_KEY] == changed_right[FOREIGN_KEY],
+                              "left_semi")
+        old_left = by_key.unionByName(by_fk).dropDuplicates(left_keys).localCheckpoint()
+        pointed = old_left.select(FOREIGN_KEY).unionByName(new_left.select(foreign_key.alias(FOREIGN_KEY))) \
+            .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct()
+        right_now = newest_layer(right_state, [right_key], right_before).where(F.col("__sx_present"))
+        old_right = right_now.join(F.broadcast(pointed), right_now[right_key] == pointed[FOREIGN_KEY], "left_semi")
+        return old_left, old_right.localCheckpoint()
+
+    def _in_order(self, changes, shape, highest):
+        """The new changes of one input; one at or below ``highest`` stops the batch with
+        ``[LATE_CHANGE]``."""
+        from pyspark.sql import functions as F
+
+        checked = changes.withColumn(LAST, F.lit(highest))
+        late = F.col(shape.order_by) <= F.col(LAST)
+        return checked.where(refuse_late(late, FUNCTION, shape, checked.schema, across_inputs=True)) \
+            .select(*changes.columns)
+
+
+def _struct_type(frame):
+    from pyspark.sql.types import StructType
+
+    return StructType(frame.schema.fields)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"

@@ -1,0 +1,176 @@
+"""Incremental runs of FK_JOIN on Structured Streaming (the 'tables' engine): the outputs of
+the runs, concatenated, equal the batch output over the whole input however the input is
+split into increments; KIP-213's event table fed one event per run gives each row of the
+table in the run that sees its event; a late change stops the run with nothing written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rows import multiset
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now
+from test_fk_join import (
+    LEFT_CDF, LEFT_UPSERT, RIGHT_CDF, RIGHT_UPSERT, SEED_EVENTS, SEED_EXPECTED, compact, event_lists, feed, fk_join,
+)
+
+
+def join_sql(join_type="inner", emit="changes", extra=""):
+    return ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+            f"left_key => 'id', foreign_key => 'fk', right_key => 'rid', join_type => '{join_type}', "
+            f"emit => '{emit}'{extra})")
+
+
+class Feeds:
+    """Two folders of change files (left: orders, right: customers), made from a whole list
+    of events (version, side, key, row) and released an increment at a time."""
+
+    def __init__(self, spark, shape: str, events, root: Path):
+        from pyspark.sql.types import _parse_datatype_string
+
+        self.spark, self.root = spark, root
+        self.schemas = {"orders": _parse_datatype_string(LEFT_CDF if shape == "cdf" else LEFT_UPSERT),
+                        "customers": _parse_datatype_string(RIGHT_CDF if shape == "cdf" else RIGHT_UPSERT)}
+        self.rows = {
+            "orders": feed([(v, k, r) for v, side, k, r in events if side == "left"], shape, "id"),
+            "customers": feed([(v, k, r) for v, side, k, r in events if side == "right"], shape, "rid"),
+        }
+        self.output, self.checkpoint = root / "out", root / "checkpoint"
+        self.seen: list[dict] = []
+        for name, schema in self.schemas.items():  # both folders hold their columns from the start
+            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(str(root / name))
+
+    def release(self, after, upto) -> None:
+        for name, rows in self.rows.items():
+            chosen = [r for r in rows if after < r["_commit_version"] <= upto]
+            if chosen:
+                self.spark.createDataFrame(chosen, self.schemas[name]).coalesce(1) \
+                    .write.mode("append").parquet(str(self.root / name))
+
+    def run(self, sql) -> list[dict]:
+        """One incremental run; the rows it added to the output."""
+        run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
+                          sources={"orders": str(self.root / "orders"), "customers": str(self.root / "customers")})
+        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
+            if any(self.output.glob("*.parquet")) else []
+        new = multiset(rows) - multiset(self.seen)
+        self.seen = rows
+        return [dict(r) for r in new.elements()]
+
+
+@pytest.fixture
+def feeds(spark):
+    roots = []
+
+    def make(shape, events):
+        roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-fk-")))
+        return Feeds(spark, shape, events, roots[-1])
+
+    yield make
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
+       join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
+       emit=st.sampled_from(["changes", "records"]))
+def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, join_type, shape, emit):
+    """Random interleavings of left and right changes (foreign key changes, NULL foreign keys,
+    deletes, re-inserts, a left and a right change at one version), cut into increments at
+    version boundaries (some increments empty, some touching one side only)."""
+    last = events[-1][0]
+    bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
+    current = feeds(shape, events)
+    done, out = -1, []
+    for bound in bounds:
+        current.release(done, bound)
+        out += current.run(join_sql(join_type, emit))
+        done = bound
+    assert multiset(out) == multiset(fk_join(spark, events, shape, join_type, emit))
+
+
+@pytest.mark.parametrize("join_type, emit", [("inner", "records"), ("left", "changes")])
+def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit):
+    """Each run forwards exactly the event table's rows for the event it sees."""
+    current = feeds("cdf", SEED_EVENTS)
+    expected = SEED_EXPECTED[(join_type, emit)]
+    for version, *_ in SEED_EVENTS:
+        current.release(version - 1, version)
+        got = compact(current.run(join_sql(join_type, emit)), emit)
+        assert got == [r for r in expected if r[4] == version], version
+
+
+def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
+    events = [(1, "right", 1, {"name": "foo"}), (2, "left", "k", {"fk": 1, "note": "n"}),
+              (3, "right", 1, {"name": "bar"})]
+    current = feeds("cdf", events)
+    current.release(0, 2)
+    assert len(current.run(join_sql())) == 1
+    current.release(2, 3)
+    current.rows = {"orders": [], "customers": [{"rid": 2, "name": "late", "_change_type": "insert",
+                                                 "_commit_version": 2}]}
+    current.release(0, 2)  # version 2 of a right key: the earlier run went up to version 2
+    with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*rid=2.*_commit_version = 2.*not above 2.*both inputs"):
+        current.run(join_sql())
+    assert current.spark.read.parquet(str(current.output)).count() == 1
+
+
+@pytest.mark.parametrize("sql, engine, error", [
+    (join_sql(emit="final"), "tables", r"emit => 'final'"),
+    (join_sql(), "state_store", r"engine='tables'"),
+])
+def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, engine, error):
+    current = feeds("cdf", [(1, "left", "k", {"fk": 1, "note": "n"})])
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*" + error):
+        run_available_now(current.spark, sql, checkpoint=str(current.checkpoint), output=str(current.output),
+                          sources={"orders": str(current.root / "orders"),
+                                   "customers": str(current.root / "customers")}, engine=engine)
+
+
+def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch):
+    """With the state kept as deltas (no compaction), a batch whose commit was lost is redone
+    from the layers before it: the output holds each row once and later runs stay exact."""
+    import sqlext.stream_tables as stream_tables
+
+    monkeypatch.setattr(stream_tables, "COMPACT_SHARE", float("inf"))
+    events = [(1, "right", 1, {"name": "a"}), (2, "left", "k", {"fk": 1, "note": "n"}),
+              (3, "left", "q", {"fk": 1, "note": "m"}), (4, "right", 1, {"name": "b"}),
+              (5, "left", "k", {"fk": 2, "note": "n"}), (6, "right", 2, {"name": "c"}),
+              (7, "left", "q", None), (8, "right", 1, None)]
+    current = feeds("cdf", events)
+    for after, upto in ((0, 2), (2, 4), (4, 6)):
+        current.release(after, upto)
+        current.run(join_sql("left", "changes"))
+    (current.checkpoint / "commits" / "2").unlink()
+    (current.checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    current.run(join_sql("left", "changes"))
+    current.release(6, 8)
+    current.run(join_sql("left", "changes"))
+    written = [r.asDict() for r in spark.read.parquet(str(current.output)).collect()]
+    assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
+
+
+def test_sequence_by_is_refused_incrementally():
+    from sqlext.catalog.fk_join import check_incremental, fk_join_spec
+
+    spec = fk_join_spec({"left_key": "id", "foreign_key": "fk", "right_key": "rid", "sequence_by": "ts"},
+                        ["id", "fk", "ts", "_commit_version"], ["rid", "name", "ts", "_commit_version"])
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\] FK_JOIN: sequence_by cannot run incrementally"):
+        check_incremental(spec)
+
+
+def test_bench_incremental_fk_checks_rows_against_the_batch(spark, capsys):
+    from sqlext.bench.incremental import bench_incremental
+
+    results = bench_incremental(spark, rows=0, runs=1, percent=5, function="fk", left=3000, right=300)
+    out = capsys.readouterr().out
+    assert set(results) == {"tables"} and "FK_JOIN emit => 'changes', engine 'tables'" in out
+    assert results["tables"]["rows"] > 0 and len(results["tables"]["incremental"]) == 1

@@ -115,13 +115,19 @@ def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_
     incrementally as usual, and --full-refresh rebuilds the refused one."""
     project, first, _ = built
     assert first.returncode == 0
-    done, results = dbt(project, "build", "--select", "premium_customers_changes", "payments_incremental")
+    # (the same run builds a model whose FK_JOIN call lacks an argument, to see a sqlext error
+    # of a statement reach dbt as its classed message)
+    done, results = dbt(project, "build", "--select", "premium_customers_changes", "payments_incremental",
+                        "fk_join_without_right_key", "--vars", "{with_broken_models: true}")
     assert done.returncode == 1
     models = by_type(results, "model")
-    assert models == {"premium_customers_changes": "error", "payments_incremental": "success"}
-    error = next(r["message"] for r in results["results"] if r["unique_id"] == "model.shop.premium_customers_changes")
+    assert models == {"premium_customers_changes": "error", "payments_incremental": "success",
+                      "fk_join_without_right_key": "error"}
+    messages = {r["unique_id"].split(".")[2]: r["message"] for r in results["results"]}
+    error = messages["premium_customers_changes"]
     assert "[INCREMENTAL_MODEL_UNSUPPORTED] sqlext dbt: model premium_customers_changes" in error
     assert "CHANGELOG_FILTER" in error and "[INCREMENTAL_MODEL_UNSUPPORTED]" in done.stdout
+    assert "[MISSING_ARGUMENT] FK_JOIN: the argument right_key is required" in messages["fk_join_without_right_key"]
     # the table is as the first build left it
     assert sum(table_rows(project, "premium_customers_changes", ["customer_id"]).values()) == 5
 

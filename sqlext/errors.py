@@ -99,8 +99,9 @@ MESSAGES: dict[str, str] = {
     "INCREMENTAL_MODEL_UNSUPPORTED": (
         "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
         "and is_incremental() is true), which sqlext does not support under dbt yet: {reason}, so "
-        "the result would be wrong without any error. Rebuild it with dbt build --full-refresh, or "
-        "materialize it as a table (config(materialized='table'))."
+        "the result would be wrong without any error. Rebuild it with dbt build --full-refresh, "
+        "materialize it as a table (config(materialized='table')), or call the function in an "
+        "upstream model over the whole input and filter that model's output here."
     ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "

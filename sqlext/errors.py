@@ -94,6 +94,14 @@ MESSAGES: dict[str, str] = {
         "The state kept so far was built for the old columns. Restore them, or start over with a new "
         "checkpoint and output folder."
     ),
+    # dbt models (the sqlext dbt adapter)
+    "INCREMENTAL_MODEL_UNSUPPORTED": (
+        "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
+        "and is_incremental() is true), which sqlext does not support under dbt yet: {reason}, so "
+        "the result would be wrong without any error. Rebuild it with dbt build --full-refresh, "
+        "materialize it as a table (config(materialized='table')), or call the function in an "
+        "upstream model over the whole input and filter that model's output here."
+    ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
         "unknown. Put at least one file of changes there before the first run."

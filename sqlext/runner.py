@@ -18,10 +18,13 @@ from sqlext.errors import SqlextError, find_in, spark_error_summary
 FUNCTION = "sqlext sql"
 
 
-def run_statement(spark, text: str):
+def run_statement(spark, text: str, on_plan=None):
     """Rewrite one statement against the session and hand it to Spark (lazily, as spark.sql).
 
-    Raises :class:`SqlextError` for input sqlext refuses, or Spark's own exception.
+    ``on_plan``, if given, is called with the statement's plan (a
+    :class:`sqlext.rewrites.pipeline.Rewritten`) before anything runs, so that a caller can
+    log what the rules did. Raises :class:`SqlextError` for input sqlext refuses, or Spark's
+    own exception.
     """
     from pyspark.errors import PySparkException
     from sqlglot.errors import ParseError, TokenError
@@ -30,6 +33,8 @@ def run_statement(spark, text: str):
     from sqlext.session import SparkRelations
 
     plan = rewrite_statement(text, SparkRelations(spark))
+    if on_plan is not None:
+        on_plan(plan)
     views: list[str] = []
     try:
         for recursion in plan.recursions:

@@ -1,47 +1,165 @@
-"""dbt-spark in `session` mode runs in the same Python process as sqlext: its cursor takes
-the process's session (SparkSession.builder.getOrCreate()) and hands each compiled model to
-plain spark.sql. What sqlext gives such a project, tested without dbt itself (dbt-spark's
-session extra needs pyspark < 4, see the README):
+"""The sqlext dbt adapter (profile ``type: sqlext``), run as people run dbt: ``dbt build`` on
+the command line, in its own process (and so its own Spark), over a project in the shape real
+ones have (tests/fixtures/dbt_shop: seeds, a source landed by a hook, staging views, marts,
+a macro, folder configs, generic, custom and singular data tests, incremental models).
 
-- functions registered by sqlext.install are there for dbt's SQL (CHANGELOG_FILTER);
-- the same model files, built by `sqlext build`, are rewritten (FK_JOIN, self-joins)."""
+Its marts use FK_JOIN, CHANGELOG_FILTER, a self-join that sqlext rewrites into a window and a
+recursive CTE; singular tests compare each of them with the rows expected, and this module
+reads the written tables back as well.
+"""
 
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+import pytest
 
-import sqlext
-from rows import multiset, ordered
-from sqlext.models import build, discover
+PROJECT = Path(__file__).resolve().parent / "fixtures" / "dbt_shop"
+DBT = Path(sys.executable).with_name("dbt")
 
-PROJECT = Path(__file__).resolve().parent / "dbt_project"
-
-
-def test_dbt_session_mode_gets_the_installed_session_and_its_functions(spark, tmp_path):
-    # what dbt-spark's session cursor does for every model
-    dbt_session = SparkSession.builder.getOrCreate()
-    assert dbt_session is sqlext.install(spark)
-    models = discover(PROJECT)
-    # dbt's compiled SQL for the two models, run as dbt runs it: plain spark.sql, no rewriting
-    dbt_session.sql(models["accounts_changes"].sql).createOrReplaceTempView("accounts_changes")
-    via_dbt = multiset(dbt_session.sql(models["accounts_in_credit"].sql).collect())
-    # the same project through sqlext build (rewritten into native SQL)
-    results = build(spark, PROJECT, tmp_path, out=lambda line: None)
-    assert [r.status for r in results] == ["OK", "OK"]
-    via_sqlext = multiset(spark.read.parquet(str(tmp_path / "accounts_in_credit")).collect())
-    assert via_dbt and via_dbt == via_sqlext
+MODELS = {"stg_customers_changes", "stg_orders_changes", "stg_payments", "stg_org_chart",
+          "premium_customers_changes", "orders_with_customer", "payments_running_totals",
+          "org_chart_levels", "payments_incremental"}
+SEEDS = {"customers_changes", "orders_changes", "payments"}
+# the statements of each mart that sqlext must have rewritten, by the rule that did it
+REWRITES = {"changelog_filter_to_sql", "fk_join_to_sql", "self_join_aggregate_to_window",
+            "recursive_cte_to_expand"}
 
 
-def test_fk_join_needs_the_rewrite_that_dbt_does_not_call(spark, view):
-    """FK_JOIN has two table arguments, which a registered Python table function cannot take,
-    so dbt's plain spark.sql cannot run it; sqlext (sqlext build) rewrites it into SQL."""
-    import pytest
-    from pyspark.errors import PySparkException
+def environment(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "DBT_PROFILES_DIR": str(project),
+        "SQLEXT_DBT_HOME": str(project / ".spark"),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+    })
+    return env
 
-    view("dbt_o", [(1, 7, 1)], "order_id int, customer_id int, _commit_version bigint")
-    view("dbt_c", [(7, "Ada", 1)], "id int, name string, _commit_version bigint")
-    call = ("SELECT order_id, name FROM FK_JOIN(left => TABLE(dbt_o), right => TABLE(dbt_c), "
-            "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', emit => 'final')")
-    with pytest.raises(PySparkException):
-        spark.sql(call).collect()
-    assert ordered(sqlext.sql(spark, call).collect()) == [(1, "Ada")]
+
+def dbt(project: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the dbt command line in ``project``; return the process and its run_results.json."""
+    results = project / "target" / "run_results.json"
+    results.unlink(missing_ok=True)
+    done = subprocess.run([str(DBT), *arguments, "--profiles-dir", str(project)], cwd=project,
+                          env=environment(project), capture_output=True, text=True, timeout=600)
+    return done, json.loads(results.read_text()) if results.exists() else {}
+
+
+# Runs dbt commands one after another in one Python process (and so one Spark), as a script
+# that calls dbt's programmatic entry point does; after each, keeps its run_results.json.
+RUN_IN_ONE_PROCESS = """
+import shutil, sys
+from dbt.cli.main import dbtRunner
+for index, arguments in enumerate(COMMANDS):
+    dbtRunner().invoke(arguments + ["--profiles-dir", "."])
+    shutil.copy("target/run_results.json", f"target/run_results_{index}.json")
+"""
+
+
+def dbt_in_one_process(project: Path, *commands: list[str]) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run several dbt commands in one new process; return it and each command's run results.
+    (A Spark start costs most of a dbt command here, so this saves one per extra command.)"""
+    for old in (project / "target").glob("run_results_*.json"):
+        old.unlink()
+    script = f"COMMANDS = {[list(c) for c in commands]!r}\n" + RUN_IN_ONE_PROCESS
+    done = subprocess.run([sys.executable, "-c", script], cwd=project, env=environment(project),
+                          capture_output=True, text=True, timeout=600)
+    results = [project / "target" / f"run_results_{i}.json" for i in range(len(commands))]
+    return done, [json.loads(r.read_text()) if r.exists() else {} for r in results]
+
+
+def statuses(results: dict) -> dict[str, str]:
+    """unique_id -> status, for every node a run ran."""
+    return {r["unique_id"]: r["status"] for r in results.get("results", [])}
+
+
+def by_type(results: dict, kind: str) -> dict[str, str]:
+    """name -> status of the nodes of one type (model, seed, test)."""
+    return {uid.split(".")[2]: status for uid, status in statuses(results).items() if uid.split(".")[0] == kind}
+
+
+def table_rows(project: Path, name: str, columns: list[str]) -> Counter:
+    """The rows of a table dbt wrote, read from its Parquet files (no Spark needed)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(project / ".spark" / "warehouse" / "shop.db" / name, columns=columns)
+    return Counter(tuple(row[c] for c in columns) for row in table.to_pylist())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A copy of the project, built once with ``dbt build``."""
+    project = tmp_path_factory.mktemp("dbt") / "shop"
+    shutil.copytree(PROJECT, project)
+    done, results = dbt(project, "build")
+    return project, done, results
+
+
+def test_dbt_build_runs_every_model_seed_and_data_test(built):
+    project, done, results = built
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert by_type(results, "model") == {name: "success" for name in MODELS}
+    assert by_type(results, "seed") == {name: "success" for name in SEEDS}
+    tests = by_type(results, "test")
+    assert len(tests) == 25 and set(tests.values()) == {"pass"}, tests
+    # the singular tests that compare each mart with its expected rows are among them
+    assert {"premium_customers_changes_expected", "orders_with_customer_expected",
+            "payments_running_totals_expected", "org_chart_levels_expected"} <= set(tests)
+    assert statuses(results)["operation.shop.shop-on-run-start-1"] == "success"
+    log = (project / "logs" / "dbt.log").read_text()
+    assert {rule for rule in REWRITES if f"sqlext rewrote the statement ({rule}" in log} == REWRITES
+
+
+def test_the_marts_hold_the_expected_rows(built):
+    project, done, _ = built
+    assert done.returncode == 0
+    assert table_rows(project, "premium_customers_changes",
+                      ["customer_id", "tier", "_change_type", "_commit_version"]) == Counter([
+        (1, "gold", "insert", 1), (3, "gold", "insert", 1), (2, "gold", "insert", 2),
+        (1, "gold", "delete", 3), (3, "gold", "delete", 4)])
+    assert table_rows(project, "orders_with_customer", ["order_id", "amount", "name", "tier"]) == Counter([
+        (10, Decimal("25.00"), "Ada", "silver"), (11, Decimal("15.50"), "Bob", "gold"),
+        (12, Decimal("7.00"), None, None)])
+    assert table_rows(project, "payments_running_totals", ["payment_id", "running_total"]) == Counter([
+        (100, 10), (101, 30), (103, 60), (102, 5), (104, 20)])
+    assert table_rows(project, "org_chart_levels", ["employee_id", "level"]) == Counter([
+        (1, 0), (2, 1), (3, 1), (4, 2), (5, 3)])
+
+
+def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_works(built):
+    """premium_customers_changes filters its change feed with is_incremental() before
+    CHANGELOG_FILTER: on an incremental run that would turn updates into inserts, so the run
+    is refused with a classed error. An incremental model without sqlext functions runs
+    incrementally as usual, and --full-refresh rebuilds the refused one."""
+    project, first, _ = built
+    assert first.returncode == 0
+    # (the same run builds a model whose FK_JOIN call lacks an argument, to see a sqlext error
+    # of a statement reach dbt as its classed message; the full refresh runs after it in the
+    # same process)
+    done, (results, refreshed) = dbt_in_one_process(
+        project,
+        ["build", "--select", "premium_customers_changes", "payments_incremental",
+         "fk_join_without_right_key", "--vars", "{with_broken_models: true}"],
+        ["build", "--full-refresh", "--select", "premium_customers_changes"])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    models = by_type(results, "model")
+    assert models == {"premium_customers_changes": "error", "payments_incremental": "success",
+                      "fk_join_without_right_key": "error"}, done.stdout[-4000:]
+    messages = {r["unique_id"].split(".")[2]: r["message"] for r in results["results"]}
+    error = messages["premium_customers_changes"]
+    assert "[INCREMENTAL_MODEL_UNSUPPORTED] sqlext dbt: model premium_customers_changes" in error
+    assert "CHANGELOG_FILTER" in error and "[INCREMENTAL_MODEL_UNSUPPORTED]" in done.stdout
+    assert "[MISSING_ARGUMENT] FK_JOIN: the argument right_key is required" in messages["fk_join_without_right_key"]
+
+    assert by_type(refreshed, "model") == {"premium_customers_changes": "success"}, done.stdout[-4000:]
+    assert set(by_type(refreshed, "test").values()) == {"pass"}
+    assert sum(table_rows(project, "premium_customers_changes", ["customer_id"]).values()) == 5

@@ -89,6 +89,30 @@ def test_no_module_imports_a_layer_above_it_or_its_sibling():
     assert wrong == []
 
 
+def test_nothing_in_sqlext_imports_the_dbt_adapter():
+    """The dbt adapter (dbt/adapters/sqlext, dbt/include/sqlext) is a surface above all of
+    sqlext: it imports sqlext, and sqlext runs without dbt installed."""
+    wrong = []
+    for module, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{module} imports {name}" for name in names if name == "dbt" or name.startswith("dbt.")]
+    assert wrong == []
+
+
+def test_the_dbt_adapter_imports_only_sqlext_surfaces_and_dbt():
+    """The adapter's imports of sqlext name modules that exist."""
+    known = set(modules())
+    adapter = ROOT / "dbt" / "adapters" / "sqlext"
+    assert adapter.is_dir() and not (ROOT / "dbt" / "__init__.py").exists()
+    assert not (ROOT / "dbt" / "adapters" / "__init__.py").exists()
+    for path in adapter.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlext"):
+                assert node.module in known, f"{path.name} imports {node.module}"
+
+
 def test_no_import_cycles():
     edges = graph()
     cycles, state, stack = [], {}, []

@@ -1,0 +1,77 @@
+"""The sqlext adapter: dbt-spark's adapter with sqlext's connections, and the check that keeps
+incremental runs away from sqlext's functions until they can run incrementally under dbt."""
+
+from __future__ import annotations
+
+from typing import List
+
+from dbt.adapters.base import available
+from dbt.adapters.spark.impl import SparkAdapter
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.sqlext.connections import SqlextConnectionManager
+
+FUNCTION = "sqlext dbt"
+
+# Why an incremental run of a model over each function would be wrong, for the error.
+_WHY = {
+    "CHANGELOG_FILTER": "filtering its input change feed to the new versions turns the update of a "
+                        "key seen in an earlier run into an insert, and loses its delete",
+    "FK_JOIN": "filtering its input change feeds to the new versions turns the update of a key "
+               "seen in an earlier run into an insert, and joins new rows only to new rows",
+    "WITH RECURSIVE": "a recursion over only the new rows misses every path through the rows of "
+                      "earlier runs",
+}
+
+
+def stateful_functions(sql: str) -> List[str]:
+    """The sqlext functions ``sql`` calls whose result depends on all earlier input:
+    CHANGELOG_FILTER, FK_JOIN, and recursion (WITH RECURSIVE or RECURSIVE_EXPAND, named
+    ``WITH RECURSIVE``). Text that does not parse calls none of them as far as sqlext can
+    tell (sqlext does not rewrite it either)."""
+    from sqlglot import exp
+
+    from sqlext.catalog.arguments import find_calls
+    from sqlext.catalog.changelog_filter import FUNCTION as CHANGELOG_FILTER
+    from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+    from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
+    from sqlext.rewrites.dialect import parse
+
+    try:
+        trees = parse(sql)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        return []
+    found = set()
+    for tree in trees:
+        if tree is None:
+            continue
+        for function in (CHANGELOG_FILTER, FK_JOIN):
+            if find_calls(tree, function):
+                found.add(function)
+        if find_calls(tree, RECURSIVE_EXPAND) or any(w.args.get("recursive") for w in tree.find_all(exp.With)):
+            found.add("WITH RECURSIVE")
+    return sorted(found)
+
+
+class SqlextAdapter(SparkAdapter):
+    ConnectionManager = SqlextConnectionManager  # type: ignore[assignment]
+
+    @available
+    def sqlext_check_incremental_run(self, model_name: str, sql: str) -> str:
+        """Raise if an incremental run of ``model_name`` would call a sqlext function whose
+        result depends on all earlier input (see :func:`stateful_functions`); else return ''.
+
+        sqlext runs these functions incrementally only through ``sqlext.stream``; a dbt model
+        that filters its input to new rows (``is_incremental()``) and then calls one of them
+        would compute a wrong result without any error, so it is refused instead.
+        """
+        from sqlext.errors import SqlextError
+
+        functions = stateful_functions(sql)
+        if not functions:
+            return ""
+        error = SqlextError(
+            "INCREMENTAL_MODEL_UNSUPPORTED", function=FUNCTION, model=model_name,
+            functions=", ".join(functions), reason="; ".join(_WHY[f] for f in functions),
+        )
+        raise DbtRuntimeError(str(error))

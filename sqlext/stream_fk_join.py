@@ -121,17 +121,25 @@ class TableStateFkJoin(TableStateRun):
         from pyspark.sql import functions as F
 
         left_keys, right_key = list(self.spec.left.key), self.spec.right_key
-        changed_left = new_left.select(*left_keys).distinct()
-        changed_right = new_right.select(F.col(right_key).alias(FOREIGN_KEY)).distinct()
-        left_now = newest_layer(left_state, left_keys, left_before).where(F.col("__sx_present"))
-        by_key = left_now.join(F.broadcast(changed_left), key_match(left_now, changed_left, left_keys), "left_semi")
-        by_fk = left_now.join(F.broadcast(changed_right), left_now[FOREIGN_KEY] == changed_right[FOREIGN_KEY],
-                              "left_semi")
-        old_left = by_key.unionByName(by_fk).dropDuplicates(left_keys).localCheckpoint()
-        pointed = old_left.select(FOREIGN_KEY).unionByName(new_left.select(foreign_key.alias(FOREIGN_KEY))) \
-            .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct()
-        right_now = newest_layer(right_state, [right_key], right_before).where(F.col("__sx_present"))
-        old_right = right_now.join(F.broadcast(pointed), right_now[right_key] == pointed[FOREIGN_KEY], "left_semi")
+        changed_left = F.broadcast(new_left.select(*left_keys).distinct())
+        changed_right = F.broadcast(new_right.select(F.col(right_key).alias(FOREIGN_KEY)).distinct())
+
+        def met(rows):
+            by_key = rows.join(changed_left, key_match(rows, changed_left, left_keys), "left_semi")
+            by_fk = rows.join(changed_right, rows[FOREIGN_KEY] == changed_right[FOREIGN_KEY], "left_semi")
+            return by_key.unionByName(by_fk)
+
+        # a key met through a foreign key of an older layer may point elsewhere now: take every
+        # layer's row of the keys met in any layer, choose each key's newest, and meet again
+        candidates = F.broadcast(met(left_state).select(*left_keys).distinct())
+        rows = left_state.join(candidates, key_match(left_state, candidates, left_keys), "left_semi")
+        current = newest_layer(rows, left_keys, left_before).where(F.col("__sx_present"))
+        old_left = met(current).dropDuplicates(left_keys).localCheckpoint()
+        pointed = F.broadcast(
+            old_left.select(FOREIGN_KEY).unionByName(new_left.select(foreign_key.alias(FOREIGN_KEY)))
+            .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct())
+        rows = right_state.join(pointed, right_state[right_key] == pointed[FOREIGN_KEY], "left_semi")
+        old_right = newest_layer(rows, [right_key], right_before).where(F.col("__sx_present"))
         return old_left, old_right.localCheckpoint()
 
     def _in_order(self, changes, shape, highest):

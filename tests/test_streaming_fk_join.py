@@ -81,19 +81,26 @@ def feeds(spark):
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
-       emit=st.sampled_from(["changes", "records"]))
-def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, join_type, shape, emit):
+       emit=st.sampled_from(["changes", "records"]), share=st.sampled_from([0.5, float("inf")]))
+def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, join_type, shape, emit, share):
     """Random interleavings of left and right changes (foreign key changes, NULL foreign keys,
     deletes, re-inserts, a left and a right change at one version), cut into increments at
-    version boundaries (some increments empty, some touching one side only)."""
+    version boundaries (some increments empty, some touching one side only); the state
+    compacted now and then, or kept as deltas throughout."""
+    import sqlext.stream_tables as stream_tables
+
     last = events[-1][0]
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
     current = feeds(shape, events)
     done, out = -1, []
-    for bound in bounds:
-        current.release(done, bound)
-        out += current.run(join_sql(join_type, emit))
-        done = bound
+    default, stream_tables.COMPACT_SHARE = stream_tables.COMPACT_SHARE, share
+    try:
+        for bound in bounds:
+            current.release(done, bound)
+            out += current.run(join_sql(join_type, emit))
+            done = bound
+    finally:
+        stream_tables.COMPACT_SHARE = default
     assert multiset(out) == multiset(fk_join(spark, events, shape, join_type, emit))
 
 

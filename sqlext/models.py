@@ -42,6 +42,7 @@ FUNCTION = "sqlext build"
 MATERIALIZATIONS = ("view", "table")
 DEFAULT_WAREHOUSE = "spark-warehouse"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_warned: set[tuple[str, str]] = set()  # (model, config key) already reported as ignored
 
 
 @dataclass
@@ -130,6 +131,11 @@ def render(model: Model, vars: Mapping) -> None:
 
     def config_(**options) -> str:
         config.update(options)
+        for key in sorted(set(options) - {"materialized"}):
+            if (model.name, key) not in _warned:
+                _warned.add((model.name, key))
+                print(f"sqlext build: model {model.name}: config {key}={options[key]!r} is not supported by this "
+                      "runner and is ignored (a dbt project with the sqlext adapter supports it)", file=sys.stderr)
         return ""
 
     def var(name: str, default=None):
@@ -413,10 +419,77 @@ def parse_vars(items: Iterable[str]) -> dict[str, str]:
     return result
 
 
+def dbt_arguments(project: Path, selectors: Iterable[str], vars: Mapping[str, str]) -> list[str]:
+    """The ``dbt build`` arguments of ``sqlext build PROJECT [--select ...] [--vars ...]``.
+
+    >>> args = dbt_arguments(Path("shop"), ["orders+"], {"day": "1"})
+    >>> args[:3], args[args.index("--select") + 1], args[args.index("--vars") + 1]
+    (['build', '--project-dir', 'shop'], 'orders+', '{"day": "1"}')
+    """
+    import json
+
+    arguments = ["build", "--project-dir", str(project)]
+    for selector in selectors:
+        arguments += ["--select", selector]
+    if vars:
+        arguments += ["--vars", json.dumps(dict(vars))]
+    return arguments
+
+
+def generated_profile(project: Path, warehouse: Path) -> str | None:
+    """A ``profiles.yml`` giving the profile the project names an sqlext target that writes
+    under ``warehouse``, or None when dbt will find a profiles.yml in its usual places
+    (``DBT_PROFILES_DIR``, the project folder, ``~/.dbt``)."""
+    import os
+
+    import yaml
+
+    known = [Path(os.environ["DBT_PROFILES_DIR"])] if os.environ.get("DBT_PROFILES_DIR") else []
+    known += [project, Path.home() / ".dbt"]
+    if any((folder / "profiles.yml").exists() for folder in known):
+        return None
+    name = (yaml.safe_load((project / "dbt_project.yml").read_text()) or {}).get("profile") or "default"
+    warehouse = warehouse.resolve()
+    target = {"type": "sqlext", "schema": "default", "threads": 1, "server_side_parameters": {
+        "spark.sql.warehouse.dir": str(warehouse),
+        "spark.hadoop.javax.jdo.option.ConnectionURL":
+            "jdbc:derby:;databaseName=" + str(warehouse / "metastore_db") + ";create=true",
+    }}
+    return yaml.safe_dump({name: {"target": "sqlext", "outputs": {"sqlext": target}}}, sort_keys=False)
+
+
+def _hand_to_dbt(args) -> int:
+    """A dbt project is dbt's to build: run ``dbt build`` in this process through the sqlext
+    adapter (every statement rewritten by sqlext), so that all of dbt applies (its
+    ``dbt_project.yml``, macros, packages, seeds, data tests, materializations)."""
+    import tempfile
+
+    try:
+        from dbt.cli.main import dbtRunner
+    except ImportError:
+        print(f"sqlext build: {args.models} is a dbt project (it has dbt_project.yml), which sqlext builds with "
+              "dbt and the sqlext adapter: install them with pip install \"sqlext[dbt]\", then run this again "
+              "(or run dbt build with a profile of type: sqlext).", file=sys.stderr)
+        return 1
+    arguments = dbt_arguments(args.models, args.select, parse_vars(args.vars))
+    profile = generated_profile(args.models, args.warehouse)
+    with tempfile.TemporaryDirectory(prefix="sqlext-profiles-") as profiles:
+        if profile is not None:
+            (Path(profiles) / "profiles.yml").write_text(profile)
+            arguments += ["--profiles-dir", profiles]
+            print(f"sqlext build: no profiles.yml found; building with the sqlext adapter, tables under "
+                  f"{args.warehouse.resolve()}")
+        result = dbtRunner().invoke(arguments)
+    return 0 if result.success else 1
+
+
 def main(args) -> int:
-    """``sqlext build`` (called by the CLI)."""
+    """``sqlext build`` (called by the CLI): a dbt project goes to dbt (with the sqlext
+    adapter); a plain folder of models is built here."""
     from sqlext.session import local_session
 
+    if (args.models / "dbt_project.yml").exists():
+        return _hand_to_dbt(args)
     folder = models_folder(args.models)
     if not folder.is_dir() or not any(folder.rglob("*.sql")):
         print(f"sqlext: no *.sql models in {args.models}", file=sys.stderr)

@@ -179,14 +179,14 @@ class Shell:
 
     def run_script(self, text: str, source: Path | None) -> int:
         """Run every statement of ``text`` (``-e`` or ``-f``); stop at the first failure."""
-        for statement in split_statements(text):
-            if _is_exit(statement.text):
-                return 0
-            try:
+        try:
+            for statement in split_statements(text):
+                if _is_exit(statement.text):
+                    return 0
                 if not self.run_statement(statement, source, show_source=source is not None):
                     return 1
-            except Cancelled:
-                return 130
+        except (Cancelled, KeyboardInterrupt):
+            return 130
         return 0
 
     # the prompt
@@ -213,14 +213,15 @@ class Shell:
                 pending += line + "\n"
                 statements, rest = complete_statements(pending)
                 pending = rest if rest.strip() else ""
-                for statement in statements:
-                    if _is_exit(statement.text):
-                        return 0
-                    try:
+                try:
+                    for statement in statements:
+                        if _is_exit(statement.text):
+                            return 0
                         self.run_statement(statement)
-                    except Cancelled:
-                        pending = ""  # the rest of what was typed with it is dropped too
-                        break
+                except (Cancelled, KeyboardInterrupt):
+                    # Ctrl-C while a statement ran (or its result was printed): the statements
+                    # typed after it are dropped too
+                    pending = ""
         finally:
             if readline is not None:
                 try:

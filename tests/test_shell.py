@@ -244,3 +244,17 @@ def test_version_is_the_installed_package_version(capsys):
         main(["--version"])
     assert exit.value.code == 0
     assert capsys.readouterr().out.strip() == f"sqlext {version('sqlext')}"
+
+
+def test_statements_piped_into_the_shell_run_without_prompts(spark, shuffle_partitions, capsys, monkeypatch,
+                                                               tmp_path):
+    import io
+
+    monkeypatch.setenv("SQLEXT_HISTORY", str(tmp_path / "history"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT nope;\nSELECT 1 AS x;\nSELECT 'a;b'\n  AS y;\nquit;\n"
+                                                  "SELECT 'after quit' AS z;\n"))
+    assert main(["sql", "-S"]) == 0
+    captured = capsys.readouterr()
+    assert "sqlext>" not in captured.out
+    assert "| x |" in captured.out and "| a;b |" in captured.out and "after quit" not in captured.out
+    assert captured.err.startswith("[UNRESOLVED_COLUMN")  # reported, and the statements after it ran

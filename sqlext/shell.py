@@ -24,6 +24,7 @@ cancelled a statement); the interactive shell reports the error and reads on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import logging
 import os
@@ -77,7 +78,13 @@ def main(args: argparse.Namespace) -> int:
     # sqlglot warns when it reads a statement as an opaque command (SET, for example); the
     # statement still runs, so the warning is noise at a prompt
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
-    spark = local_session("sqlext-sql", conf=conf, master=args.master)
+    # the threads that start with the session (py4j's among them) must not take Ctrl-C
+    # either (see _block_ctrl_c); the main thread takes it again afterwards
+    try:
+        with _ctrl_c_blocked():
+            spark = local_session("sqlext-sql", conf=conf, master=args.master)
+    except KeyboardInterrupt:  # Ctrl-C while Spark started
+        return 130
     # PySpark's own SIGINT handler cancels every job of the context and raises; the shell
     # cancels only its running statement's job group, so Ctrl-C goes back to raising
     # KeyboardInterrupt, which the shell catches.
@@ -108,7 +115,8 @@ class Shell:
         self.silent = silent
         # one worker thread for every statement: PySpark pins each Python thread to a JVM
         # thread, and the job group is a property of that thread
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-sql")
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-sql",
+                                          initializer=_block_ctrl_c)
         self._groups = itertools.count(1)
 
     def close(self) -> None:
@@ -228,6 +236,30 @@ class Shell:
                     readline.write_history_file(str(history))
                 except OSError as error:
                     print(f"sqlext sql: cannot write the history to {history}: {error.strerror}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked():
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _block_ctrl_c() -> None:
+    """Block SIGINT in this thread and in the threads it starts (they inherit the mask).
+
+    The kernel hands a process's signal to any thread that does not block it. Python runs
+    its handler on the main thread only, and readline notices it only if the signal
+    interrupts the main thread's wait for a key: a Ctrl-C taken by another thread (a
+    thread Arrow or py4j started while a statement ran) would be seen at the next key.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def _wait(future):

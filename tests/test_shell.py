@@ -112,7 +112,7 @@ CONTINUATION = r"      > "
 def shell(tmp_path_factory):
     home = tmp_path_factory.mktemp("shell")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SQLEXT_HISTORY=str(home / "history"), TERM="dumb")
-    terminal = Terminal([sys.executable, "-m", "sqlext.cli", "sql"], env, str(home))
+    terminal = Terminal([sys.executable, "-m", "sqlext.cli", "sql", "--master", "local[1]"], env, str(home))
     terminal.history = home / "history"
     terminal.expect(PROMPT, STARTUP_SECONDS)
     yield terminal
@@ -128,6 +128,11 @@ def test_a_statement_over_several_lines_runs_at_its_semicolon(shell):
     out = shell.expect(PROMPT)
     assert "| a | b   |" in out and "| 1 | x;y |" in out and "(1 row)" in out
     assert "Time taken:" in out
+
+
+def test_the_session_runs_on_the_master_given(shell):
+    shell.type_line("SET spark.master;")
+    assert re.search(r"^\| spark\.master \| local\[1\] +\|$", shell.expect(PROMPT), re.M)
 
 
 def test_statements_are_rewritten_by_sqlext(shell):
@@ -175,6 +180,9 @@ def test_ctrl_c_cancels_a_running_query_and_keeps_the_shell(shell):
 def test_ctrl_c_at_the_prompt_drops_the_unfinished_statement(shell):
     shell.type_line("SELECT 'an unfinished")  # an open string: without Ctrl-C the next line continues it
     shell.expect(CONTINUATION)
+    # as a person would, press Ctrl-C once the prompt is up: CPython's readline misses a
+    # signal that lands in the instant between drawing the prompt and waiting for a key
+    shell.read_for(1)
     shell.send("\x03")
     shell.expect(PROMPT, 10)
     shell.type_line("SELECT 7 AS seven;")

@@ -1,6 +1,8 @@
 """The ``sqlext`` command: run SQL files, explain rewrites, run benchmarks.
 
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
+    sqlext sql [-e SQL | -f FILE] [--conf KEY=VALUE] [--master URL]
+                                         a spark-sql style shell (see sqlext.shell)
     sqlext explain FILE.sql              each statement before and after rewriting, and why
     sqlext build MODELS_DIR              dbt-style models (one SELECT per file) in dependency order
     sqlext stream FILE.sql --checkpoint DIR --output DIR [--source NAME=DIR] [--every INTERVAL]
@@ -11,6 +13,7 @@
     sqlext bench scale --sizes A,B,C     each function at growing sizes: time and memory
     sqlext bench recursion --nodes N --depth D   WITH RECURSIVE against Spark's native recursion
     sqlext bench incremental --rows N    an incremental run of 1% new changes against the batch recompute
+    sqlext --version                     the installed version
 """
 
 from __future__ import annotations
@@ -26,11 +29,17 @@ from sqlext.statements import Statement, split_statements
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sqlext", description="Kafka Streams table semantics for Spark SQL")
+    parser.add_argument("--version", action="version", version=f"sqlext {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run SQL files statement by statement, printing results")
     run.add_argument("files", nargs="+", type=Path)
     run.add_argument("--limit", type=int, default=200, help="rows to print per result (default 200)")
+
+    sql = commands.add_parser("sql", help="a spark-sql style shell: a prompt, -e SQL or -f FILE")
+    from sqlext.shell import add_arguments
+
+    add_arguments(sql)
 
     explain = commands.add_parser("explain", help="show each statement before and after rewriting")
     explain.add_argument("file", type=Path)
@@ -96,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args.files, args.limit)
+    if args.command == "sql":
+        from sqlext.shell import main as shell_main
+
+        return shell_main(args)
     if args.command == "explain":
         return _explain(args.file, args.no_spark)
     if args.command == "bench" and args.what == "scale":
@@ -144,6 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         return run_benchmark(args.what, rows=args.rows, runs=args.runs, left=args.left, right=args.right,
                              native_runs=args.native_runs, native_limit=args.native_limit)
     return 2
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sqlext")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown (not installed)"
 
 
 def _read(path: Path) -> str:

@@ -53,9 +53,16 @@ def local_builder(app_name: str = "sqlext", cores: int = 2, shuffle_partitions: 
     )
 
 
-def local_session(app_name: str = "sqlext", **options):
-    """Start (or reuse) the embedded local session and install sqlext on it."""
-    spark = local_builder(app_name, **options).getOrCreate()
+def local_session(app_name: str = "sqlext", conf: dict[str, str] | None = None, **options):
+    """Start (or reuse) the embedded local session and install sqlext on it.
+
+    ``conf`` holds further Spark settings (``--conf key=value`` on the command line); they
+    are applied after the embedded defaults, so they override them.
+    """
+    builder = local_builder(app_name, **options)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     return install(spark)

@@ -19,6 +19,32 @@ class Statement:
 def split_statements(source: str) -> list[Statement]:
     statements: list[Statement] = []
     start = 0
+    for end in _semicolons(source):
+        _add(statements, source, start, end)
+        start = end + 1
+    _add(statements, source, start, len(source))
+    return statements
+
+
+def complete_statements(source: str) -> tuple[list[Statement], str]:
+    r"""The statements of ``source`` that a semicolon ends, and the text after the last such
+    semicolon (a statement still being typed; empty or only comments when there is none).
+
+    >>> statements, rest = complete_statements("SELECT ';' AS a; SELECT 1 -- ;\n")
+    >>> [s.text for s in statements], rest
+    (["SELECT ';' AS a"], ' SELECT 1 -- ;\n')
+    """
+    ends = _semicolons(source)
+    if not ends:
+        return [], source
+    last = ends[-1]
+    return split_statements(source[:last]), source[last + 1:]
+
+
+def _semicolons(source: str) -> list[int]:
+    """Offsets of the semicolons that end statements: not inside a string, a quoted
+    identifier or a comment."""
+    found: list[int] = []
     i = 0
     n = len(source)
     quote: str | None = None
@@ -41,11 +67,9 @@ def split_statements(source: str) -> list[Statement]:
             i = n if end == -1 else end + 2
             continue
         elif ch == ";":
-            _add(statements, source, start, i)
-            start = i + 1
+            found.append(i)
         i += 1
-    _add(statements, source, start, n)
-    return statements
+    return found
 
 
 def _add(statements: list[Statement], source: str, start: int, end: int) -> None:

@@ -1,0 +1,288 @@
+"""``sqlext sql``: a shell in the manner of ``spark-sql`` whose statements sqlext rewrites.
+
+    sqlext sql                      an interactive prompt
+    sqlext sql -e "SELECT ...; ..." run the statements and exit
+    sqlext sql -f FILE.sql          run the file's statements and exit
+    options: --conf KEY=VALUE (repeatable), --master URL (default local[2]), -S (silent),
+             --limit N (rows shown per result)
+
+At the prompt a statement ends with ``;`` outside strings, quoted identifiers and comments,
+so it may span lines (the continuation prompt shows that one is unfinished). ``exit;``,
+``quit;`` or Ctrl-D leave the shell. Lines are kept in a history file: ``$SQLEXT_HISTORY``,
+else ``~/.sqlext_history``.
+
+Every statement runs through the statement runner, as in ``sqlext run``: rewritten, then
+handed to Spark. It runs on a worker thread inside a Spark job group, so Ctrl-C while it runs
+cancels the group's jobs and the prompt comes back; Ctrl-C at the prompt drops the line being
+typed (and an unfinished statement). Results are printed as tables on standard output, errors
+as ``[CLASS] message`` on standard error, each followed (unless ``-S``) by the time it took.
+
+``-e`` and ``-f`` stop at the first failing statement and exit with status 1 (130 if Ctrl-C
+cancelled a statement); the interactive shell reports the error and reads on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+from sqlext.statements import Statement, complete_statements, split_statements
+
+PROMPT = "sqlext> "
+CONTINUATION = "      > "
+CANCELLED = "Query cancelled."
+HISTORY_ENV = "SQLEXT_HISTORY"
+HISTORY_LENGTH = 1000
+EXIT_WORDS = ("exit", "quit")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("-e", dest="execute", metavar="SQL", help="run these statements (separated by ';') and exit")
+    what.add_argument("-f", dest="file", metavar="FILE", type=Path, help="run the statements of FILE and exit")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, applied after sqlext's defaults; repeatable")
+    parser.add_argument("--master", default=None,
+                        help="the Spark master URL (default local[2], the embedded local Spark)")
+    parser.add_argument("-S", "--silent", action="store_true", help="do not print the time each statement took")
+    parser.add_argument("--limit", type=int, default=200, help="rows to print per result (default 200)")
+
+
+def main(args: argparse.Namespace) -> int:
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"sqlext sql: --conf {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        conf[key.strip()] = value.strip()
+    script = None
+    if args.file is not None:
+        try:
+            script = args.file.read_text()
+        except OSError as error:
+            print(f"sqlext sql: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+            return 1
+
+    from sqlext.session import local_session
+
+    # sqlglot warns when it reads a statement as an opaque command (SET, for example); the
+    # statement still runs, so the warning is noise at a prompt
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+    # the threads that start with the session (py4j's among them) must not take Ctrl-C
+    # either (see _block_ctrl_c); the main thread takes it again afterwards
+    try:
+        with _ctrl_c_blocked():
+            spark = local_session("sqlext-sql", conf=conf, master=args.master)
+    except KeyboardInterrupt:  # Ctrl-C while Spark started
+        return 130
+    # PySpark's own SIGINT handler cancels every job of the context and raises; the shell
+    # cancels only its running statement's job group, so Ctrl-C goes back to raising
+    # KeyboardInterrupt, which the shell catches.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    shell = Shell(spark, limit=args.limit, silent=args.silent)
+    try:
+        if args.execute is not None:
+            return shell.run_script(args.execute, source=None)
+        if script is not None:
+            return shell.run_script(script, source=args.file)
+        return shell.interactive(history_file())
+    finally:
+        shell.close()
+
+
+def history_file() -> Path:
+    return Path(os.environ.get(HISTORY_ENV) or Path.home() / ".sqlext_history")
+
+
+class Cancelled(Exception):
+    """Ctrl-C cancelled the statement that was running."""
+
+
+class Shell:
+    def __init__(self, spark, limit: int = 200, silent: bool = False):
+        self.spark = spark
+        self.limit = limit
+        self.silent = silent
+        # one worker thread for every statement: PySpark pins each Python thread to a JVM
+        # thread, and the job group is a property of that thread
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-sql",
+                                          initializer=_block_ctrl_c)
+        self._groups = itertools.count(1)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=False)
+
+    # running statements
+
+    def execute(self, text: str):
+        """Run one statement on the worker thread; return its ``Outcome``. Raises
+        :class:`Cancelled` if Ctrl-C interrupted it (its jobs are then cancelled)."""
+        group = f"sqlext-sql-{os.getpid()}-{next(self._groups)}"
+        future = self._worker.submit(self._run_in_group, group, text)
+        try:
+            return _wait(future)
+        except KeyboardInterrupt:
+            self._cancel(group, future)
+            raise Cancelled() from None
+
+    def _run_in_group(self, group: str, text: str):
+        from sqlext.runner import run_and_fetch
+
+        self.spark.sparkContext.setJobGroup(group, text[:200], interruptOnCancel=True)
+        return run_and_fetch(self.spark, text, self.limit)
+
+    def _cancel(self, group: str, future) -> None:
+        """Cancel the group's jobs until the statement has stopped: a statement may start
+        further jobs (a recursion runs one per level), so the cancel is repeated."""
+        context = self.spark.sparkContext
+        while True:
+            try:
+                context.cancelJobGroup(group)
+                future.exception(timeout=0.5)
+                return
+            except FutureTimeout:
+                continue
+            except KeyboardInterrupt:
+                print("Still cancelling the query...", file=sys.stderr, flush=True)
+
+    def run_statement(self, statement: Statement, source: Path | None = None, show_source: bool = False) -> bool:
+        """Run a statement and print its result or error; True if it succeeded."""
+        from sqlext.display import format_table
+
+        started = time.perf_counter()
+        try:
+            outcome = self.execute(statement.text)
+        except Cancelled:
+            print(CANCELLED, file=sys.stderr, flush=True)
+            raise
+        except Exception:  # noqa: BLE001 - a bug in sqlext: show it, keep the shell
+            import traceback
+
+            traceback.print_exc()
+            return False
+        seconds = time.perf_counter() - started
+        if outcome.error is not None:
+            where = f"{source}:{statement.line}:{statement.column}: " if show_source else ""
+            print(f"{where}{outcome.error}", file=sys.stderr, flush=True)
+            return False
+        if outcome.columns:
+            print(format_table(outcome.columns, outcome.rows, truncated=outcome.truncated), flush=True)
+            fetched = f", Fetched {len(outcome.rows)} row(s)"
+        else:
+            print("OK", flush=True)
+            fetched = ""
+        if not self.silent:
+            print(f"Time taken: {seconds:.3f} seconds{fetched}", file=sys.stderr, flush=True)
+        return True
+
+    def run_script(self, text: str, source: Path | None) -> int:
+        """Run every statement of ``text`` (``-e`` or ``-f``); stop at the first failure."""
+        try:
+            for statement in split_statements(text):
+                if _is_exit(statement.text):
+                    return 0
+                if not self.run_statement(statement, source, show_source=source is not None):
+                    return 1
+        except (Cancelled, KeyboardInterrupt):
+            return 130
+        return 0
+
+    # the prompt
+
+    def interactive(self, history: Path) -> int:
+        readline = _load_history(history)
+        prompts = sys.stdin.isatty()
+        pending = ""
+        try:
+            while True:
+                prompt = (CONTINUATION if pending else PROMPT) if prompts else ""
+                try:
+                    line = input(prompt)
+                except EOFError:  # Ctrl-D
+                    if prompts:
+                        print()
+                    return 0
+                except KeyboardInterrupt:  # Ctrl-C at the prompt drops what is being typed
+                    print()
+                    pending = ""
+                    continue
+                if not pending and line.strip().rstrip(";").strip().lower() in EXIT_WORDS:
+                    return 0
+                pending += line + "\n"
+                statements, rest = complete_statements(pending)
+                pending = rest if rest.strip() else ""
+                try:
+                    for statement in statements:
+                        if _is_exit(statement.text):
+                            return 0
+                        self.run_statement(statement)
+                except (Cancelled, KeyboardInterrupt):
+                    # Ctrl-C while a statement ran (or its result was printed): the statements
+                    # typed after it are dropped too
+                    pending = ""
+        finally:
+            if readline is not None:
+                try:
+                    readline.write_history_file(str(history))
+                except OSError as error:
+                    print(f"sqlext sql: cannot write the history to {history}: {error.strerror}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked():
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _block_ctrl_c() -> None:
+    """Block SIGINT in this thread and in the threads it starts (they inherit the mask).
+
+    The kernel hands a process's signal to any thread that does not block it. Python runs
+    its handler on the main thread only, and readline notices it only if the signal
+    interrupts the main thread's wait for a key: a Ctrl-C taken by another thread (a
+    thread Arrow or py4j started while a statement ran) would be seen at the next key.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _wait(future):
+    # a short timeout keeps the main thread where Python delivers Ctrl-C
+    while True:
+        try:
+            return future.result(timeout=0.25)
+        except FutureTimeout:
+            continue
+
+
+def _is_exit(text: str) -> bool:
+    return text.strip().lower() in EXIT_WORDS
+
+
+def _load_history(history: Path):
+    try:
+        import readline
+    except ImportError:  # no readline on this platform: a prompt without history
+        return None
+    readline.set_history_length(HISTORY_LENGTH)
+    try:
+        readline.read_history_file(str(history))
+    except (FileNotFoundError, OSError):
+        pass
+    return readline

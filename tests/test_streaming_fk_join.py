@@ -180,4 +180,5 @@ def test_bench_incremental_fk_checks_rows_against_the_batch(spark, capsys):
     results = bench_incremental(spark, rows=0, runs=1, percent=5, function="fk", left=3000, right=300)
     out = capsys.readouterr().out
     assert set(results) == {"tables"} and "FK_JOIN emit => 'changes', engine 'tables'" in out
-    assert results["tables"]["rows"] > 0 and len(results["tables"]["incremental"]) == 1
+    assert results["tables"]["rows"] > 0 and len(results["tables"]["incremental"]) == len(results["tables"]["floor"]) == 1
+    assert "floor: a streaming run per input" in out

@@ -35,6 +35,7 @@ MARKER = "<!-- runnable -->"
 UNMARKED = {
     "dbtRunner": "needs dbt and a dbt project",
     "sc://spark-host": "needs a Spark Connect server at that address",
+    "HiveThriftServer2": "starts a JDBC server that keeps running; tests/test_jdbc.py runs it and a JDBC client",
     "STREAM(": ("an incremental run, over folders of change files and a checkpoint; tests/test_streaming.py "
                 "runs the Python example as pasted"),
 }

@@ -28,7 +28,9 @@ import itertools
 
 from sqlglot import exp
 
+from sqlext.catalog.arguments import quote
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
+from sqlext.rewrites.dialect import to_sql
 from sqlext.stream_tables import (
     LAST, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
     state_schema, without_preimages,
@@ -44,10 +46,10 @@ def one_stream(left, right):
     from pyspark.sql import functions as F
 
     left_type, right_type = _struct_type(left), _struct_type(right)
-    return left.select(F.struct(*[F.col(_quoted(c)) for c in left.columns]).alias(LEFT),
+    return left.select(F.struct(*[F.col(quote(c)) for c in left.columns]).alias(LEFT),
                        F.lit(None).cast(right_type).alias(RIGHT)) \
         .unionByName(right.select(F.lit(None).cast(left_type).alias(LEFT),
-                                  F.struct(*[F.col(_quoted(c)) for c in right.columns]).alias(RIGHT)))
+                                  F.struct(*[F.col(quote(c)) for c in right.columns]).alias(RIGHT)))
 
 
 class TableStateFkJoin(TableStateRun):
@@ -88,7 +90,7 @@ class TableStateFkJoin(TableStateRun):
         feed_left.createOrReplaceTempView(views["left"])
         feed_right.createOrReplaceTempView(views["right"])
         try:
-            forwarded = run_statement(spark, self.call_over_sql(views))
+            forwarded = run_statement(spark, to_sql(self.call_over(views)))
             if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
                 forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
             self.write_statement(spark, forwarded, batch_id)
@@ -100,11 +102,6 @@ class TableStateFkJoin(TableStateRun):
                                list(left_shape.key), batch_id)
         self.right_layers.write(spark, right_before, last_changes(new_right, right_shape), list(right_shape.key),
                                 batch_id)
-
-    def call_over_sql(self, views: dict[str, str]) -> str:
-        from sqlext.rewrites.dialect import to_sql
-
-        return to_sql(self.call_over(views))
 
     def _left_schema(self, new_left):
         from pyspark.sql import functions as F
@@ -157,7 +154,3 @@ def _struct_type(frame):
     from pyspark.sql.types import StructType
 
     return StructType(frame.schema.fields)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"

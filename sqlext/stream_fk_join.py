@@ -45,10 +45,9 @@ def one_stream(left, right):
     """Both inputs' streams as one: a row holds its change in the column of its side."""
     from pyspark.sql import functions as F
 
-    left_type, right_type = _struct_type(left), _struct_type(right)
     return left.select(F.struct(*[F.col(quote(c)) for c in left.columns]).alias(LEFT),
-                       F.lit(None).cast(right_type).alias(RIGHT)) \
-        .unionByName(right.select(F.lit(None).cast(left_type).alias(LEFT),
+                       F.lit(None).cast(right.schema).alias(RIGHT)) \
+        .unionByName(right.select(F.lit(None).cast(left.schema).alias(LEFT),
                                   F.struct(*[F.col(quote(c)) for c in right.columns]).alias(RIGHT)))
 
 
@@ -148,9 +147,3 @@ class TableStateFkJoin(TableStateRun):
         late = F.col(shape.order_by) <= F.col(LAST)
         return checked.where(refuse_late(late, FUNCTION, shape, checked.schema, across_inputs=True)) \
             .select(*changes.columns)
-
-
-def _struct_type(frame):
-    from pyspark.sql.types import StructType
-
-    return StructType(frame.schema.fields)

@@ -223,12 +223,8 @@ def as_inserts(state, shape, columns):
 def last_changes(feed, shape, *extra):
     """Each key's last change in ``feed``: its data columns, ordering value, ``extra``
     columns and whether it leaves a row (``__sx_present``)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    last = Window.partitionBy(*[F.col(k) for k in shape.key]).orderBy(F.col(shape.order_by).desc())
-    return feed.withColumn(PRESENT, present_column(shape)).withColumn("__sx_rank", F.row_number().over(last)) \
-        .where(F.col("__sx_rank") == 1).select(*shape.data_columns, shape.order_by, *extra, PRESENT)
+    return _first_per_key(feed.withColumn(PRESENT, present_column(shape)), shape.key, shape.order_by) \
+        .select(*shape.data_columns, shape.order_by, *extra, PRESENT)
 
 
 def state_schema(shape, changes_schema, *extra):
@@ -243,14 +239,18 @@ def state_schema(shape, changes_schema, *extra):
 
 def newest_layer(rows, keys, before: "Before"):
     """Of the layers' rows of each key, the newest layer's (one layer needs no choosing)."""
+    if before.deltas:
+        rows = _first_per_key(rows, keys, LAYER)
+    return rows.drop(LAYER)
+
+
+def _first_per_key(rows, keys, descending: str):
+    """Each key's row with the highest ``descending`` value."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if before.deltas:
-        newest = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(LAYER).desc())
-        rows = rows.withColumn("__sx_rank", F.row_number().over(newest)).where(F.col("__sx_rank") == 1) \
-            .drop("__sx_rank")
-    return rows.drop(LAYER)
+    first = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(descending).desc())
+    return rows.withColumn("__sx_rank", F.row_number().over(first)).where(F.col("__sx_rank") == 1).drop("__sx_rank")
 
 
 def refuse_late(late, function: str, shape, schema, across_inputs: bool = False):
@@ -314,13 +314,17 @@ class Layers:
     def delta_path(self, batch_id: int) -> Path:
         return self.folder / f"delta-{batch_id}"
 
-    def _finished(self, kind: str) -> list[int]:
+    def _numbered(self, kind: str) -> list[tuple[int, Path]]:
+        """The layers of ``kind`` in the folder, by batch id (finished or not)."""
         found = []
         for path in self.folder.glob(f"{kind}-*"):
             number = path.name[len(kind) + 1:]
-            if number.isdigit() and (path / "_SUCCESS").exists():
-                found.append(int(number))
+            if number.isdigit():
+                found.append((int(number), path))
         return sorted(found)
+
+    def _finished(self, kind: str) -> list[int]:
+        return [number for number, path in self._numbered(kind) if (path / "_SUCCESS").exists()]
 
     def before(self, batch_id: int) -> Before:
         """The layers a batch reads: the newest base of an earlier batch and the deltas after it."""
@@ -354,9 +358,8 @@ class Layers:
         if before.base is None:
             return
         for kind in ("base", "delta"):
-            for path in self.folder.glob(f"{kind}-*"):
-                number = path.name[len(kind) + 1:]
-                if number.isdigit() and (int(number) < before.base or (kind == "delta" and int(number) <= before.base)):
+            for number, path in self._numbered(kind):
+                if number < before.base or (kind == "delta" and number <= before.base):
                     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -263,7 +263,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
-    from sqlext.udfs.recursive_expand import level_limit_error
+    from sqlext.udfs.recursive_expand import level_limit_error, row_limit_error
 
     e = e_frame.toDF(*[_e_name(i) for i in range(len(e_frame.columns))])
     if plan.condition is not None:
@@ -342,9 +342,16 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     last_run.update(path="jump", rounds=rounds, open_rows=counts)
     fields = anchor.schema.fields
     joined = anchor_rows.join(chains.drop("__sx_n", "__sx_o"), frontier_key == F.col("__sx_k"), "left")
+    # the row limit, as the other paths apply it: an anchor row gives itself and one row per
+    # value of its chain, and no chain is longer than ``length``; only when that bound passes
+    # the limit are the rows counted (one more join)
+    walked = arrays[parent]
+    if anchor_rows.count() * (1 + length) > spec.row_limit:
+        total = joined.select(F.sum(1 + F.coalesce(F.size(walked), F.lit(0)))).first()[0] or 0
+        if total > spec.row_limit:
+            raise row_limit_error(spec.name, min(length, spec.max_level), spec.row_limit)
     # level 0 is the anchor row: the walked list gets a NULL in front, so that position p of
     # the exploded list is level p (flat columns and posexplode: code-generated, unlike a lambda)
-    walked = arrays[parent]
     empty = F.array().cast(chains.schema[walked].dataType)
     exploded = joined.select(
         *[_c_name(j) for j in range(len(fields))], *[a for a in lists if a != walked],

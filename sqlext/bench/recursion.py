@@ -225,6 +225,9 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-")
     spark.conf.set("spark.sqlext.recursion.path", path)
+    # at 10^7 nodes the result (about 7.5e7 rows) passes sqlext's default row limit (10^7)
+    spark.conf.set("spark.sqlext.recursion.rowLimit", str(NATIVE_ROW_LIMIT))
+    print(f"spark.sqlext.recursion.rowLimit={NATIVE_ROW_LIMIT:,}", flush=True)
     try:
         make_inputs(spark, nodes, 2, directory, only=("forest",))
         seconds = []
@@ -240,4 +243,5 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
         return seconds, sampler.peaks
     finally:
         spark.conf.unset("spark.sqlext.recursion.path")
+        spark.conf.unset("spark.sqlext.recursion.rowLimit")
         shutil.rmtree(directory, ignore_errors=True)

@@ -102,6 +102,16 @@ MESSAGES: dict[str, str] = {
         "materialize it as a table (config(materialized='table')), or call the function in an "
         "upstream model over the whole input and filter that model's output here."
     ),
+    "STREAM_TABLE_NOT_INCREMENTAL": (
+        "{function}: the table {table} exists, but its folder {folder} holds no checkpoint of "
+        "incremental runs, so sqlext cannot tell which changes its rows already hold. Rebuild it "
+        "from the whole history with a full refresh (dbt build --full-refresh), or drop it."
+    ),
+    "STREAM_TABLE_COLUMNS_DIFFER": (
+        "{function}: the table {table} has the columns ({have}), but the statement gives ({want}). "
+        "Rebuild it from the whole history with a full refresh (dbt build --full-refresh), or "
+        "change the statement back."
+    ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
         "unknown. Put at least one file of changes there before the first run."

@@ -278,3 +278,118 @@ def _use_rocksdb(spark) -> None:
     key = "spark.sql.streaming.stateStore.providerClass"
     if spark.conf.get(key, "") != ROCKSDB:
         spark.conf.set(key, ROCKSDB)
+
+
+CHECKPOINT_FOLDER = "_sqlext_checkpoint"
+
+
+def reads_streams(sql: str) -> bool:
+    """Whether ``sql`` reads a ``STREAM(...)`` source (text that does not parse reads none)."""
+    try:
+        tree = parse_one(sql)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        return False
+    return any(_is_stream(t) for t in tree.find_all(exp.Table))
+
+
+def batch_form(sql: str) -> str:
+    """The same statement over the whole of each ``STREAM(name)`` source read as a table: the
+    batch query whose result the incremental runs add up to."""
+    tree = parse_one(sql)
+    for table in list(tree.find_all(exp.Table)):
+        if not _is_stream(table):
+            continue
+        argument = table.this.expressions[0] if len(table.this.expressions) == 1 else None
+        if isinstance(argument, exp.Column):
+            plain = exp.Table(this=argument.this.copy(), db=argument.args["table"].copy() if argument.args.get("table") else None)
+        elif isinstance(argument, exp.Table):
+            plain = argument.copy()
+        elif isinstance(argument, exp.Literal):
+            plain = exp.to_table(argument.this)
+        else:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(table.this),
+                              reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
+        if table.args.get("alias"):
+            plain.set("alias", table.args["alias"].copy())
+        table.replace(plain)
+    return to_sql(tree)
+
+
+def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -> None:
+    """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables) into the catalog
+    table ``table``: the rows of the changes that arrived since the last run are appended.
+
+    The table is a Parquet table over a folder that also holds the run's checkpoint (in
+    ``_sqlext_checkpoint``, which Spark's file readers skip), so the output and the state
+    that produced it stay together: dropping the folder starts over. A new table's folder is
+    ``<its database's location>/<name>``. ``full_refresh`` drops the table and its folder first,
+    so the run processes the whole history again. A table that exists without such a
+    checkpoint (written by something else), or whose columns differ from the statement's, is
+    refused: ``full_refresh`` rebuilds it."""
+    import shutil
+    from pathlib import Path
+
+    from sqlext.api import sql as run_sql
+    from sqlext.session import ensure_installed
+
+    ensure_installed(spark)
+    target = _table_name(table)
+    name = to_sql(target)
+    exists = spark.catalog.tableExists(name)
+    folder = Path(_table_folder(spark, target, exists))
+    if full_refresh:
+        if exists:
+            spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
+            exists = False
+        shutil.rmtree(folder, ignore_errors=True)
+    schema = run_sql(spark, batch_form(sql)).schema
+    if exists:
+        if not (folder / CHECKPOINT_FOLDER).is_dir():
+            raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=str(folder))
+        have = [(f.name, f.dataType.simpleString()) for f in spark.table(name).schema.fields]
+        want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+        if have != want:
+            raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
+                              have=_columns(have), want=_columns(want))
+    run_available_now(spark, sql, checkpoint=str(folder / CHECKPOINT_FOLDER), output=str(folder))
+    if not exists:
+        spark.catalog.createTable(name, path=str(folder), source="parquet", schema=schema)
+    spark.catalog.refreshTable(name)
+
+
+def _table_name(table: str) -> exp.Table:
+    """``table`` (``name``, ``db.name``, quoted with backticks where needed) as a table node."""
+    from sqlext.rewrites.dialect import SparkExt
+
+    try:
+        target = exp.to_table(table, dialect=SparkExt)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        target = None
+    if not isinstance(target, exp.Table) or not target.name:
+        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="table",
+                          expected="a table name such as my_db.my_table", value=repr(table),
+                          fix="Quote parts holding spaces or dots with backticks.")
+    return target
+
+
+def _table_folder(spark, target: exp.Table, exists: bool) -> str:
+    """The local folder of ``target``: its location if it exists, else its database's
+    location joined with its name."""
+    if exists:
+        described = spark.sql(to_sql(exp.Describe(this=target.copy(), style="EXTENDED"))).collect()
+        uri = next((row[1] for row in described if row[0] == "Location"), None)
+    else:
+        database = target.db or spark.catalog.currentDatabase()
+        uri = spark.catalog.getDatabase(database).locationUri.rstrip("/") + "/" + target.name
+    if uri is None or not (uri.startswith("file:") or uri.startswith("/")):
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a run into {to_sql(target)}",
+                          reason=f"its folder {uri!r} is not on the local file system, where the 'tables' "
+                                 "engine writes its output and state",
+                          fix="Put the table's database on a local folder, or run sqlext.stream with an output folder.")
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def _columns(columns) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in columns)

@@ -26,7 +26,7 @@ DBT = Path(sys.executable).with_name("dbt")
 
 MODELS = {"stg_customers_changes", "stg_orders_changes", "stg_payments", "stg_org_chart",
           "premium_customers_changes", "orders_with_customer", "payments_running_totals",
-          "org_chart_levels", "payments_incremental"}
+          "org_chart_levels", "payments_incremental", "gold_customers_feed"}
 SEEDS = {"customers_changes", "orders_changes", "payments"}
 # the statements of each mart that sqlext must have rewritten, by the rule that did it
 REWRITES = {"changelog_filter_to_sql", "fk_join_to_sql", "self_join_aggregate_to_window",
@@ -55,22 +55,29 @@ def dbt(project: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, di
 
 
 # Runs dbt commands one after another in one Python process (and so one Spark), as a script
-# that calls dbt's programmatic entry point does; after each, keeps its run_results.json.
+# that calls dbt's programmatic entry point does; before each, moves the files LANDINGS holds
+# for it into place (files landing between runs); after each, keeps its run_results.json.
 RUN_IN_ONE_PROCESS = """
 import shutil, sys
 from dbt.cli.main import dbtRunner
 for index, arguments in enumerate(COMMANDS):
+    for source, target in LANDINGS.get(index, []):
+        shutil.move(source, target)
     dbtRunner().invoke(arguments + ["--profiles-dir", "."])
     shutil.copy("target/run_results.json", f"target/run_results_{index}.json")
 """
 
 
-def dbt_in_one_process(project: Path, *commands: list[str]) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def dbt_in_one_process(project: Path, *commands: list[str], landings: dict | None = None) \
+        -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Run several dbt commands in one new process; return it and each command's run results.
-    (A Spark start costs most of a dbt command here, so this saves one per extra command.)"""
+    (A Spark start costs most of a dbt command here, so this saves one per extra command.)
+    ``landings`` maps a command's index to (file, folder) moves made just before it."""
     for old in (project / "target").glob("run_results_*.json"):
         old.unlink()
-    script = f"COMMANDS = {[list(c) for c in commands]!r}\n" + RUN_IN_ONE_PROCESS
+    script = (f"COMMANDS = {[list(c) for c in commands]!r}\n"
+              f"LANDINGS = {({i: [(str(a), str(b)) for a, b in m] for i, m in (landings or {}).items()})!r}\n"
+              + RUN_IN_ONE_PROCESS)
     done = subprocess.run([sys.executable, "-c", script], cwd=project, env=environment(project),
                           capture_output=True, text=True, timeout=600)
     results = [project / "target" / f"run_results_{i}.json" for i in range(len(commands))]
@@ -91,7 +98,8 @@ def table_rows(project: Path, name: str, columns: list[str]) -> Counter:
     """The rows of a table dbt wrote, read from its Parquet files (no Spark needed)."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(project / ".spark" / "warehouse" / "shop.db" / name, columns=columns)
+    table = pq.read_table(project / ".spark" / "warehouse" / "shop.db" / name, columns=columns,
+                          ignore_prefixes=["_", "."])
     return Counter(tuple(row[c] for c in columns) for row in table.to_pylist())
 
 
@@ -110,10 +118,11 @@ def test_dbt_build_runs_every_model_seed_and_data_test(built):
     assert by_type(results, "model") == {name: "success" for name in MODELS}
     assert by_type(results, "seed") == {name: "success" for name in SEEDS}
     tests = by_type(results, "test")
-    assert len(tests) == 25 and set(tests.values()) == {"pass"}, tests
+    assert len(tests) == 27 and set(tests.values()) == {"pass"}, tests
     # the singular tests that compare each mart with its expected rows are among them
     assert {"premium_customers_changes_expected", "orders_with_customer_expected",
-            "payments_running_totals_expected", "org_chart_levels_expected"} <= set(tests)
+            "payments_running_totals_expected", "org_chart_levels_expected",
+            "gold_customers_feed_equals_batch"} <= set(tests)
     assert statuses(results)["operation.shop.shop-on-run-start-1"] == "success"
     log = (project / "logs" / "dbt.log").read_text()
     assert {rule for rule in REWRITES if f"sqlext rewrote the statement ({rule}" in log} == REWRITES
@@ -163,3 +172,45 @@ def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_
     assert by_type(refreshed, "model") == {"premium_customers_changes": "success"}, done.stdout[-4000:]
     assert set(by_type(refreshed, "test").values()) == {"pass"}
     assert sum(table_rows(project, "premium_customers_changes", ["customer_id"]).values()) == 5
+
+
+FEED_COLUMNS = ["id", "name", "tier", "_change_type", "_commit_version"]
+
+
+def feed_file(folder: Path, name: str, rows: list[tuple]) -> Path:
+    """A Parquet file of customers' changes, in the landing table's column types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.int32()), ("name", pa.string()), ("tier", pa.string()),
+                        ("_change_type", pa.string()), ("_commit_version", pa.int64())])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    pq.write_table(pa.Table.from_pylist([dict(zip(FEED_COLUMNS, r)) for r in rows], schema=schema), path)
+    return path
+
+
+def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_run(built, tmp_path):
+    """gold_customers_feed reads STREAM(raw.customers_feed): each dbt run processes only the
+    changes that landed since the last run, and the model's table always equals the batch
+    CHANGELOG_FILTER over the whole feed (the singular data test checks it after every run).
+    Ada's update at version 3, whose earlier version an earlier run saw, comes out as her
+    leaving the gold tier (a delete), not as a new row; a run with nothing new adds nothing;
+    a full refresh rebuilds the same rows from the whole feed."""
+    project, first, results = built
+    assert first.returncode == 0
+    assert table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"]) == Counter([
+        (1, "insert", 1), (3, "insert", 1), (2, "insert", 2)])
+    landing = project / ".spark" / "warehouse" / "shop_raw.db" / "customers_feed"
+    version_3 = feed_file(tmp_path, "changes-3.parquet", [
+        (1, "Ada", "gold", "update_preimage", 3), (1, "Ada", "silver", "update_postimage", 3)])
+    version_4 = feed_file(tmp_path, "changes-4.parquet", [(3, "Cy", "gold", "delete", 4)])
+    select = ["build", "--select", "gold_customers_feed+"]
+    done, runs = dbt_in_one_process(project, select, select, select, ["build", "--full-refresh", *select[1:]],
+                                    landings={0: [(version_3, landing)], 1: [(version_4, landing)]})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    for run in runs:
+        assert by_type(run, "model") == {"gold_customers_feed": "success"}, done.stdout[-4000:]
+        assert by_type(run, "test")["gold_customers_feed_equals_batch"] == "pass"
+    assert table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"]) == Counter([
+        (1, "insert", 1), (3, "insert", 1), (2, "insert", 2), (1, "delete", 3), (3, "delete", 4)])

@@ -37,7 +37,7 @@ UNMARKED = {
     "sc://spark-host": "needs a Spark Connect server at that address",
     "HiveThriftServer2": "starts a JDBC server that keeps running; tests/test_jdbc.py runs it and a JDBC client",
     "STREAM(": ("an incremental run, over folders of change files and a checkpoint; tests/test_streaming.py "
-                "runs the Python example as pasted"),
+                "runs the Python example as pasted, tests/test_dbt.py builds the dbt model over STREAM(...)"),
 }
 
 

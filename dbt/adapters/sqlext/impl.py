@@ -1,5 +1,6 @@
-"""The sqlext adapter: dbt-spark's adapter with sqlext's connections, and the check that keeps
-incremental runs away from sqlext's functions until they can run incrementally under dbt."""
+"""The sqlext adapter: dbt-spark's adapter with sqlext's connections; incremental models that
+read ``STREAM(...)`` run as sqlext's incremental runs, and the others are kept away from
+sqlext's functions, whose results over new rows alone would be wrong."""
 
 from __future__ import annotations
 
@@ -55,6 +56,30 @@ def stateful_functions(sql: str) -> List[str]:
 
 class SqlextAdapter(SparkAdapter):
     ConnectionManager = SqlextConnectionManager  # type: ignore[assignment]
+
+    @available
+    def sqlext_reads_streams(self, sql: str) -> bool:
+        """Whether a model's SQL reads a ``STREAM(...)`` source, and so runs incrementally."""
+        from sqlext.streaming import reads_streams
+
+        return reads_streams(sql)
+
+    @available
+    def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool) -> str:
+        """One incremental run of a model that reads ``STREAM(...)`` into its table (see
+        :func:`sqlext.streaming.run_into_table`); the text dbt shows for it."""
+        from pyspark.errors import PySparkException
+
+        from dbt.adapters.sqlext.session import spark_session
+        from sqlext.errors import SqlextError
+        from sqlext.streaming import run_into_table
+
+        spark = spark_session(self.config.credentials.server_side_parameters)
+        try:
+            run_into_table(spark, sql, table, full_refresh=full_refresh)
+        except (SqlextError, PySparkException) as error:
+            raise DbtRuntimeError(str(error)) from error
+        return "OK (incremental run)" if not full_refresh else "OK (full refresh)"
 
     @available
     def sqlext_check_incremental_run(self, model_name: str, sql: str) -> str:

@@ -1,11 +1,37 @@
-{#-- The incremental materialization of the spark adapter, after one check: an incremental
-     run (the table exists, no full refresh) of a model whose SQL calls CHANGELOG_FILTER,
-     FK_JOIN or a recursion is refused with [INCREMENTAL_MODEL_UNSUPPORTED], because over
-     the new rows alone these functions give wrong results without any error. The first
-     build and a full refresh run as in the spark adapter. --#}
+{#-- The incremental materialization of the sqlext adapter.
+
+     A model whose SQL reads STREAM(...) sources runs as one sqlext incremental run: the
+     changes that arrived in those tables since the last run go through the model's
+     CHANGELOG_FILTER or FK_JOIN with the state the earlier runs kept, and the rows that
+     come out are appended to the model's table (which also holds that state). The first run
+     and a full refresh process the whole history.
+
+     Any other model runs the spark adapter's incremental materialization, after one check: an
+     incremental run (the table exists, no full refresh) whose SQL calls CHANGELOG_FILTER,
+     FK_JOIN or a recursion without reading streams is refused with
+     [INCREMENTAL_MODEL_UNSUPPORTED], because over the new rows alone these functions give
+     wrong results without any error. --#}
 {% materialization incremental, adapter='sqlext', supported_languages=['sql', 'python'] -%}
+  {%- if model['language'] == 'sql' and adapter.sqlext_reads_streams(compiled_code) -%}
+    {{ return(sqlext_streaming_incremental()) }}
+  {%- endif -%}
   {%- if model['language'] == 'sql' and is_incremental() -%}
     {%- do adapter.sqlext_check_incremental_run(model['name'], compiled_code) -%}
   {%- endif -%}
   {{ return(materialization_incremental_spark()) }}
 {%- endmaterialization %}
+
+
+{% macro sqlext_streaming_incremental() %}
+  {%- set target_relation = this.incorporate(type='table') -%}
+  {%- set existing = load_cached_relation(this) -%}
+  {%- if existing is not none and not existing.is_table -%}
+    {%- do adapter.drop_relation(existing) -%}
+  {%- endif -%}
+  {{ run_hooks(pre_hooks) }}
+  {%- set message = adapter.sqlext_run_stream(target_relation.render(), compiled_code, should_full_refresh()) -%}
+  {%- call noop_statement("main", message) -%}{{ compiled_code }}{%- endcall -%}
+  {{ run_hooks(post_hooks) }}
+  {%- do persist_docs(target_relation, model) -%}
+  {{ return({'relations': [target_relation]}) }}
+{% endmacro %}

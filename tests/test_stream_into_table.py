@@ -1,0 +1,112 @@
+"""Incremental runs into a catalog table (``sqlext.streaming.run_into_table``, what the dbt
+adapter's incremental models over ``STREAM(...)`` use): the table holds, after every run,
+exactly the batch result over everything that has landed so far; the checkpoint lives in the
+table's folder; a table the runs did not write, or whose columns differ from the statement's,
+is refused until a full refresh. The database's folder holds quotes, a backtick and
+spaces (Spark's catalog refuses them in names)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rows import multiset
+from sqlext.api import sql as sqlext_sql
+from sqlext.errors import SqlextError
+from sqlext.streaming import CHECKPOINT_FOLDER, batch_form, reads_streams, run_into_table
+
+# Spark's session catalog takes only letters, digits and _ in names; the folders hold the rest
+DATABASE = "sx_into"
+FEED = DATABASE + ".feed_1"
+TARGET = "`sx_into`.`gold_feed`"
+FOLDER = "gold_feed"
+LOCATION = "ware house 'o\"dd`"  # (braces would be read as a Hadoop glob)
+SCHEMA = "id INT, name STRING, tier STRING, _change_type STRING, _commit_version BIGINT"
+
+GOLD = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(" + FEED + ")), key => 'id', "
+        "predicate => \"tier = 'gold'\")")
+
+LANDINGS = [
+    [(1, "Ada", "gold", "insert", 1), (2, "Bob", "silver", "insert", 1), (3, "Cy", "gold", "insert", 1)],
+    [(2, "Bob", "silver", "update_preimage", 2), (2, "Bob", "gold", "update_postimage", 2)],
+    [(1, "Ada", "gold", "update_preimage", 3), (1, "Ada", "silver", "update_postimage", 3),
+     (3, "Cy", "gold", "delete", 4)],
+]
+
+
+@pytest.fixture
+def database(spark, tmp_path):
+    location = str(tmp_path / LOCATION).replace("\\", "\\\\").replace("'", "\\'")
+    spark.sql(f"CREATE DATABASE {DATABASE} LOCATION '{location}'")
+    spark.sql(f"CREATE TABLE {FEED} ({SCHEMA}) USING parquet")
+    yield tmp_path / LOCATION
+    spark.sql(f"DROP DATABASE {DATABASE} CASCADE")
+
+
+def land(spark, rows):
+    spark.createDataFrame(rows, SCHEMA).coalesce(1).write.insertInto(FEED)
+
+
+def table_rows(spark, name):
+    return multiset([r.asDict() for r in spark.table(name).collect()])
+
+
+def batch_rows(spark):
+    return multiset([r.asDict() for r in sqlext_sql(spark, batch_form(GOLD)).collect()])
+
+
+def test_each_run_leaves_the_table_equal_to_the_batch_result_so_far(spark, database):
+    for rows in LANDINGS:
+        land(spark, rows)
+        run_into_table(spark, GOLD, TARGET)
+        assert table_rows(spark, TARGET) == batch_rows(spark)
+    assert sum(table_rows(spark, TARGET).values()) == 5  # 3 inserts, 2 deletes: nothing twice
+    folder = database / FOLDER
+    assert (folder / CHECKPOINT_FOLDER).is_dir()
+
+    # nothing new: the table stays as it is; a full refresh rebuilds the same rows from the whole feed
+    before = table_rows(spark, TARGET)
+    run_into_table(spark, GOLD, TARGET)
+    assert table_rows(spark, TARGET) == before
+    run_into_table(spark, GOLD, TARGET, full_refresh=True)
+    assert table_rows(spark, TARGET) == before
+
+
+def test_a_table_the_runs_did_not_write_is_refused_until_a_full_refresh(spark, database):
+    land(spark, LANDINGS[0])
+    spark.sql(f"CREATE TABLE {TARGET} USING parquet AS {batch_form(GOLD)}")
+    with pytest.raises(SqlextError, match=r"\[STREAM_TABLE_NOT_INCREMENTAL\]"):
+        run_into_table(spark, GOLD, TARGET)
+    run_into_table(spark, GOLD, TARGET, full_refresh=True)
+    assert table_rows(spark, TARGET) == batch_rows(spark)
+
+
+def test_a_statement_whose_columns_changed_is_refused_until_a_full_refresh(spark, database):
+    land(spark, LANDINGS[0])
+    run_into_table(spark, GOLD, TARGET)
+    narrower = GOLD.replace("SELECT *", "SELECT id, tier")
+    with pytest.raises(SqlextError, match=r"\[STREAM_TABLE_COLUMNS_DIFFER\].*id int, tier string"):
+        run_into_table(spark, narrower, TARGET)
+    run_into_table(spark, narrower, TARGET, full_refresh=True)
+    assert [f.name for f in spark.table(TARGET).schema.fields] == ["id", "tier"]
+
+
+def test_reads_streams_and_batch_form():
+    assert reads_streams(GOLD) and not reads_streams(batch_form(GOLD))
+    assert not reads_streams("SELECT * FROM t") and not reads_streams("this is not SQL (")
+    assert "TABLE(" + FEED + ")" in batch_form(GOLD).replace("TABLE(", "TABLE(", 1)
+    assert batch_form("SELECT s.a FROM STREAM(x) AS s") == "SELECT s.a FROM x AS s"
+
+
+def test_a_table_name_that_does_not_parse_is_a_classed_error(spark):
+    with pytest.raises(SqlextError, match=r"\[INVALID_ARGUMENT_TYPE\]"):
+        run_into_table(spark, GOLD, "`unterminated")
+
+
+def test_the_checkpoint_folder_is_invisible_to_readers_of_the_table(spark, database):
+    land(spark, LANDINGS[0])
+    run_into_table(spark, GOLD, TARGET)
+    folder = Path(database) / FOLDER
+    assert any(folder.glob("batch-*")) and (folder / CHECKPOINT_FOLDER).is_dir()
+    assert spark.read.parquet(str(folder)).count() == spark.table(TARGET).count() == 2

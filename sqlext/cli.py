@@ -95,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--keys", type=int, default=None,
                        help="incremental: accounts in the history (default rows/8; fix it to grow the history alone)")
     bench.add_argument("--percent", type=float, default=1.0, help="incremental: increment size, %% of the history")
-    bench.add_argument("--function", choices=["filter", "fk"], default="filter",
-                       help="incremental: CHANGELOG_FILTER (--rows, --keys) or FK_JOIN (--left, --right)")
+    bench.add_argument("--function", choices=["filter", "fk", "recursion"], default="filter",
+                       help="incremental: CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right) or "
+                            "WITH RECURSIVE over a forest (--nodes)")
     bench.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
-                       help="incremental: where the state lives (FK_JOIN: tables only)")
+                       help="incremental: where the state lives (FK_JOIN and recursion: tables only)")
     bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
                        help="recursion --forest-only: force the recursion's path (default auto)")
 
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         engines = ("tables", "state_store") if args.engine == "both" else (args.engine,)
         bench_incremental(local_session("sqlext-bench"), rows=args.rows, runs=args.runs, percent=args.percent,
                           keys=args.keys, engines=engines, function=args.function, left=args.left,
-                          right=args.right)
+                          right=args.right, nodes=args.nodes)
         return 0
     if args.command == "bench" and args.what == "recursion" and args.levels_only:
         from sqlext.bench.recursion import bench_levels

@@ -87,17 +87,32 @@ class TableStateRun:
             spark.catalog.dropTempView(out_view)
 
     def _write_output(self, frame, batch_id: int) -> None:
-        """The batch's rows as files ``batch-<id>-*`` in the output folder, replacing any
-        files a previous attempt of the same batch left."""
-        prefix = f"batch-{batch_id:010d}-"
-        temporary = self.output / f"_sx_tmp-{batch_id}"
-        frame.write.mode("overwrite").format(self.output_format).save(str(temporary))
-        self.output.mkdir(parents=True, exist_ok=True)
-        for stale in self.output.glob(prefix + "*"):
-            stale.unlink()
-        for part in sorted(temporary.glob("part-*")):
-            part.rename(self.output / (prefix + part.name))
-        shutil.rmtree(temporary, ignore_errors=True)
+        write_batch_files(frame, self.output, batch_id, self.output_format)
+
+
+def write_batch_files(frame, folder: Path, batch_id: int, file_format: str) -> None:
+    """A batch's rows as files ``batch-<id>-*`` in ``folder``, replacing any files a previous
+    attempt of the same batch left."""
+    prefix = f"batch-{batch_id:010d}-"
+    temporary = folder / f"_sx_tmp-{batch_id}"
+    frame.write.mode("overwrite").format(file_format).save(str(temporary))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(prefix + "*"):
+        stale.unlink()
+    for part in sorted(temporary.glob("part-*")):
+        part.rename(folder / (prefix + part.name))
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def read_batch_files(spark, folder: Path, keep, schema=None):
+    """The rows of the Parquet files ``batch-<id>-*`` in ``folder`` whose batch id ``keep``
+    accepts, or None when there are none."""
+    paths = sorted(str(p) for p in folder.glob("batch-*") if keep(int(p.name.split("-")[1]))) \
+        if folder.is_dir() else []
+    if not paths:
+        return None
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    return reader.parquet(*paths)
 
 
 class TableStateFilter(TableStateRun):

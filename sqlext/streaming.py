@@ -5,7 +5,9 @@ streaming temporary view (any streaming DataFrame: files, Kafka, ...), a table S
 as a stream, or a folder of change files given with ``sources={name: folder}`` (the embedded
 default; Parquet unless ``source_format`` says otherwise). A table function whose input is
 ``TABLE(STREAM(name))`` runs incrementally, keeping its state in the query's checkpoint; the
-rest of the statement is plain Spark SQL on the stream.
+rest of the statement is plain Spark SQL on the stream. A ``WITH RECURSIVE`` over a stream of
+edges runs incrementally on its own (:mod:`sqlext.stream_recursion`).
+:func:`run_into_table` runs a statement into a catalog table (dbt's incremental models).
 
 :func:`stream` starts the query (by default ``availableNow``: process what arrived since the
 last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for any sink.
@@ -137,6 +139,13 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
     tree = parse_one(sql)
     filters, joins = find_calls(tree, FILTER), find_calls(tree, FK_JOIN)
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
+    if _is_recursion(tree) and streams and not filters and not joins:
+        from sqlext.stream_recursion import RecursionShape, TableStateRecursion
+
+        shape = RecursionShape(tree)
+        source = _source(spark, shape.stream.this, sources, source_format)
+        _check_columns(checkpoint, to_sql(shape.stream.this), source.schema)
+        return source, TableStateRecursion(shape, checkpoint, output, output_format)
     _refuse_recursion(tree)
     if len(filters) + len(joins) != 1 or len(streams) != (1 if filters else 2):
         raise SqlextError(
@@ -178,14 +187,20 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
         TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format)
 
 
+def _is_recursion(tree: exp.Expression) -> bool:
+    return any(w.args.get("recursive") for w in tree.find_all(exp.With)) or bool(find_calls(tree, "RECURSIVE_EXPAND"))
+
+
 def _refuse_recursion(tree: exp.Expression) -> None:
-    """A recursion over a stream would run over each micro-batch's rows alone."""
-    recursive = any(w.args.get("recursive") for w in tree.find_all(exp.With)) or find_calls(tree, "RECURSIVE_EXPAND")
-    if recursive and any(_is_stream(t) for t in tree.find_all(exp.Table)):
+    """A recursion over a stream runs incrementally only on its own, on the 'tables' engine
+    (:mod:`sqlext.stream_recursion`); anywhere else it would see each micro-batch's rows alone."""
+    if _is_recursion(tree) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
         raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion",
-            reason="recursion does not run incrementally yet (it would see each micro-batch's rows alone)",
-            fix="Run the recursion as a batch query (sqlext.sql).")
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion here",
+            reason="a recursion runs incrementally only as a statement of its own, on engine 'tables' (it would "
+                   "see each micro-batch's rows alone)",
+            fix="Run WITH RECURSIVE over STREAM(edges) as its own statement with engine 'tables', or as a batch "
+                "query (sqlext.sql).")
 
 
 def _stream_call(table: exp.Table, function: str, arguments, inputs: tuple[str, ...]):

@@ -14,6 +14,12 @@ on its own copy of the same history and increments.
     sqlext bench incremental --rows 10000000 --runs 3
     sqlext bench incremental --rows 100000000 --keys 1250000 --runs 3   (10x the history, same keys)
     sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3
+    sqlext bench incremental --function recursion --nodes 1000000 --runs 3
+
+The recursion's history is the recursion benchmark's random forest (``nodes`` nodes, each
+edge pointing from a node to its parent); an increment is ``percent`` % new leaves, each
+under a random earlier node; the statement is every (node, ancestor, depth) row, with
+``UNION`` (the form that runs incrementally; a forest's rows are distinct anyway).
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ FK_STREAMED = """SELECT * FROM FK_JOIN(left => TABLE(STREAM(bench_orders)), righ
   left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', join_type => 'inner', emit => 'changes')"""
 FK_BATCH = """SELECT * FROM FK_JOIN(left => TABLE(bench_orders_all), right => TABLE(bench_customers_all),
   left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', join_type => 'inner', emit => 'changes')"""
+
+
+REC_STREAMED = """WITH RECURSIVE anc(node, ancestor, depth) AS (
+  SELECT src, dst, 1 FROM STREAM(bench_edges)
+  UNION
+  SELECT a.node, f.dst, a.depth + 1 FROM anc AS a JOIN STREAM(bench_edges) AS f ON a.ancestor = f.src)
+SELECT * FROM anc"""
+REC_BATCH = REC_STREAMED.replace("STREAM(bench_edges)", "bench_edges_all")
 
 
 @dataclass(frozen=True)
@@ -109,15 +123,42 @@ def fk_workload(left: int, right: int, percent: float) -> Workload:
                     f"{left:,} left and {right:,} right changes")
 
 
+def recursion_workload(nodes: int, percent: float) -> Workload:
+    """The recursion benchmark's forest as edges (node -> parent); an increment adds new leaves
+    under random earlier nodes."""
+    size = max(1, int(nodes * percent / 100))
+
+    def history(spark, directory):
+        from sqlext.bench.recursion import _make_forest
+
+        _make_forest(spark, nodes, directory)
+        spark.read.parquet(f"{directory}/forest").where("parent IS NOT NULL") \
+            .selectExpr("id AS src", "parent AS dst").write.parquet(f"{directory}/bench_edges")
+        shutil.rmtree(f"{directory}/forest", ignore_errors=True)
+
+    def increment(spark, directory, run):
+        first = nodes + run * size
+        spark.range(size).selectExpr(
+            f"id + {first} AS src",
+            f"CAST(floor(pmod(hash(id, {run}, 7), 1000000007) / 1000000007.0 * {first}) AS BIGINT) AS dst",
+        ).write.mode("append").parquet(f"{directory}/bench_edges")
+
+    return Workload("WITH RECURSIVE (ancestors, UNION)", REC_STREAMED, REC_BATCH, {"bench_edges": "bench_edges_all"},
+                    history, increment, nodes, size, f"a forest of {nodes:,} nodes")
+
+
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
-                      left: int = 5_000_000, right: int = 500_000) -> dict:
+                      left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000) -> dict:
     """Each engine on its own copy of the same history and increments; returns, per engine,
     the first run's seconds, the incremental and batch seconds per increment, and the rows.
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
     ``right`` changes; the 'tables' engine only: FK_JOIN keeps state under several keys)."""
     if function == "fk":
         workload = fk_workload(left, right, percent)
+        engines = tuple(e for e in engines if e == "tables")
+    elif function == "recursion":
+        workload = recursion_workload(nodes, percent)
         engines = tuple(e for e in engines if e == "tables")
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))

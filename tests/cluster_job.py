@@ -88,6 +88,36 @@ def main(master: str, work: Path) -> None:
     run_available_now(spark, streamed, **options)
     result["stream"] = [rows(spark.read.parquet(str(out_dir))), rows(sqlext.sql(spark, call))]
 
+    # FK_JOIN and a recursion incrementally: two runs each, the second after more files land
+    from sqlext.streaming import batch_form
+
+    def two_runs(name, sql, landings):
+        folders = {source: work / f"{name}-{source}" for source in landings[0]}
+        options = dict(checkpoint=str(work / f"{name}-checkpoint"), output=str(work / f"{name}-out"),
+                       sources={source: str(folder) for source, folder in folders.items()})
+        for landing in landings:
+            for source, (ddl, data) in landing.items():
+                spark.createDataFrame(data, ddl).write.mode("append").parquet(str(folders[source]))
+            run_available_now(spark, sql, **options)
+        for source, folder in folders.items():
+            spark.read.parquet(str(folder)).createOrReplaceTempView(source)
+        return [rows(spark.read.parquet(options["output"])), rows(sqlext.sql(spark, batch_form(sql)))]
+
+    orders, customers = "order_id int, customer_id int, amount int, _change_type string, _commit_version bigint", \
+        "id int, name string, _change_type string, _commit_version bigint"
+    result["stream_fk"] = two_runs("fk", (
+        "SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+        "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', emit => 'changes')"), [
+        {"customers": (customers, [(1, "a", "insert", 1), (2, "b", "insert", 2)]),
+         "orders": (orders, [(10, 1, 5, "insert", 3), (11, 2, 6, "insert", 4)])},
+        {"customers": (customers, [(1, "a2", "update_postimage", 5)]),
+         "orders": (orders, [(11, 1, 6, "update_postimage", 6), (12, 2, 1, "insert", 7)])}])
+    edges = "src int, dst int"
+    result["stream_recursion"] = two_runs("recursion", (
+        "WITH RECURSIVE reach(src, dst) AS (SELECT src, dst FROM STREAM(edges) UNION "
+        "SELECT r.src, e.dst FROM reach AS r JOIN STREAM(edges) AS e ON r.dst = e.src) SELECT * FROM reach"), [
+        {"edges": (edges, [(1, 2), (2, 3), (5, 6)])}, {"edges": (edges, [(3, 4), (4, 1), (6, 7)])}])
+
     directory = tempfile.mkdtemp(prefix="sqlext-cluster-", dir=work)
     make_fk_inputs(spark, 400_000, 40_000, directory)
     query = FK_SQLEXT.format(emit="changes")

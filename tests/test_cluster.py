@@ -1,7 +1,8 @@
 """On a real standalone cluster (a master and two workers, each its own JVM, started from
 PySpark's own scripts), sqlext gives the rows it gives in local mode: the examples, the
-self-join rewrites, CHANGELOG_FILTER's table function run by executors, and an FK_JOIN
-during which a worker is killed (Spark re-runs the lost work; never wrong or partial rows).
+self-join rewrites, CHANGELOG_FILTER's table function run by executors, incremental runs of
+CHANGELOG_FILTER, FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed
+(Spark re-runs the lost work; never wrong or partial rows).
 
 The cluster costs about a minute; the test is marked ``cluster`` (run by default, skipped
 with ``-m "not cluster"``)."""
@@ -92,6 +93,11 @@ def test_table_function_runs_on_executors_like_the_rewrite(cluster_result):
 def test_incremental_runs_on_the_cluster_give_the_batch_rows(cluster_result):
     incremental, batch = cluster_result["stream"]
     assert incremental == batch and len(batch) == 5
+    incremental, batch = cluster_result["stream_fk"]
+    assert incremental == batch and len(batch) >= 4
+    # a cycle 1 -> 2 -> 3 -> 4 -> 1 closed by the second run (16 pairs) and 5 -> 6 -> 7 (3)
+    incremental, batch = cluster_result["stream_recursion"]
+    assert incremental == batch and len(batch) == 19
 
 
 def test_fk_join_survives_a_lost_worker(cluster_result):

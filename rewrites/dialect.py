@@ -190,6 +190,13 @@ def to_sql(expression: exp.Expression, pretty: bool = False) -> str:
     return expression.sql(dialect=SparkExt, pretty=pretty)
 
 
+def is_stream(node) -> bool:
+    """Whether ``node`` is ``STREAM(name)`` in a FROM clause or a TABLE(...) argument: a
+    source read as a stream (the spelling of Spark Declarative Pipelines)."""
+    return isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous) \
+        and node.this.name.upper() == "STREAM"
+
+
 # Spark's numeric type names as ``DataType.simpleString()`` and sqlglot write them (with the
 # aliases sqlglot may print), and the width in bits of each integral one.
 INTEGRAL_BITS = {"tinyint": 8, "byte": 8, "smallint": 16, "short": 16, "int": 32, "integer": 32,

@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from sqlext.catalog.changes import CHANGE_TYPE
 from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.stream_tables import TableStateRun, read_batch_files, write_batch_files
 
@@ -44,11 +45,6 @@ BROADCAST_ROWS = 2_000_000
 
 def _unsupported(what: str, reason: str, fix: str) -> SqlextError:
     return SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=what, reason=reason, fix=fix)
-
-
-def _is_stream(table) -> bool:
-    return isinstance(table, exp.Table) and isinstance(table.this, exp.Anonymous) \
-        and table.this.name.upper() == "STREAM"
 
 
 def _stream_name(table: exp.Table) -> str:
@@ -156,16 +152,7 @@ class TableStateRecursion(TableStateRun):
             return name
 
         def over(query: exp.Select, stream_view: str, result_view: str | None = None) -> str:
-            query = query.copy()
-            for table in list(query.find_all(exp.Table)):
-                if _is_stream(table) or (result_view and table.name == shape.name):
-                    replacement = exp.Table(this=exp.to_identifier(stream_view if _is_stream(table) else result_view))
-                    if table.args.get("alias"):
-                        replacement.set("alias", table.args["alias"].copy())
-                    elif not _is_stream(table):  # keep the CTE's own name for its columns
-                        replacement.set("alias", exp.TableAlias(this=exp.to_identifier(shape.name)))
-                    table.replace(replacement)
-            return to_sql(query)
+            return to_sql(_over(query, shape.name, stream_view, result_view))
 
         try:
             new_edges = view(batch, "new_edges")
@@ -202,13 +189,7 @@ class TableStateRecursion(TableStateRun):
 
         shape = self.shape
         seeds_view = view(seeds, "seeds")
-        step = shape.step.copy()
-        for table in list(step.find_all(exp.Table)):
-            if _is_stream(table):
-                replacement = exp.Table(this=exp.to_identifier(all_edges))
-                if table.args.get("alias"):
-                    replacement.set("alias", table.args["alias"].copy())
-                table.replace(replacement)
+        step = _over(shape.step, shape.name, all_edges)
         anchor = exp.select("*").from_(exp.Table(this=exp.to_identifier(seeds_view)))
         cte = exp.CTE(this=exp.union(anchor, step, distinct=True),
                       alias=exp.TableAlias(this=exp.to_identifier(shape.name),
@@ -217,6 +198,21 @@ class TableStateRecursion(TableStateRun):
         statement.set("with_", exp.With(expressions=[cte], recursive=True))
         return run_statement(spark, to_sql(statement))
 
+
+def _over(query: exp.Select, name: str, stream_view: str, result_view: str | None = None) -> exp.Select:
+    """``query`` reading ``stream_view`` for the stream and, given ``result_view``, that view for
+    the recursion ``name`` (under the recursion's name, so its column references still hold)."""
+    query = query.copy()
+    for table in list(query.find_all(exp.Table)):
+        stream = _is_stream(table)
+        if stream or (result_view and table.name == name):
+            replacement = exp.Table(this=exp.to_identifier(stream_view if stream else result_view))
+            if table.args.get("alias"):
+                replacement.set("alias", table.args["alias"].copy())
+            elif not stream:
+                replacement.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+            table.replace(replacement)
+    return query
 
 
 def _minus(rows, found):

@@ -30,6 +30,7 @@ from sqlext.catalog.fk_join import check_incremental as check_fk_join_incrementa
 from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+from sqlext.rewrites.dialect import is_stream as _is_stream
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
@@ -237,11 +238,6 @@ def _check_columns(checkpoint: str, name: str, schema) -> None:
     changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
     if changes:
         raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))
-
-
-def _is_stream(table) -> bool:
-    return isinstance(table, exp.Table) and isinstance(table.this, exp.Anonymous) \
-        and table.this.name.upper() == "STREAM"
 
 
 def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, source_format: str):

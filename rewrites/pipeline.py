@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -142,11 +143,20 @@ def recursions_of(tree: exp.Expression) -> tuple[exp.Expression, list[Recursion]
         table.replace(replacement)
 
 
+_MAY_HOLD_A_QUERY = re.compile("select", re.IGNORECASE)
+
+
 def rewrite_statement(text: str, relations: Relations | None = None, strict: bool | None = None) -> Rewritten:
     """Rewrite one statement's text. Text no rule changes is returned exactly as given, so a
     statement with nothing to rewrite reaches Spark as the user wrote it. ``strict``: see
     :func:`rewrite` (text sqlglot cannot parse is passed through in both modes)."""
     notes = Notes()
+    if not _MAY_HOLD_A_QUERY.search(text):
+        # every rule rewrites a query; a statement without one (an INSERT ... VALUES of loaded
+        # rows, DDL, SET) is passed on unread: parsing a large one costs seconds
+        for rule in RULES:
+            notes.skip(rule.__name__, "the statement holds no query")
+        return Rewritten(text, text, notes)
     try:
         tree = parse_one(text)
     except (ParseError, TokenError, ValueError, IndexError, KeyError, AttributeError, TypeError,

@@ -66,3 +66,20 @@ def test_run_and_fetch_gives_rows_limit_and_the_error_line(spark):
                                   "predicate => 'x > 0')", 3)
     assert failed.error.startswith("[") and "CHANGELOG_FILTER" in failed.error
     assert error_message(ValueError("not a statement's error")) is None
+
+
+def test_a_statement_without_a_query_is_passed_on_unread_and_fast():
+    """dbt-spark loads a seed as INSERT ... VALUES of thousands of rows: no rule rewrites such
+    a statement, and parsing it would cost seconds, so it reaches Spark unread and unchanged.
+    A value that spells 'select' only makes it read, and still unchanged."""
+    import time
+
+    rows = ",".join(f"({i}, 'name {i}', cast('2024-01-01' as date))" for i in range(50_000))
+    text = "insert into raw.items values " + rows
+    started = time.perf_counter()
+    plan = rewrite_statement(text)
+    assert time.perf_counter() - started < 0.5
+    assert plan.sql == plan.runnable_sql == text and not plan.changed
+    assert {note.rule for note in plan.notes} >= {"fk_join_to_sql", "changelog_filter_to_sql"}
+    spelled = "insert into raw.items values (1, 'Select the best')"
+    assert rewrite_statement(spelled).sql == spelled

@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="incremental: where the state lives (FK_JOIN and recursion: tables only)")
     bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
                        help="recursion --forest-only: force the recursion's path (default auto)")
+    bench.add_argument("--floor", action="store_true",
+                       help="recursion --forest-only: also time one pointer-jumping round (the forest joined with itself)")
 
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         from sqlext.bench.recursion import bench_forest
         from sqlext.session import local_session
 
-        bench_forest(local_session("sqlext-bench"), nodes=args.nodes, runs=args.runs, path=args.path)
+        bench_forest(local_session("sqlext-bench"), nodes=args.nodes, runs=args.runs, path=args.path,
+                     floor=args.floor)
         return 0
     if args.command == "bench" and args.what == "recursion":
         from sqlext.bench.recursion import bench_recursion

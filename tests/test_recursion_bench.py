@@ -16,3 +16,13 @@ def test_bench_recursion_runs_all_three_cases_and_reports_ratios(spark, capsys):
     assert sorted(results["levels"][2]) == [2, 8]
     # the bench leaves Spark's own limits as it found them
     assert spark.conf.get("spark.sql.cteRecursionLevelLimit") == "100"
+
+
+def test_bench_forest_reports_the_run_the_memory_and_the_jump_round_floor(spark, capsys):
+    from sqlext.bench.recursion import bench_forest
+
+    seconds, peaks = bench_forest(spark, nodes=3000, runs=1, path="jump", floor=True)
+    out = capsys.readouterr().out
+    assert len(seconds) == 1 and seconds[0] > 0 and peaks[0] > 0
+    assert "path 'jump': jump (" in out and "floor: one pointer-jumping round" in out and "median" in out
+    assert spark.conf.get("spark.sqlext.recursion.rowLimit", "unset") == "unset"

@@ -25,7 +25,9 @@ nodes), timed from the text to the last row (written to Spark's ``noop`` sink, a
 scale`` does) with the peak resident memory of the Python driver and of the JVM; ``--path``
 forces a path (``spark.sqlext.recursion.path``):
 
-    sqlext bench recursion --forest-only --nodes 10000000 --path jump --runs 1
+    sqlext bench recursion --forest-only --nodes 10000000 --path jump --runs 1 [--floor]
+
+``--floor`` adds the cost of one round of pointer jumping (the forest joined with itself).
 """
 
 from __future__ import annotations
@@ -214,10 +216,15 @@ def _path_taken() -> str:
     return path
 
 
-def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
+JUMP_ROUND = "SELECT f.id, g.parent FROM bench_forest AS f JOIN bench_forest AS g ON f.parent = g.id"
+
+
+def bench_forest(spark, nodes: int, runs: int, path: str = "auto", floor: bool = False):
     """The forest's ancestors on sqlext alone: seconds per run (from the text to the last
     row, written to the noop sink) and the peak resident memory (MB) of the Python driver
-    and of the JVM over all runs."""
+    and of the JVM over all runs. With ``floor``, also the cost of one round of pointer
+    jumping: the forest joined with itself (shuffled, broadcasts off) to the noop sink, three
+    times; the jump needs ``log2(depth) + 1`` such rounds."""
     import os
 
     import sqlext
@@ -240,6 +247,19 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto"):
         print(f"random forest of {rows:,} nodes, all (node, ancestor, depth) pairs, path {path!r}: "
               f"{_path_taken()}; runs {', '.join(f'{s:.2f} s' for s in seconds)}; peak RSS: Python driver "
               f"{sampler.peaks[0]:.0f} MB, JVM {sampler.peaks[1]:.0f} MB", flush=True)
+        if floor:
+            import statistics
+
+            threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+            spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+            rounds = []
+            for _ in range(3):
+                started = time.perf_counter()
+                spark.sql(JUMP_ROUND).write.format("noop").mode("overwrite").save()
+                rounds.append(time.perf_counter() - started)
+            spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+            print(f"floor: one pointer-jumping round (the forest joined with itself, shuffled): runs "
+                  f"{', '.join(f'{s:.2f} s' for s in rounds)}, median {statistics.median(rounds):.2f} s", flush=True)
         return seconds, sampler.peaks
     finally:
         spark.conf.unset("spark.sqlext.recursion.path")

@@ -27,7 +27,7 @@ DBT = Path(sys.executable).with_name("dbt")
 MODELS = {"stg_customers_changes", "stg_orders_changes", "stg_payments", "stg_org_chart",
           "premium_customers_changes", "orders_with_customer", "payments_running_totals",
           "org_chart_levels", "payments_incremental", "gold_customers_feed"}
-SEEDS = {"customers_changes", "orders_changes", "payments"}
+SEEDS = {"customers_changes", "orders_changes", "payments", "notes"}
 # the statements of each mart that sqlext must have rewritten, by the rule that did it
 REWRITES = {"changelog_filter_to_sql", "fk_join_to_sql", "self_join_aggregate_to_window",
             "recursive_cte_to_expand"}
@@ -118,11 +118,11 @@ def test_dbt_build_runs_every_model_seed_and_data_test(built):
     assert by_type(results, "model") == {name: "success" for name in MODELS}
     assert by_type(results, "seed") == {name: "success" for name in SEEDS}
     tests = by_type(results, "test")
-    assert len(tests) == 27 and set(tests.values()) == {"pass"}, tests
+    assert len(tests) == 28 and set(tests.values()) == {"pass"}, tests
     # the singular tests that compare each mart with its expected rows are among them
     assert {"premium_customers_changes_expected", "orders_with_customer_expected",
             "payments_running_totals_expected", "org_chart_levels_expected",
-            "gold_customers_feed_equals_batch"} <= set(tests)
+            "gold_customers_feed_equals_batch", "notes_load_as_written"} <= set(tests)
     assert statuses(results)["operation.shop.shop-on-run-start-1"] == "success"
     log = (project / "logs" / "dbt.log").read_text()
     assert {rule for rule in REWRITES if f"sqlext rewrote the statement ({rule}" in log} == REWRITES
@@ -142,6 +142,9 @@ def test_the_marts_hold_the_expected_rows(built):
         (100, 10), (101, 30), (103, 60), (102, 5), (104, 20)])
     assert table_rows(project, "org_chart_levels", ["employee_id", "level"]) == Counter([
         (1, 0), (2, 1), (3, 1), (4, 2), (5, 3)])
+    # a seed whose values hold quotes and a backslash (dbt-spark pastes them into SQL text)
+    assert table_rows(project, "notes", ["id", "note"]) == Counter([
+        (1, "kevin parker's favorite"), (2, 'a \\ backslash and "double" quotes'), (3, None)])
 
 
 def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_works(built):

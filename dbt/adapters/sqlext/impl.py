@@ -54,8 +54,41 @@ def stateful_functions(sql: str) -> List[str]:
     return sorted(found)
 
 
+def _seed_text(value) -> str | None:
+    """A CSV value as agate read it, written as the text Spark casts to the column's type."""
+    import datetime
+    import decimal
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
 class SqlextAdapter(SparkAdapter):
     ConnectionManager = SqlextConnectionManager  # type: ignore[assignment]
+
+    @available
+    def sqlext_load_seed_rows(self, table: str, agate_table, types: List[str]) -> str:
+        """Append a seed's rows to ``table``: every value as text, cast by Spark to its column's
+        type (``types``, as dbt-spark's INSERT casts it), through one DataFrame, so that no
+        value is pasted into SQL text. Returns the text dbt keeps as the seed's compiled SQL."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        from dbt.adapters.sqlext.session import spark_session
+
+        spark = spark_session(self.config.credentials.server_side_parameters)
+        names = [f"c{i}" for i in range(len(types))]
+        rows = [[_seed_text(value) for value in row] for row in agate_table.rows]
+        frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
+        frame.select(*[F.col(n).cast(t) for n, t in zip(names, types)]).write.insertInto(table)
+        return f"-- {len(rows)} rows appended to {table} by sqlext (one DataFrame, values cast to {', '.join(types)})"
 
     @available
     def sqlext_reads_streams(self, sql: str) -> bool:

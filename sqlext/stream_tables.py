@@ -82,6 +82,8 @@ class TableStateRun:
             for table in outer.find_all(exp.Table):
                 if table.name == self.placeholder:
                     table.set("this", exp.to_identifier(out_view))
+                    if not table.args.get("alias"):  # columns qualified by the name still resolve
+                        table.set("alias", exp.TableAlias(this=exp.to_identifier(self.placeholder)))
             self._write_output(run_statement(spark, to_sql(outer)), batch_id)
         finally:
             spark.catalog.dropTempView(out_view)

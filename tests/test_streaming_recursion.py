@@ -29,7 +29,7 @@ PAIRS = ("WITH RECURSIVE reach(src, dst) AS ("
 # a constant anchor, a filter in the step and a projection with a filter outside
 FROM_ZERO = ("WITH RECURSIVE reach(node, hops) AS (SELECT 0, 0 "
              "UNION SELECT e.dst, 1 FROM reach JOIN STREAM(edges) AS e ON reach.node = e.src WHERE e.dst <> 4) "
-             "SELECT node FROM reach WHERE node <> 2")
+             "SELECT reach.node FROM reach WHERE reach.node <> 2")
 ANCESTORS = ("WITH RECURSIVE anc(node, ancestor, depth) AS ("
              "SELECT src, dst, 1 FROM STREAM(edges) "
              "UNION SELECT a.node, f.dst, a.depth + 1 FROM anc AS a JOIN STREAM(edges) AS f ON a.ancestor = f.src) "
@@ -161,3 +161,15 @@ def test_bench_incremental_recursion_checks_rows_against_the_batch(spark, capsys
     out = capsys.readouterr().out
     assert set(results) == {"tables"} and "WITH RECURSIVE (ancestors, UNION), engine 'tables'" in out
     assert results["tables"]["rows"] > 3000 and len(results["tables"]["incremental"]) == 1
+
+
+def test_a_constant_anchor_and_columns_qualified_by_the_recursion_name(spark, edges):
+    current = edges()
+    current.add([(0, 1), (1, 2), (2, 3)])
+    current.run(FROM_ZERO)
+    current.add([(3, 0), (0, 4), (1, 5)])
+    current.run(FROM_ZERO)
+    # rows (node, hops): (0, 0) the anchor; (1, 1), (2, 1), (3, 1), (0, 1), (5, 1); never 4;
+    # the outer query drops node 2
+    assert current.written() == current.batch(FROM_ZERO) == multiset(
+        [{"node": 0}, {"node": 0}, {"node": 1}, {"node": 3}, {"node": 5}])

@@ -12,8 +12,8 @@ keeps two things in ``<checkpoint>/sqlext-state``: every edge seen (``edges/``) 
 of ``r`` found so far (``result/``), each as files named by the batch that added them. A
 micro-batch of new edges ``dE`` finds the new rows of ``r`` semi-naively, from the delta:
 
-1. the seeds: the anchor over ``dE`` (a constant anchor only in the first batch) and the step
-   over the rows found so far joined with ``dE``, less the rows found so far;
+1. the seeds: the anchor over ``dE`` (a constant anchor as it is) and the step over the rows
+   found so far joined with ``dE``, less the rows found so far;
 2. the recursion from those seeds over all edges (old and new), run as any ``WITH RECURSIVE``
    is (the graph walk where it fits), less the rows found so far: the batch's new rows.
 
@@ -122,7 +122,6 @@ class RecursionShape:
         if len(main) != 1 or main[0].name != self.name or self.main.args.get("joins"):
             raise _unsupported("the outer query", f"it must read {self.name} alone",
                                f"Write SELECT ... FROM {self.name} [WHERE ...].")
-        self.anchor_reads_stream = bool(self._tables(self.anchor))
 
 
 class TableStateRecursion(TableStateRun):

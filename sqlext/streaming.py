@@ -340,7 +340,6 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
     import shutil
     from pathlib import Path
 
-    from sqlext.api import sql as run_sql
     from sqlext.session import ensure_installed
 
     ensure_installed(spark)
@@ -353,7 +352,7 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
             exists = False
         shutil.rmtree(folder, ignore_errors=True)
-    schema = run_sql(spark, batch_form(sql)).schema
+    schema = _result_schema(spark, sql)
     if exists:
         if not (folder / CHECKPOINT_FOLDER).is_dir():
             raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=str(folder))
@@ -366,6 +365,22 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
     if not exists:
         spark.catalog.createTable(name, path=str(folder), source="parquet", schema=schema)
     spark.catalog.refreshTable(name)
+
+
+def _result_schema(spark, sql: str):
+    """The columns of the statement's batch form, without running it. sqlext computes a
+    recursion when it is read, so a recursion's columns come from Spark's own analysis of the
+    same recursion with UNION ALL (the same columns and types; Spark refuses UNION there)."""
+    from sqlext.api import sql as run_sql
+
+    tree = parse_one(batch_form(sql))
+    if not _is_recursion(tree):
+        return run_sql(spark, to_sql(tree)).schema
+    for with_ in tree.find_all(exp.With):
+        for cte in with_.expressions if with_.args.get("recursive") else []:
+            if isinstance(cte.this, exp.Union):
+                cte.this.set("distinct", False)
+    return spark.sql(to_sql(tree)).schema
 
 
 def _table_name(table: str) -> exp.Table:

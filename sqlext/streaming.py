@@ -240,12 +240,17 @@ def _check_columns(checkpoint: str, name: str, schema) -> None:
         raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))
 
 
-def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, source_format: str):
-    """The streaming DataFrame ``STREAM(name)`` names."""
+def _stream_argument(call: exp.Anonymous) -> exp.Expression:
+    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
     if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
         raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(call),
                           reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
-    argument = call.expressions[0]
+    return call.expressions[0]
+
+
+def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, source_format: str):
+    """The streaming DataFrame ``STREAM(name)`` names."""
+    argument = _stream_argument(call)
     name = argument.this if isinstance(argument, exp.Literal) else to_sql(argument)
     if sources and name in sources:
         folder = sources[name]
@@ -310,16 +315,13 @@ def batch_form(sql: str) -> str:
     for table in list(tree.find_all(exp.Table)):
         if not _is_stream(table):
             continue
-        argument = table.this.expressions[0] if len(table.this.expressions) == 1 else None
+        argument = _stream_argument(table.this)
         if isinstance(argument, exp.Column):
             plain = exp.Table(this=argument.this.copy(), db=argument.args["table"].copy() if argument.args.get("table") else None)
         elif isinstance(argument, exp.Table):
             plain = argument.copy()
-        elif isinstance(argument, exp.Literal):
-            plain = exp.to_table(argument.this)
         else:
-            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(table.this),
-                              reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
+            plain = exp.to_table(argument.this)
         if table.args.get("alias"):
             plain.set("alias", table.args["alias"].copy())
         table.replace(plain)

@@ -81,13 +81,14 @@ class SqlextAdapter(SparkAdapter):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
-        from dbt.adapters.sqlext.session import spark_session
+        from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
 
         spark = spark_session(self.config.credentials.server_side_parameters)
         names = [f"c{i}" for i in range(len(types))]
         rows = [[_seed_text(value) for value in row] for row in agate_table.rows]
-        frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
-        frame.select(*[F.col(n).cast(t) for n, t in zip(names, types)]).write.insertInto(table)
+        with as_dbt_errors():
+            frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
+            frame.select(*[F.col(n).cast(t) for n, t in zip(names, types)]).write.insertInto(table)
         return f"-- {len(rows)} rows appended to {table} by sqlext (one DataFrame, values cast to {', '.join(types)})"
 
     @available
@@ -101,17 +102,12 @@ class SqlextAdapter(SparkAdapter):
     def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool) -> str:
         """One incremental run of a model that reads ``STREAM(...)`` into its table (see
         :func:`sqlext.streaming.run_into_table`); the text dbt shows for it."""
-        from pyspark.errors import PySparkException
-
-        from dbt.adapters.sqlext.session import spark_session
-        from sqlext.errors import SqlextError
+        from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
         from sqlext.streaming import run_into_table
 
         spark = spark_session(self.config.credentials.server_side_parameters)
-        try:
+        with as_dbt_errors():
             run_into_table(spark, sql, table, full_refresh=full_refresh)
-        except (SqlextError, PySparkException) as error:
-            raise DbtRuntimeError(str(error)) from error
         return "OK (incremental run)" if not full_refresh else "OK (full refresh)"
 
     @available

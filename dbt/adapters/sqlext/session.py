@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from typing import Any, Dict, Optional
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -60,21 +61,29 @@ def spark_session(parameters: Dict[str, str]):
         return _session
 
 
+@contextmanager
+def as_dbt_errors():
+    """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as Spark
+    says it."""
+    from pyspark.errors import PySparkException
+
+    from sqlext.errors import SqlextError
+
+    try:
+        yield
+    except (SqlextError, PySparkException) as error:
+        raise DbtRuntimeError(str(error)) from error
+
+
 class SqlextCursor(Cursor):
     def execute(self, sql: str, *parameters: Any) -> None:
-        from pyspark.errors import PySparkException
-
-        from sqlext.errors import SqlextError
         from sqlext.runner import run_statement
 
         if len(parameters) > 0:
             sql = sql % parameters
         spark = spark_session(self.server_side_parameters)
-        try:
+        with as_dbt_errors():
             self._df = run_statement(spark, sql, on_plan=_log_plan)
-        except (SqlextError, PySparkException) as error:
-            # a sqlext error as its "[CLASS] FUNCTION: ..." line; Spark's own as Spark says it
-            raise DbtRuntimeError(str(error)) from error
 
 
 def _log_plan(plan) -> None:

@@ -112,6 +112,12 @@ MESSAGES: dict[str, str] = {
         "Rebuild it from the whole history with a full refresh (dbt build --full-refresh), or "
         "change the statement back."
     ),
+    "DELETE_OF_ABSENT_ROW": (
+        "{function}: the changes of {name} so far delete the row {row} {excess} more time(s) than "
+        "they insert it, so it is not there to take away. A change feed "
+        "deletes only rows it inserted: check that the feed is complete from its first version. "
+        "Nothing of this run was written."
+    ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
         "unknown. Put at least one file of changes there before the first run."

@@ -32,13 +32,17 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.catalog.changes import CHANGE_TYPE
+from sqlext.catalog.arguments import quote
+from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, DEFAULT_ORDER_BY, DELETE, INSERT, SETS_VALUE
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
-from sqlext.stream_tables import TableStateRun, read_batch_files, write_batch_files
+from sqlext.runner import run_statement
+from sqlext.stream_tables import TableStateRun, forget_batch_files, read_batch_files, write_batch_files
 
 FUNCTION = "sqlext stream"
+# an edge's count in the state (inserts less deletes), and before the batch
+COUNT, BEFORE = "__sx_n", "__sx_before"
 # rows to take away from what was found are matched against it by broadcasting them, up to this many
 BROADCAST_ROWS = 2_000_000
 
@@ -97,6 +101,26 @@ class RecursionShape:
         self.stream = streams[0]
         self._check()
 
+    def copied(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """The step's output columns that copy a column of the recursion, and those that copy
+        a column of the edge, as it is: (position, column) pairs."""
+        if any(isinstance(e, exp.Star) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
+               for e in self.step.expressions):
+            return [], []
+        tables = self._tables(self.step)
+        recursion = next(t for t in tables if not _is_stream(t))
+        stream = next(t for t in tables if _is_stream(t))
+        from_recursion, from_edges = [], []
+        for i, expression in enumerate(self.step.expressions):
+            column = expression.this if isinstance(expression, exp.Alias) else expression
+            if not isinstance(column, exp.Column) or not column.table:
+                continue
+            if column.table.lower() == recursion.alias_or_name.lower():
+                from_recursion.append((i, column.name))
+            elif stream.alias and column.table.lower() == stream.alias.lower():
+                from_edges.append((i, column.name))
+        return from_recursion, from_edges
+
     def _tables(self, query: exp.Expression) -> list[exp.Table]:
         return [t for t in query.find_all(exp.Table)]
 
@@ -130,64 +154,203 @@ class TableStateRecursion(TableStateRun):
     def __init__(self, shape: RecursionShape, checkpoint: str, output: str, output_format: str):
         super().__init__(None, shape.main, shape.name, checkpoint, output, output_format, FUNCTION, ())
         self.shape = shape
+        self.edges_folder, self.result_folder = self.state / "edges", self.state / "result"
+        self.changes_folder = self.state / "changes"
 
     def __call__(self, batch, batch_id: int) -> None:
+        self._views: list[str] = []
+        try:
+            if CHANGE_TYPE in batch.columns:
+                self._changes(batch, batch_id)
+            else:
+                self._arrivals(batch, batch_id)
+        finally:
+            for name in self._views:
+                batch.sparkSession.catalog.dropTempView(name)
+
+    def _view(self, frame, role: str) -> str:
+        name = f"__sx_rec_{role}_{len(self._views)}"
+        frame.createOrReplaceTempView(name)
+        self._views.append(name)
+        return name
+
+    def _arrivals(self, batch, batch_id: int) -> None:
+        """Edges that only arrive: the batch's new rows of the recursion, and its edges, are
+        appended to the state."""
+        spark = batch.sparkSession
+        old = read_batch_files(spark, self.edges_folder, batch_id, batch.schema)
+        all_edges = batch if old is None else old.unionByName(batch)
+        found = read_batch_files(spark, self.result_folder, batch_id)
+        new = self._reached(spark, batch, all_edges, found)
+        if new is not None:
+            write_batch_files(new, self.result_folder, batch_id, "parquet")
+        write_batch_files(batch, self.edges_folder, batch_id, "parquet")
+        written = read_batch_files(spark, self.result_folder, batch_id, only=True)
+        if written is not None:
+            self.write_statement(spark, written, batch_id)
+
+    def _reached(self, spark, new_edges, all_edges, found, extra_seeds=()):
+        """The rows of the recursion over ``all_edges`` that are not in ``found`` (the
+        recursion over the other edges, ``new_edges`` excluded) and that a derivation through
+        one of ``new_edges`` or from ``extra_seeds`` reaches, materialised; None when none.
+
+        The seeds are the anchor over the new edges (a constant anchor again each batch: what
+        was found of it is taken away) and the rows found so far met by a new edge, less the
+        rows found so far; the recursion runs from them over all edges."""
+        shape = self.shape
+        new_view, all_view = self._view(new_edges, "new_edges"), self._view(all_edges, "edges")
+        parts = [run_statement(spark, to_sql(_over(shape.anchor, shape.name, new_view)))]
+        if found is not None:
+            parts.append(run_statement(spark, to_sql(_over(shape.step, shape.name, new_view,
+                                                           self._view(found, "found")))))
+        seeds = _minus(self._rows(parts + list(extra_seeds), found).distinct(), found)
+        if seeds.isEmpty():
+            return None
+        return _minus(self._recursion(spark, seeds, seeds.columns, all_view), found)
+
+    def _rows(self, parts, found):
+        """Frames of the recursion's rows under its column names and types (those of the rows
+        found so far, else of the first frame), as one frame."""
         from pyspark.sql import functions as F
 
-        from sqlext.runner import run_statement
+        names = self.shape.columns or parts[0].columns
+        types = [f.dataType for f in (found if found is not None else parts[0]).schema.fields]
+        rows = None
+        for part in parts:
+            part = part.toDF(*names).select(*[F.col(quote(n)).cast(t) for n, t in zip(names, types)])
+            rows = part if rows is None else rows.unionByName(part)
+        return rows
+
+    def _changes(self, batch, batch_id: int) -> None:
+        """Edges inserted and deleted (``_change_type``). An edge is present while its inserts
+        (``insert``, ``update_postimage``) outnumber its deletes (``delete``,
+        ``update_preimage``). The batch's output is the change of the recursion's rows:
+        ``insert`` for a row now reached, ``delete`` for a row no longer reached.
+
+        A batch that removes edges deletes and re-derives (DRed): it takes away every row found
+        so far that some derivation through a removed edge reaches (found by a recursion from
+        those edges over the old edges), keeps those of them that the remaining rows and
+        present edges still derive, and adds what the added edges reach. Only what the removed
+        edges reach is recomputed; the rows found so far are rewritten as a new base."""
+        from pyspark.sql import functions as F
 
         spark = batch.sparkSession
-        if CHANGE_TYPE in batch.columns:
-            raise _unsupported("a recursion over a change feed", f"the stream has a {CHANGE_TYPE} column, and an "
-                               "incremental recursion takes edges that only arrive (never deleted or changed)",
-                               "Read a stream of edge rows, or run the recursion as a batch query.")
-        shape, views = self.shape, []
-        edges_folder, result_folder = self.state / "edges", self.state / "result"
+        _check_change_types(batch)
+        order = [c for c in batch.columns if c == DEFAULT_ORDER_BY]
+        columns = [c for c in batch.columns if c not in (CHANGE_TYPE, DEFAULT_ORDER_BY)]
+        sign = F.when(F.col(CHANGE_TYPE).isin(*SETS_VALUE), F.lit(1)).otherwise(F.lit(-1))
+        net = batch.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(sign).cast("bigint").alias(COUNT)) \
+            .where(F.col(COUNT) != 0).localCheckpoint()
+        version = batch.agg(F.max(DEFAULT_ORDER_BY)).first()[0] if order else None
+        old = read_batch_files(spark, self.edges_folder, batch_id, net.schema)
+        touched = net.withColumn(BEFORE, F.lit(0).cast("bigint"))
+        if old is not None:
+            picked = F.broadcast(net.select(*[F.col(quote(c)) for c in columns]))
+            touched = touched.unionByName(
+                _match(old, picked, "left_semi").withColumn(BEFORE, F.col(COUNT)).withColumn(COUNT, F.lit(0).cast("bigint")))
+        touched = touched.groupBy(*[F.col(quote(c)) for c in columns]) \
+            .agg(F.sum(BEFORE).alias(BEFORE), F.sum(COUNT).alias(COUNT)).localCheckpoint()
+        after = F.col(BEFORE) + F.col(COUNT)
+        _refuse_absent(touched.where(after < 0).first(), BEFORE, self.shape)
+        added = touched.where((F.col(BEFORE) <= 0) & (after > 0)).select(*[F.col(quote(c)) for c in columns])
+        removed = touched.where((F.col(BEFORE) > 0) & (after <= 0)).select(*[F.col(quote(c)) for c in columns])
+        lowered = not touched.where(F.col(COUNT) < 0).isEmpty()
+        if lowered:  # counts fall: the present edges are recounted into a new base
+            counts = net if old is None else old.unionByName(net)
+            counts = counts.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(COUNT).alias(COUNT)) \
+                .where(F.col(COUNT) > 0).localCheckpoint()
+            present = counts
+        else:
+            present = net if old is None else old.unionByName(net)
+        edges_now = present.select(*[F.col(quote(c)) for c in columns])
+        found = read_batch_files(spark, self.result_folder, batch_id)
+        if found is None or removed.isEmpty():
+            new = self._reached(spark, added, edges_now, found)
+            gone = None
+            if new is not None:
+                write_batch_files(new, self.result_folder, batch_id, "parquet")
+        else:
+            edges_before = old.select(*[F.col(quote(c)) for c in columns])
+            gone, new, everything = self._rederive(spark, found, removed, added, edges_before, edges_now)
+            write_batch_files(everything, self.result_folder, batch_id, "parquet", kind="base")
+        if lowered:
+            write_batch_files(counts, self.edges_folder, batch_id, "parquet", kind="base")
+        else:
+            write_batch_files(net, self.edges_folder, batch_id, "parquet")
+        output = []
+        if gone is not None:
+            output.append(gone.withColumn(CHANGE_TYPE, F.lit(DELETE)))
+        if new is not None:
+            output.append(new.withColumn(CHANGE_TYPE, F.lit(INSERT)))
+        if output:
+            rows = output[0] if len(output) == 1 else output[0].unionByName(output[1])
+            if order:
+                rows = rows.withColumn(DEFAULT_ORDER_BY, F.lit(version).cast(batch.schema[DEFAULT_ORDER_BY].dataType))
+            write_batch_files(rows, self.changes_folder, batch_id, "parquet")
+        forget_batch_files(self.edges_folder, batch_id)
+        forget_batch_files(self.result_folder, batch_id)
+        written = read_batch_files(spark, self.changes_folder, batch_id, only=True)
+        if written is not None:
+            self.write_statement(spark, written, batch_id, carry=(CHANGE_TYPE, *order))
 
-        def view(frame, role: str) -> str:
-            name = f"__sx_rec_{role}_{batch_id}"
-            frame.createOrReplaceTempView(name)
-            views.append(name)
-            return name
-
-        def over(query: exp.Select, stream_view: str, result_view: str | None = None) -> str:
-            return to_sql(_over(query, shape.name, stream_view, result_view))
-
-        try:
-            new_edges = view(batch, "new_edges")
-            old = read_batch_files(spark, edges_folder, lambda i: i < batch_id, batch.schema)
-            all_edges = view(batch if old is None else old.unionByName(batch), "edges")
-            found = read_batch_files(spark, result_folder, lambda i: i < batch_id)
-            # the anchor over the new edges (a constant anchor again each batch: what earlier
-            # batches found of it is taken away below), and the rows found so far met by new edges
-            anchor = run_statement(spark, over(shape.anchor, new_edges))
-            names = shape.columns or anchor.columns
-            parts = [anchor]
-            if found is not None:
-                parts.append(run_statement(spark, over(shape.step, new_edges, view(found, "found"))))
-            types = [f.dataType for f in (found if found is not None else anchor).schema.fields]
-            seeds = None
-            for part in parts:
-                part = part.toDF(*names).select(*[F.col(n).cast(t) for n, t in zip(names, types)])
-                seeds = part if seeds is None else seeds.unionByName(part)
-            seeds = _minus(seeds.distinct(), found)
-            if not seeds.isEmpty():
-                new = _minus(self._recursion(spark, seeds, names, all_edges, view), found)
-                write_batch_files(new, result_folder, batch_id, "parquet")
-            write_batch_files(batch, edges_folder, batch_id, "parquet")
-            written = read_batch_files(spark, result_folder, lambda i: i == batch_id)
-            if written is not None:
-                self.write_statement(spark, written, batch_id)
-        finally:
-            for name in views:
-                spark.catalog.dropTempView(name)
-
-    def _recursion(self, spark, seeds, names: list[str], all_edges: str, view):
-        """Every row the recursion reaches from ``seeds`` over all edges (``seeds`` included)."""
-        from sqlext.runner import run_statement
-
+    def _rederive(self, spark, found, removed, added, edges_before, edges_now):
+        """Delete and re-derive: ``(gone, new, kept)``: the rows no longer reached, the rows
+        newly reached (None when none), and the rows found before that stay."""
         shape = self.shape
-        seeds_view = view(seeds, "seeds")
+        # every row a derivation through a removed edge reaches: the anchor over those edges
+        # and the rows found so far met by one, then the recursion from them over the old edges
+        removed_view = self._view(removed, "removed")
+        parts = [run_statement(spark, to_sql(_over(shape.anchor, shape.name, removed_view))),
+                 run_statement(spark, to_sql(_over(shape.step, shape.name, removed_view, self._view(found, "found"))))]
+        suspects = self._rows(parts, found).distinct().localCheckpoint()
+        suspects = self._recursion(spark, suspects, suspects.columns, self._view(edges_before, "old_edges")) \
+            .localCheckpoint()
+        kept = _without(found, suspects)
+        # the suspects that the kept rows and the present edges still derive, found like the
+        # rows that new edges reach: seeds the anchor over every present edge and the kept rows
+        # met by a present edge (each narrowed to what can produce a suspect)
+        now_view = self._view(edges_now, "edges_now")
+        anchor = run_statement(spark, to_sql(_over(shape.anchor, shape.name, now_view)))
+        kept_near, edges_near = self._near(kept, edges_now, suspects)
+        step = run_statement(spark, to_sql(_over(shape.step, shape.name, self._view(edges_near, "edges_near"),
+                                                 self._view(kept_near, "kept_near"))))
+        again = _match(self._rows([anchor, step], found), suspects, "left_semi")
+        reached = self._reached(spark, added, edges_now, kept, extra_seeds=[again])
+        if reached is None:
+            return suspects, None, kept
+        inserted = _without(reached, suspects)
+        return _without(suspects, reached), (None if inserted.isEmpty() else inserted), kept.unionByName(reached)
+
+    def _near(self, kept, edges, suspects):
+        """``kept`` and ``edges`` narrowed to the rows that can produce a suspect: where the
+        step copies a column of the recursion or of the edge into its row as it is, a row it
+        produces holds that value (the rest is left whole)."""
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        names = suspects.columns
+        small = suspects.count() <= BROADCAST_ROWS
+
+        def narrow(frame, pairs):
+            present = {c.lower(): c for c in frame.columns}
+            pairs = [(i, present[c.lower()]) for i, c in pairs if c.lower() in present]
+            if not pairs:
+                return frame
+            wanted = suspects.select(*[F.col(quote(names[i])).alias(f"__sx_w{j}") for j, (i, _) in enumerate(pairs)]) \
+                .distinct()
+            wanted = F.broadcast(wanted) if small else wanted
+            same = reduce(lambda a, b: a & b,
+                          [frame[quote(c)].eqNullSafe(wanted[f"__sx_w{j}"]) for j, (_, c) in enumerate(pairs)])
+            return frame.join(wanted, same, "left_semi")
+
+        from_recursion, from_edges = self.shape.copied()
+        return narrow(kept, from_recursion), narrow(edges, from_edges)
+
+    def _recursion(self, spark, seeds, names: list[str], all_edges: str):
+        """Every row the recursion reaches from ``seeds`` over all edges (``seeds`` included)."""
+        shape = self.shape
+        seeds_view = self._view(seeds, "seeds")
         step = _over(shape.step, shape.name, all_edges)
         anchor = exp.select("*").from_(exp.Table(this=exp.to_identifier(seeds_view)))
         cte = exp.CTE(this=exp.union(anchor, step, distinct=True),
@@ -196,6 +359,26 @@ class TableStateRecursion(TableStateRun):
         statement = exp.select("*").from_(exp.Table(this=exp.to_identifier(shape.name)))
         statement.set("with_", exp.With(expressions=[cte], recursive=True))
         return run_statement(spark, to_sql(statement))
+
+
+def _refuse_absent(edge, before: str, shape: RecursionShape) -> None:
+    """An edge deleted more often than inserted is a classed error naming it."""
+    if edge is not None:
+        values = {k: v for k, v in edge.asDict().items() if k not in (COUNT, before)}
+        inserts_less_deletes = edge[before] + edge[COUNT]
+        raise SqlextError("DELETE_OF_ABSENT_ROW", function=FUNCTION, name=to_sql(shape.stream.this),
+                          row="(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")",
+                          excess=-inserts_less_deletes)
+
+
+def _check_change_types(batch) -> None:
+    """A change type outside the four is a classed error naming the edge."""
+    from pyspark.sql import functions as F
+
+    bad = batch.where(~F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) | F.col(CHANGE_TYPE).isNull()).first()
+    if bad is not None:
+        edge = ", ".join(f"{k}={v!r}" for k, v in bad.asDict().items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
+        raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
 
 
 def _over(query: exp.Select, name: str, stream_view: str, result_view: str | None = None) -> exp.Select:
@@ -212,6 +395,35 @@ def _over(query: exp.Select, name: str, stream_view: str, result_view: str | Non
                 replacement.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
             table.replace(replacement)
     return query
+
+
+def _same(rows, other):
+    """Equal (NULL equal to NULL) on every column of ``other`` (``rows`` has them too), with
+    ``other``'s columns renamed apart."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    theirs = other.toDF(*[f"__sx_o{i}" for i in range(len(other.columns))])
+    return theirs, reduce(lambda a, b: a & b, [rows[quote(c)].eqNullSafe(F.col(f"__sx_o{i}"))
+                                               for i, c in enumerate(other.columns)])
+
+
+def _match(rows, other, how: str):
+    """``rows`` that have (``left_semi``) or lack (``left_anti``) an equal row in ``other``."""
+    theirs, same = _same(rows, other)
+    return rows.join(theirs, same, how)
+
+
+def _without(rows, taken):
+    """The distinct ``rows`` less the rows ``taken`` (few are broadcast), materialised."""
+    from pyspark.sql import functions as F
+
+    taken = taken.localCheckpoint()
+    if taken.count() > BROADCAST_ROWS:
+        return rows.subtract(taken).localCheckpoint()
+    theirs, same = _same(rows, taken)
+    return rows.join(F.broadcast(theirs), same, "left_anti").localCheckpoint()
 
 
 def _minus(rows, found):

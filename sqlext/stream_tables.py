@@ -70,20 +70,23 @@ class TableStateRun:
         call.set("alias", None)
         return exp.select("*").from_(call)
 
-    def write_statement(self, spark, forwarded, batch_id: int) -> None:
+    def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = ()) -> None:
         """The statement around the call, over the rows the call forwarded in this batch,
-        written as the batch's output files."""
+        written as the batch's output files; the columns ``carry`` names are kept in its rows
+        (added to a select list without ``*``)."""
         from sqlext.runner import run_statement
 
         out_view = f"{self.placeholder}_{batch_id}"
         forwarded.createOrReplaceTempView(out_view)
         try:
             outer = self.outer.copy()
-            for table in outer.find_all(exp.Table):
+            for table in list(outer.find_all(exp.Table)):
                 if table.name == self.placeholder:
                     table.set("this", exp.to_identifier(out_view))
                     if not table.args.get("alias"):  # columns qualified by the name still resolve
                         table.set("alias", exp.TableAlias(this=exp.to_identifier(self.placeholder)))
+                    if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
+                        outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
             self._write_output(run_statement(spark, to_sql(outer)), batch_id)
         finally:
             spark.catalog.dropTempView(out_view)
@@ -92,11 +95,12 @@ class TableStateRun:
         write_batch_files(frame, self.output, batch_id, self.output_format)
 
 
-def write_batch_files(frame, folder: Path, batch_id: int, file_format: str) -> None:
-    """A batch's rows as files ``batch-<id>-*`` in ``folder``, replacing any files a previous
-    attempt of the same batch left."""
-    prefix = f"batch-{batch_id:010d}-"
-    temporary = folder / f"_sx_tmp-{batch_id}"
+def write_batch_files(frame, folder: Path, batch_id: int, file_format: str, kind: str = "batch") -> None:
+    """A batch's rows as files ``<kind>-<id>-*`` in ``folder`` (``kind`` is ``batch``, or
+    ``base`` for a batch that rewrites the whole state), replacing any files a previous attempt
+    of the same batch left."""
+    prefix = f"{kind}-{batch_id:010d}-"
+    temporary = folder / f"_sx_tmp-{kind}-{batch_id}"
     frame.write.mode("overwrite").format(file_format).save(str(temporary))
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(prefix + "*"):
@@ -106,15 +110,40 @@ def write_batch_files(frame, folder: Path, batch_id: int, file_format: str) -> N
     shutil.rmtree(temporary, ignore_errors=True)
 
 
-def read_batch_files(spark, folder: Path, keep, schema=None):
-    """The rows of the Parquet files ``batch-<id>-*`` in ``folder`` whose batch id ``keep``
-    accepts, or None when there are none."""
-    paths = sorted(str(p) for p in folder.glob("batch-*") if keep(int(p.name.split("-")[1]))) \
-        if folder.is_dir() else []
+def batch_files(folder: Path, batch_id: int) -> list[Path]:
+    """The files that hold a folder's state before batch ``batch_id``: the newest ``base``
+    written by an earlier batch, and the ``batch`` files of the batches after it."""
+    if not folder.is_dir():
+        return []
+    numbered = [(p.name.split("-")[0], int(p.name.split("-")[1]), p) for p in folder.glob("*-*-*")
+                if p.name.split("-")[0] in ("base", "batch")]
+    bases = [n for kind, n, _ in numbered if kind == "base" and n < batch_id]
+    base = max(bases, default=-1)
+    return sorted(p for kind, n, p in numbered
+                  if (kind == "base" and n == base) or (kind == "batch" and base < n < batch_id))
+
+
+def read_batch_files(spark, folder: Path, batch_id: int, schema=None, only=False):
+    """The rows a folder holds before batch ``batch_id`` (see :func:`batch_files`), or with
+    ``only`` the rows batch ``batch_id`` itself wrote; None when there are none."""
+    if only:
+        paths = sorted(str(p) for p in folder.glob(f"*-{batch_id:010d}-*")) if folder.is_dir() else []
+    else:
+        paths = [str(p) for p in batch_files(folder, batch_id)]
     if not paths:
         return None
     reader = spark.read if schema is None else spark.read.schema(schema)
     return reader.parquet(*paths)
+
+
+def forget_batch_files(folder: Path, batch_id: int) -> None:
+    """Delete the files older than the ones batch ``batch_id`` reads: once it runs, the batches
+    before it are committed and will not be replayed."""
+    keep = set(batch_files(folder, batch_id))
+    oldest = min((int(p.name.split("-")[1]) for p in keep), default=None)
+    for path in folder.glob("*-*-*") if oldest is not None else []:
+        if path not in keep and path.name.split("-")[0] in ("base", "batch") and int(path.name.split("-")[1]) < oldest:
+            path.unlink()
 
 
 class TableStateFilter(TableStateRun):

@@ -21,6 +21,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.catalog.arguments import find_calls, read_call
+from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
@@ -382,7 +383,17 @@ def _result_schema(spark, sql: str):
         for cte in with_.expressions if with_.args.get("recursive") else []:
             if isinstance(cte.this, exp.Union):
                 cte.this.set("distinct", False)
-    return spark.sql(to_sql(tree)).schema
+    schema = spark.sql(to_sql(tree)).schema
+    # over a change feed of edges, a run's rows carry its change columns (see stream_recursion)
+    names = {cte.alias_or_name for with_ in tree.find_all(exp.With) for cte in with_.expressions}
+    edges = next(t.copy() for t in tree.find_all(exp.Table) if t.name not in names)
+    edges.set("alias", None)
+    columns = spark.sql(to_sql(exp.select("*").from_(edges))).schema
+    if CHANGE_TYPE in columns.names:
+        for name in (CHANGE_TYPE, DEFAULT_ORDER_BY):
+            if name in columns.names:
+                schema = schema.add(columns[name])
+    return schema
 
 
 def _table_name(table: str) -> exp.Table:

@@ -134,3 +134,25 @@ def test_a_recursion_runs_into_a_table_without_computing_the_whole_history(spark
     assert [f.name for f in spark.table(TARGET).schema.fields] == ["src", "dst"]
     assert table_rows(spark, TARGET) == multiset([r.asDict() for r in sqlext_sql(spark, batch_form(reach)).collect()])
     assert sum(table_rows(spark, TARGET).values()) == 10  # 1-2 1-3 1-4 2-3 2-4 3-4 7-1 7-2 7-3 7-4
+
+
+def test_a_recursion_over_a_change_feed_of_edges_appends_its_changes(spark, database):
+    """Over edges that can be deleted, the table holds the recursion's change feed: its
+    columns end with the change columns, and its inserts less its deletes are the batch
+    recursion over the edges present."""
+    edges = DATABASE + ".edge_changes"
+    spark.sql(f"CREATE TABLE {edges} (src INT, dst INT, _change_type STRING, _commit_version BIGINT) USING parquet")
+    reach = ("WITH RECURSIVE reach(src, dst) AS (SELECT src, dst FROM STREAM(" + edges + ") "
+             "UNION SELECT r.src, e.dst FROM reach AS r JOIN STREAM(" + edges + ") AS e ON r.dst = e.src) "
+             "SELECT * FROM reach")
+    for landing in ([(1, 2, "insert", 1), (2, 3, "insert", 1)], [(2, 3, "delete", 2), (3, 4, "insert", 2)]):
+        spark.createDataFrame(landing, "src int, dst int, _change_type string, _commit_version bigint") \
+            .coalesce(1).write.insertInto(edges)
+        run_into_table(spark, reach, TARGET)
+    assert [f.name for f in spark.table(TARGET).schema.fields] == ["src", "dst", "_change_type", "_commit_version"]
+    rows = spark.table(TARGET).collect()
+    applied = multiset([(r.src, r.dst) for r in rows if r._change_type == "insert"])
+    applied.subtract(multiset([(r.src, r.dst) for r in rows if r._change_type == "delete"]))
+    assert +applied == multiset([(1, 2), (3, 4)])
+    assert sorted((r.src, r.dst, r._change_type, r._commit_version) for r in rows if r._commit_version == 2) == [
+        (1, 3, "delete", 2), (2, 3, "delete", 2), (3, 4, "insert", 2)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -146,11 +147,133 @@ def test_what_cannot_run_incrementally_is_a_classed_error(spark, edges, sql):
         current.run(sql)
 
 
-def test_a_stream_of_changes_is_refused(spark, edges):
-    """Edges that carry change types could be deleted, which this recursion does not follow."""
-    current = edges()
-    spark.createDataFrame([(0, 1, "insert")], "src int, dst int, _change_type string").write.parquet(str(current.source))
-    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*_change_type"):
+class ChangedEdges(Edges):
+    """Edges as a change feed: ``(src, dst, _change_type, _commit_version)`` rows. An edge is
+    present while its inserts outnumber its deletes."""
+
+    def change(self, rows):
+        if rows:
+            self.spark.createDataFrame(rows, "src int, dst int, _change_type string, _commit_version bigint") \
+                .coalesce(1).write.mode("append").parquet(str(self.source))
+            self.all += rows
+
+    def applied(self):
+        """The output's changes applied in order: the rows they leave (a multiset)."""
+        if not any(self.output.glob("*.parquet")):
+            return multiset([])
+        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()]
+        result = multiset([])
+        for r in rows:
+            kind = r.pop("_change_type")
+            r.pop("_commit_version")
+            assert kind in ("insert", "delete")
+            (result.update if kind == "insert" else result.subtract)(multiset([r]))
+        assert all(n >= 0 for n in result.values()), "a row was deleted more often than inserted"
+        return +result
+
+    def batch(self, sql):
+        """The batch recursion over the edges present after every change landed so far."""
+        counts = Counter()
+        for src, dst, kind, _ in self.all:
+            counts[(src, dst)] += 1 if kind in ("insert", "update_postimage") else -1
+        present = [edge for edge, n in counts.items() for _ in range(n) if n > 0]
+        self.spark.createDataFrame(present, "src int, dst int").createOrReplaceTempView("edges")
+        try:
+            return multiset([r.asDict() for r in sqlext.sql(self.spark, batch_form(sql)).collect()])
+        finally:
+            self.spark.catalog.dropTempView("edges")
+
+
+@pytest.fixture
+def changed_edges(spark):
+    roots = []
+
+    def make():
+        roots.append(Path(tempfile.mkdtemp(prefix="sqlext-rec-changes-")))
+        return ChangedEdges(spark, roots[-1])
+
+    yield make
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@st.composite
+def edge_changes(draw):
+    """Inserts (the same edge more than once too), deletes of present edges and updates (a
+    pre- and a postimage in one version), one version each."""
+    present, changes = [], []
+    for version in range(1, draw(st.integers(1, 14)) + 1):
+        kind = draw(st.sampled_from(["insert", "insert", "delete", "update"])) if present else "insert"
+        if kind == "insert":
+            edge = (draw(st.integers(0, 5)), draw(st.integers(0, 5)))
+            changes.append((*edge, kind, version))
+            present.append(edge)
+            continue
+        edge = draw(st.sampled_from(present))
+        present.remove(edge)
+        if kind == "delete":
+            changes.append((*edge, kind, version))
+        else:
+            moved = (edge[0], draw(st.integers(0, 5)))
+            changes += [(*edge, "update_preimage", version), (*moved, "update_postimage", version)]
+            present.append(moved)
+    return changes
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(changes=edge_changes(), cuts=st.lists(st.integers(1, 20), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]))
+def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_edges, changes, cuts, sql):
+    """Edges inserted, deleted and moved, cut into runs anywhere: after each run, the output's
+    inserts and deletes applied in order leave exactly the batch recursion over the edges
+    present then."""
+    current = changed_edges()
+    points = sorted({0, len(changes), *[c for c in cuts if c < len(changes)]})
+    for start, end in zip(points, points[1:]):
+        current.change(changes[start:end])
+        current.run(sql)
+        assert current.applied() == current.batch(sql)
+
+
+def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_edges):
+    """Edges point from a node to its parent; node 2 moves from parent 1 to parent 4. The run
+    deletes the ancestors it lost, inserts the ones it gained, and leaves what it still
+    reaches (root 0) alone, for node 2 and its child 3."""
+    current = changed_edges()
+    current.change([(1, 0, "insert", 1), (2, 1, "insert", 1), (3, 2, "insert", 1), (4, 0, "insert", 1)])
+    current.run(PAIRS)
+    first = current.spark.read.parquet(str(current.output)).count()
+    assert first == 7
+    current.change([(2, 1, "update_preimage", 2), (2, 4, "update_postimage", 2)])
+    current.run(PAIRS)
+    second = [r.asDict() for r in current.spark.read.parquet(str(current.output)).where("_commit_version = 2").collect()]
+    assert multiset(second) == multiset([
+        {"src": 2, "dst": 1, "_change_type": "delete", "_commit_version": 2},
+        {"src": 3, "dst": 1, "_change_type": "delete", "_commit_version": 2},
+        {"src": 2, "dst": 4, "_change_type": "insert", "_commit_version": 2},
+        {"src": 3, "dst": 4, "_change_type": "insert", "_commit_version": 2}])
+    current.change([(3, 2, "delete", 3)])  # a leaf's edge goes: its rows go, nothing else
+    current.run(PAIRS)
+    third = [r.asDict() for r in current.spark.read.parquet(str(current.output)).where("_commit_version = 3").collect()]
+    assert multiset(third) == multiset([{"src": 3, "dst": d, "_change_type": "delete", "_commit_version": 3}
+                                        for d in (2, 4, 0)])
+    assert current.applied() == current.batch(PAIRS)
+
+
+def test_deleting_an_edge_that_is_not_there_is_a_classed_error_and_writes_nothing(spark, changed_edges):
+    current = changed_edges()
+    current.change([(0, 1, "insert", 1), (1, 2, "insert", 1)])
+    current.run(PAIRS)
+    before = current.applied()
+    current.change([(0, 1, "delete", 2), (1, 2, "delete", 3), (1, 2, "delete", 4)])
+    with pytest.raises(SqlextError, match=r"\[DELETE_OF_ABSENT_ROW\].*\(src=1, dst=2\) 1 more time"):
+        current.run(PAIRS)
+    assert current.applied() == before
+
+
+def test_an_unknown_change_type_of_an_edge_is_a_classed_error(spark, changed_edges):
+    current = changed_edges()
+    current.change([(0, 1, "insert", 1), (1, 2, "upsert", 1)])
+    with pytest.raises(SqlextError, match=r"\[UNKNOWN_CHANGE_TYPE\].*src=1, dst=2.*'upsert'"):
         current.run(PAIRS)
 
 

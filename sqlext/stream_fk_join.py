@@ -32,7 +32,7 @@ from sqlext.catalog.arguments import quote
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
 from sqlext.rewrites.dialect import to_sql
 from sqlext.stream_tables import (
-    LAST, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
+    LAST, PRESENT, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
     state_schema, without_preimages,
 )
 
@@ -79,8 +79,12 @@ class TableStateFkJoin(TableStateRun):
             highest = left_state.select(F.max(left_shape.order_by).alias("m")) \
                 .unionByName(right_state.select(F.max(right_shape.order_by).alias("m"))) \
                 .agg(F.max("m")).first()[0]
-            old_left, old_right = self._met_rows(left_state, right_state, left_before, right_before,
-                                                 new_left, new_right, foreign_key)
+            if spec.emit == "final":  # every key's row: the whole table after this batch
+                old_left = newest_layer(left_state, list(left_shape.key), left_before).where(F.col(PRESENT))
+                old_right = newest_layer(right_state, [spec.right_key], right_before).where(F.col(PRESENT))
+            else:
+                old_left, old_right = self._met_rows(left_state, right_state, left_before, right_before,
+                                                     new_left, new_right, foreign_key)
             feed_left = as_inserts(old_left, left_shape, new_left.columns) \
                 .unionByName(self._in_order(new_left, left_shape, highest)).localCheckpoint()
             feed_right = as_inserts(old_right, right_shape, new_right.columns) \
@@ -90,9 +94,12 @@ class TableStateFkJoin(TableStateRun):
         feed_right.createOrReplaceTempView(views["right"])
         try:
             forwarded = run_statement(spark, to_sql(self.call_over(views)))
-            if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
-                forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
-            self.write_statement(spark, forwarded, batch_id)
+            if spec.emit == "final":
+                self.write_statement(spark, forwarded, batch_id, whole=True)
+            else:
+                if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
+                    forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
+                self.write_statement(spark, forwarded, batch_id)
         finally:
             for view in views.values():
                 spark.catalog.dropTempView(view)

@@ -70,10 +70,12 @@ class TableStateRun:
         call.set("alias", None)
         return exp.select("*").from_(call)
 
-    def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = ()) -> None:
+    def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = (),
+                        whole: bool = False) -> None:
         """The statement around the call, over the rows the call forwarded in this batch,
         written as the batch's output files; the columns ``carry`` names are kept in its rows
-        (added to a select list without ``*``)."""
+        (added to a select list without ``*``). ``whole``: the rows are the whole output (the
+        final table), which replaces the earlier batches' files."""
         from sqlext.runner import run_statement
 
         out_view = f"{self.placeholder}_{batch_id}"
@@ -87,12 +89,28 @@ class TableStateRun:
                         table.set("alias", exp.TableAlias(this=exp.to_identifier(self.placeholder)))
                     if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
                         outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
-            self._write_output(run_statement(spark, to_sql(outer)), batch_id)
+            rows = run_statement(spark, to_sql(outer))
+            write_batch_files(rows, self.output, batch_id, self.output_format, kind="base" if whole else "batch")
+            if whole:
+                forget_batch_files(self.output, batch_id + 1)
         finally:
             spark.catalog.dropTempView(out_view)
 
-    def _write_output(self, frame, batch_id: int) -> None:
-        write_batch_files(frame, self.output, batch_id, self.output_format)
+    def write_final(self, spark, feeds: dict, batch_id: int) -> None:
+        """``emit => 'final'``: the batch function over ``feeds`` (every key's state as inserts,
+        then the batch's changes) gives the whole table after this batch, written as the
+        output in place of the earlier batches' files."""
+        views = {}
+        try:
+            for name, frame in feeds.items():
+                views[name] = f"__sx_final_{name}_{next(_views)}"
+                frame.createOrReplaceTempView(views[name])
+            from sqlext.runner import run_statement
+
+            self.write_statement(spark, run_statement(spark, to_sql(self.call_over(views))), batch_id, whole=True)
+        finally:
+            for view in views.values():
+                spark.catalog.dropTempView(view)
 
 
 def write_batch_files(frame, folder: Path, batch_id: int, file_format: str, kind: str = "batch") -> None:
@@ -164,6 +182,9 @@ class TableStateFilter(TableStateRun):
         before = self.layers.before(batch_id)
         touched = changes.select(*keys).distinct()
         synthetic = None
+        if self.spec.emit == "final":
+            self._final(spark, before, changes, batch_id)
+            return
         if before.base is None:
             feed = changes  # read twice (output, base) from the files: cheaper than materialising all history
         else:
@@ -180,6 +201,23 @@ class TableStateFilter(TableStateRun):
             self.write_statement(spark, forwarded, batch_id)
         finally:
             spark.catalog.dropTempView(view)
+        self._write_state(spark, before, feed, batch_id)
+
+    def _final(self, spark, before: "Before", changes, batch_id: int) -> None:
+        """``emit => 'final'``: the whole filtered table after this batch (a cost that
+        follows the number of keys, not the history)."""
+        shape, keys = self.spec.shape, list(self.spec.shape.key)
+        if before.base is None:
+            feed = changes
+        else:
+            old = newest_layer(before.read(spark, state_schema(shape, changes.schema)), keys, before).localCheckpoint()
+            feed = as_inserts(old, shape, changes.columns).unionByName(self._in_order(changes, old)).localCheckpoint()
+        self.write_final(spark, {"input": feed}, batch_id)
+        if before.base is not None:  # the state changes for the keys the batch touches only
+            from pyspark.sql import functions as F
+
+            touched = F.broadcast(changes.select(*keys).distinct())
+            feed = feed.join(touched, key_match(feed, touched, keys), "left_semi")
         self._write_state(spark, before, feed, batch_id)
 
     # -- the state

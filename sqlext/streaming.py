@@ -163,7 +163,7 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
         source = _source(spark, call.tables["input"].this.this, sources, source_format)
         _check_columns(checkpoint, name, source.schema)
         spec = filter_spec(call.literals, source.columns)
-        check_incremental(spec)
+        check_incremental(spec, rewrites_output=True)
         from sqlext.udfs.changelog_stream import checked_predicate
 
         checked_predicate(source, spec)

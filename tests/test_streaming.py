@@ -98,6 +98,32 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
     assert multiset(out) == multiset(batch)
 
 
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(["cdf", "upsert"]),
+       share=st.sampled_from([0.5, float("inf")]))
+def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_path_factory, events, cuts, shape,
+                                                                    share):
+    """engine 'tables' rewrites its output folder as the final table each run: after every
+    run it holds exactly the batch run's final table over the changes so far (the state
+    compacted now and then, or kept as deltas)."""
+    import sqlext.stream_tables as stream_tables
+
+    last = len(events)
+    bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
+    current = Feed(spark, shape, tmp_path_factory.mktemp("final"), "tables")
+    done = 0
+    default, stream_tables.COMPACT_SHARE = stream_tables.COMPACT_SHARE, share
+    try:
+        for bound in bounds:
+            current.add([e for e in events if done < e[0] <= bound])
+            current.run(filter_sql("final"))
+            done = bound
+            assert multiset(current.seen) == multiset(
+                run_filter("native", spark, shape, [e for e in events if e[0] <= bound], emit="final")), bound
+    finally:
+        stream_tables.COMPACT_SHARE = default
+
+
 def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
     """The case table of KAFKA-3902, every case on its own key, one version per run: each
     run forwards exactly the batch output's rows of its version."""
@@ -158,8 +184,15 @@ def test_a_streaming_view_is_read_as_it_is(spark, tmp_path):
     spark.catalog.dropTempView("stream_view_changes")
 
 
+def test_emit_final_into_a_streaming_sink_is_a_classed_error(spark, tmp_path):
+    """The state-store engine streams into a sink that only appends: no final table there."""
+    current = Feed(spark, "cdf", tmp_path, "state_store")
+    current.add([(1, 1, 5)])
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*emit => 'final'.*engine 'tables'"):
+        current.run(filter_sql("final"))
+
+
 @pytest.mark.parametrize("sql, error", [
-    (filter_sql("final"), "UNSUPPORTED_STREAM"),
     ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(changes_table), key => 'id', predicate => 'v >= 0')",
      "UNSUPPORTED_STREAM"),
     ("WITH RECURSIVE r(id, n) AS (SELECT id, 0 FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "

@@ -104,6 +104,24 @@ def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, 
     assert multiset(out) == multiset(fk_join(spark, events, shape, join_type, emit))
 
 
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
+       join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]))
+def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, feeds, events, cuts, join_type, shape):
+    """The output folder is rewritten as the join's final table each run: after every run it
+    holds exactly the batch FK_JOIN's final table over the changes so far."""
+    last = events[-1][0]
+    bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
+    current = feeds(shape, events)
+    done = -1
+    for bound in bounds:
+        current.release(done, bound)
+        current.run(join_sql(join_type, "final"))
+        done = bound
+        assert multiset(current.seen) == multiset(
+            fk_join(spark, [e for e in events if e[0] <= bound], shape, join_type, "final")), bound
+
+
 @pytest.mark.parametrize("join_type, emit", [("inner", "records"), ("left", "changes")])
 def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit):
     """Each run forwards exactly the event table's rows for the event it sees."""
@@ -131,7 +149,6 @@ def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
 
 
 @pytest.mark.parametrize("sql, engine, error", [
-    (join_sql(emit="final"), "tables", r"emit => 'final'"),
     (join_sql(), "state_store", r"engine='tables'"),
 ])
 def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, engine, error):

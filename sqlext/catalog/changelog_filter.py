@@ -86,6 +86,7 @@ def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
     )
 
 
-def check_incremental(spec: FilterSpec) -> None:
-    """The emit modes an incremental run can append: ``changes`` and ``records``."""
-    check_streamable_emit(FUNCTION, spec.emit)
+def check_incremental(spec: FilterSpec, rewrites_output: bool = False) -> None:
+    """The emit modes an incremental run supports: ``changes`` and ``records``, and ``final``
+    where the run rewrites its output (``rewrites_output``)."""
+    check_streamable_emit(FUNCTION, spec.emit, rewrites_output)

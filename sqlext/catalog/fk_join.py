@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_numeric
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
+    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
 from sqlext.catalog.expressions import check_columns, parse_expression
 
@@ -107,8 +107,8 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
 
 
 def check_incremental(spec: FkJoinSpec) -> None:
-    """What an incremental run supports: ``changes`` and ``records``, without ``sequence_by``."""
-    check_streamable_emit(FUNCTION, spec.emit)
+    """What an incremental run supports (every emit mode, on the 'tables' engine, the only one
+    FK_JOIN runs on): no ``sequence_by``."""
     if spec.left.sequence_by is not None:
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="sequence_by",

@@ -95,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--keys", type=int, default=None,
                        help="incremental: accounts in the history (default rows/8; fix it to grow the history alone)")
     bench.add_argument("--percent", type=float, default=1.0, help="incremental: increment size, %% of the history")
-    bench.add_argument("--function", choices=["filter", "fk", "recursion"], default="filter",
-                       help="incremental: CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right) or "
-                            "WITH RECURSIVE over a forest (--nodes)")
+    bench.add_argument("--function", choices=["filter", "fk", "recursion", "moves"], default="filter",
+                       help="incremental: CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), "
+                            "WITH RECURSIVE over a forest growing new leaves (--nodes), or over a forest "
+                            "whose nodes move to new parents (moves)")
     bench.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
                        help="incremental: where the state lives (FK_JOIN and recursion: tables only)")
     bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",

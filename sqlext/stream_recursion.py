@@ -235,13 +235,16 @@ class TableStateRecursion(TableStateRun):
         from pyspark.sql import functions as F
 
         spark = batch.sparkSession
-        _check_change_types(batch)
         order = [c for c in batch.columns if c == DEFAULT_ORDER_BY]
         columns = [c for c in batch.columns if c not in (CHANGE_TYPE, DEFAULT_ORDER_BY)]
+        unknown = ~F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) | F.col(CHANGE_TYPE).isNull()
+        summary = batch.agg(F.max(F.col(DEFAULT_ORDER_BY) if order else F.lit(None)), F.max(unknown)).first()
+        version = summary[0]
+        if summary[1]:
+            _refuse_unknown(batch.where(unknown).first())
         sign = F.when(F.col(CHANGE_TYPE).isin(*SETS_VALUE), F.lit(1)).otherwise(F.lit(-1))
         net = batch.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(sign).cast("bigint").alias(COUNT)) \
             .where(F.col(COUNT) != 0).localCheckpoint()
-        version = batch.agg(F.max(DEFAULT_ORDER_BY)).first()[0] if order else None
         old = read_batch_files(spark, self.edges_folder, batch_id, net.schema)
         touched = net.withColumn(BEFORE, F.lit(0).cast("bigint"))
         if old is not None:
@@ -251,10 +254,12 @@ class TableStateRecursion(TableStateRun):
         touched = touched.groupBy(*[F.col(quote(c)) for c in columns]) \
             .agg(F.sum(BEFORE).alias(BEFORE), F.sum(COUNT).alias(COUNT)).localCheckpoint()
         after = F.col(BEFORE) + F.col(COUNT)
-        _refuse_absent(touched.where(after < 0).first(), BEFORE, self.shape)
+        goes = (F.col(BEFORE) > 0) & (after <= 0)
+        absent, lowered, any_removed = touched.agg(F.min(after) < 0, F.min(COUNT) < 0, F.max(goes)).first()
+        if absent:
+            _refuse_absent(touched.where(after < 0).first(), BEFORE, self.shape)
         added = touched.where((F.col(BEFORE) <= 0) & (after > 0)).select(*[F.col(quote(c)) for c in columns])
-        removed = touched.where((F.col(BEFORE) > 0) & (after <= 0)).select(*[F.col(quote(c)) for c in columns])
-        lowered = not touched.where(F.col(COUNT) < 0).isEmpty()
+        removed = touched.where(goes).select(*[F.col(quote(c)) for c in columns])
         if lowered:  # counts fall: the present edges are recounted into a new base
             counts = net if old is None else old.unionByName(net)
             counts = counts.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(COUNT).alias(COUNT)) \
@@ -264,7 +269,7 @@ class TableStateRecursion(TableStateRun):
             present = net if old is None else old.unionByName(net)
         edges_now = present.select(*[F.col(quote(c)) for c in columns])
         found = read_batch_files(spark, self.result_folder, batch_id)
-        if found is None or removed.isEmpty():
+        if found is None or not any_removed:
             new = self._reached(spark, added, edges_now, found)
             gone = None
             if new is not None:
@@ -371,14 +376,10 @@ def _refuse_absent(edge, before: str, shape: RecursionShape) -> None:
                           excess=-inserts_less_deletes)
 
 
-def _check_change_types(batch) -> None:
+def _refuse_unknown(bad) -> None:
     """A change type outside the four is a classed error naming the edge."""
-    from pyspark.sql import functions as F
-
-    bad = batch.where(~F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) | F.col(CHANGE_TYPE).isNull()).first()
-    if bad is not None:
-        edge = ", ".join(f"{k}={v!r}" for k, v in bad.asDict().items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
-        raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
+    edge = ", ".join(f"{k}={v!r}" for k, v in bad.asDict().items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
+    raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
 
 
 def _over(query: exp.Select, name: str, stream_view: str, result_view: str | None = None) -> exp.Select:
@@ -415,12 +416,13 @@ def _match(rows, other, how: str):
     return rows.join(theirs, same, how)
 
 
-def _without(rows, taken):
-    """The distinct ``rows`` less the rows ``taken`` (few are broadcast), materialised."""
+def _without(rows, taken, few: bool = False):
+    """The distinct ``rows`` less the rows ``taken`` (broadcast when ``few`` or counted as
+    few), materialised."""
     from pyspark.sql import functions as F
 
     taken = taken.localCheckpoint()
-    if taken.count() > BROADCAST_ROWS:
+    if not few and taken.count() > BROADCAST_ROWS:
         return rows.subtract(taken).localCheckpoint()
     theirs, same = _same(rows, taken)
     return rows.join(F.broadcast(theirs), same, "left_anti").localCheckpoint()
@@ -430,8 +432,6 @@ def _minus(rows, found):
     """The distinct ``rows`` that are not among the rows ``found`` so far, materialised. Few
     rows (the usual increment) are broadcast and matched against one scan of ``found``; many
     are compared with ``EXCEPT``, which shuffles both."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     rows = rows.localCheckpoint()
@@ -439,9 +439,4 @@ def _minus(rows, found):
         return rows
     if rows.count() > BROADCAST_ROWS:
         return rows.subtract(found).localCheckpoint()
-    names = rows.columns
-    ours = rows.toDF(*[f"__sx_r{i}" for i in range(len(names))])
-    theirs = found.toDF(*[f"__sx_f{i}" for i in range(len(names))])
-    same = reduce(lambda a, b: a & b, [F.col(f"__sx_f{i}").eqNullSafe(F.col(f"__sx_r{i}")) for i in range(len(names))])
-    seen = theirs.join(F.broadcast(ours), same, "left_semi").toDF(*names)
-    return rows.subtract(seen).localCheckpoint()
+    return _without(rows, _match(found, F.broadcast(rows), "left_semi"), few=True)

@@ -19,7 +19,8 @@ on its own copy of the same history and increments.
 The recursion's history is the recursion benchmark's random forest (``nodes`` nodes, each
 edge pointing from a node to its parent); an increment is ``percent`` % new leaves, each
 under a random earlier node; the statement is every (node, ancestor, depth) row, with
-``UNION`` (the form that runs incrementally; a forest's rows are distinct anyway).
+``UNION`` (the form that runs incrementally; a forest's rows are distinct anyway). With
+``moves``, the edges are a change feed and an increment moves nodes to new parents.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Workload:
     size: int  # history rows
     increment: int  # rows per increment
     about: str
+    # the batch view of a stream's files (default: the files as they are)
+    batch_view: Callable[[Any], Any] = lambda frame: frame
+    # the runs' output is a change feed: its inserts less its deletes are the batch rows
+    change_feed: bool = False
 
 
 def filter_workload(rows: int, percent: float, keys: int) -> Workload:
@@ -147,6 +152,45 @@ def recursion_workload(nodes: int, percent: float) -> Workload:
                     history, increment, nodes, size, f"a forest of {nodes:,} nodes")
 
 
+def moves_workload(nodes: int, percent: float) -> Workload:
+    """The same forest as a change feed of edges (inserted at version 1); an increment moves
+    ``percent`` % of the nodes (a different slice each run) to a random node of a smaller id
+    (so the forest stays a forest): an ``update_preimage`` of the old edge and an
+    ``update_postimage`` of the new one. The batch side first takes the edges present (inserts
+    less deletes), then runs the recursion."""
+    every = max(1, round(100 / percent))
+    size = max(1, nodes // every)
+
+    def history(spark, directory):
+        from sqlext.bench.recursion import _make_forest
+
+        _make_forest(spark, nodes, directory)
+        spark.read.parquet(f"{directory}/forest").where("parent IS NOT NULL") \
+            .selectExpr("id AS src", "parent AS dst", "'insert' AS _change_type", "CAST(1 AS BIGINT) AS _commit_version") \
+            .write.parquet(f"{directory}/bench_edges")
+
+    def increment(spark, directory, run):
+        moved = spark.read.parquet(f"{directory}/forest").where(f"parent IS NOT NULL AND pmod(id, {every}) = {run}")
+        version = run + 2
+        moved.selectExpr("id AS src", "parent AS dst", "'update_preimage' AS _change_type",
+                         f"CAST({version} AS BIGINT) AS _commit_version").unionByName(moved.selectExpr(
+                             "id AS src",
+                             f"CAST(floor(pmod(hash(id, {run}, 11), 1000000007) / 1000000007.0 * id) AS BIGINT) AS dst",
+                             "'update_postimage' AS _change_type", f"CAST({version} AS BIGINT) AS _commit_version")) \
+            .write.mode("append").parquet(f"{directory}/bench_edges")
+
+    def present(frame):
+        from pyspark.sql import functions as F
+
+        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+        return frame.groupBy("src", "dst").agg(F.sum(sign).alias("n")).where("n > 0").select("src", "dst")
+
+    return Workload("WITH RECURSIVE (ancestors, UNION) over edges that move", REC_STREAMED, REC_BATCH,
+                    {"bench_edges": "bench_edges_all"}, history, increment, nodes, 2 * size,
+                    f"a forest of {nodes:,} nodes as a change feed, {size:,} nodes moved per increment",
+                    batch_view=present, change_feed=True)
+
+
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000) -> dict:
@@ -157,8 +201,8 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
     if function == "fk":
         workload = fk_workload(left, right, percent)
         engines = tuple(e for e in engines if e == "tables")
-    elif function == "recursion":
-        workload = recursion_workload(nodes, percent)
+    elif function in ("recursion", "moves"):
+        workload = (recursion_workload if function == "recursion" else moves_workload)(nodes, percent)
         engines = tuple(e for e in engines if e == "tables")
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
@@ -202,11 +246,14 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
                 run_available_now(spark, _copy_sql(name), **copy)
             floor.append(time.perf_counter() - started)
             for name, view in workload.feeds.items():
-                spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(view)
+                workload.batch_view(spark.read.parquet(f"{directory}/{name}")).createOrReplaceTempView(view)
             started = time.perf_counter()
             sqlext.sql(spark, workload.batch).write.format("noop").mode("overwrite").save()
             batch.append(time.perf_counter() - started)
-        out_rows = spark.read.parquet(options["output"]).count()
+        written = spark.read.parquet(options["output"])
+        out_rows = written.count()
+        if workload.change_feed:  # the rows the changes leave
+            out_rows -= 2 * written.where("_change_type = 'delete'").count()
         batch_rows = sqlext.sql(spark, workload.batch).count()
         if out_rows != batch_rows:
             raise SystemExit(f"bench incremental ({engine}): the runs wrote {out_rows} rows, the batch query "

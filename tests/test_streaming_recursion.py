@@ -296,3 +296,163 @@ def test_a_constant_anchor_and_columns_qualified_by_the_recursion_name(spark, ed
     # the outer query drops node 2
     assert current.written() == current.batch(FROM_ZERO) == multiset(
         [{"node": 0}, {"node": 0}, {"node": 1}, {"node": 3}, {"node": 5}])
+
+
+# -- a run killed (SIGKILL) in the middle of an incremental run
+
+def _tree(first: int, last: int) -> list[tuple[int, int]]:
+    """Edges (node, parent) of nodes ``first`` .. ``last``-1 of the tree in which node n's
+    parent is n // 8 (root 0)."""
+    return [(node, node // 8) for node in range(max(first, 1), last)]
+
+
+# the second increment: 1000 new leaves, and the root under one of them (a cycle through the
+# root): the batch's new rows come from the anchor over new edges, from rows found earlier
+# meeting new edges, and from the walk over old edges
+SECOND = _tree(1000, 2000) + [(0, 1999)]
+
+# ``sqlext stream`` that kills its own process group (itself and its JVM) with SIGKILL at one
+# point of micro-batch 1: "before the output" once the batch's state is written and its
+# output is about to be, "after the output" once the foreachBatch function has returned
+# (output written) and Spark has yet to commit the batch
+KILLING_CLI = """
+import os, signal, sys
+from sqlext.cli import main
+from sqlext.stream_recursion import TableStateRecursion
+
+def die(batch_id):
+    if batch_id == 1:
+        assert os.getpgrp() == os.getpid(), "not in a session of its own"
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+point, call, write_statement = sys.argv[1], TableStateRecursion.__call__, TableStateRecursion.write_statement
+if point == "before the output":
+    def write_statement_then_die(self, spark, forwarded, batch_id):
+        die(batch_id)
+        write_statement(self, spark, forwarded, batch_id)
+    TableStateRecursion.write_statement = write_statement_then_die
+else:
+    def call_then_die(self, batch, batch_id):
+        call(self, batch, batch_id)
+        die(batch_id)
+    TableStateRecursion.__call__ = call_then_die
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _stream_in_a_child(current, *python_args):
+    """``python <python_args> stream FILE.sql ...`` over the edges' folders, in a session of its
+    own (its JVM with it), importing this sqlext."""
+    import os
+    import subprocess
+    import sys
+
+    query = current.root / "reach.sql"
+    query.write_text(PAIRS)
+    here = str(Path(sqlext.__file__).resolve().parents[1])
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    command = [sys.executable, *python_args, "stream", str(query), "--checkpoint", str(current.checkpoint),
+               "--output", str(current.output), "--source", f"edges={current.source}"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=env)
+
+
+def _by_batch(spark, folder: Path):
+    """The rows of a folder of batch files, each with the batch that wrote it, as a multiset."""
+    from pyspark.sql import functions as F
+
+    if not any(folder.glob("batch-*")):
+        return multiset([])
+    frame = spark.read.parquet(*[str(p) for p in folder.glob("batch-*")]) \
+        .withColumn("__batch", F.regexp_extract("_metadata.file_name", r"^batch-(\d+)-", 1).cast("int"))
+    return multiset([r.asDict() for r in frame.collect()])
+
+
+def _state_and_output(current):
+    state = current.checkpoint / "sqlext-state"
+    return {name: _by_batch(current.spark, folder)
+            for name, folder in (("result", state / "result"), ("edges", state / "edges"), ("output", current.output))}
+
+
+@pytest.fixture(scope="module")
+def unkilled(spark):
+    """What a run that is never killed leaves after the two increments: each batch's files
+    of state and output, and the batch recursion over all edges."""
+    root = Path(tempfile.mkdtemp(prefix="sqlext-rec-unkilled-"))
+    try:
+        twin = Edges(spark, root)
+        for increment in (_tree(1, 1000), SECOND):
+            twin.add(increment)
+            twin.run(PAIRS)
+        yield {"files": _state_and_output(twin), "batch": twin.batch(PAIRS)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _first_run(edges):
+    """Edges whose first increment has run, and whose second has landed."""
+    current = edges()
+    current.add(_tree(1, 1000))
+    current.run(PAIRS)
+    current.add(SECOND)
+    return current
+
+
+def _kill_group(child) -> None:
+    import os
+    import signal
+
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
+    """SIGKILL ``sqlext stream`` while its micro-batch 1 runs (offsets logged, no commit); the
+    next run redoes the batch: the output holds every row of the batch recursion exactly once,
+    and the state and each batch's output files are those of a run that was never killed."""
+    import signal
+    import time
+
+    current = _first_run(edges)
+    child = _stream_in_a_child(current, "-m", "sqlext.cli")
+    try:
+        started = time.monotonic()
+        while not (current.checkpoint / "offsets" / "1").exists():
+            assert child.poll() is None, "the run ended before its micro-batch was logged"
+            assert time.monotonic() - started < 300
+            time.sleep(0.05)
+        time.sleep(2.0)  # into the batch's own work (it takes several seconds in a fresh JVM)
+    finally:
+        _kill_group(child)
+    assert child.returncode == -signal.SIGKILL
+    assert not (current.checkpoint / "commits" / "1").exists()  # killed inside the batch
+    current.run(PAIRS)
+    assert (current.checkpoint / "commits" / "1").exists()
+    assert current.written() == unkilled["batch"]
+    assert _state_and_output(current) == unkilled["files"]
+
+
+@pytest.mark.parametrize("point", ["before the output", "after the output"])
+def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, point):
+    """SIGKILL ``sqlext stream`` at a set point of micro-batch 1: with the batch's state written
+    and no output yet, or with its output written and no commit. The next run redoes the
+    batch: every row of the batch recursion exactly once in the output, and the state and
+    each batch's output files are those of a run that was never killed."""
+    import signal
+
+    current = _first_run(edges)
+    child = _stream_in_a_child(current, "-c", KILLING_CLI, point)
+    try:
+        child.wait(timeout=300)
+    finally:
+        _kill_group(child)
+    assert child.returncode == -signal.SIGKILL, "the run was not killed where the test meant to"
+    assert not (current.checkpoint / "commits" / "1").exists()
+    for state in ("result", "edges"):
+        assert any((current.checkpoint / "sqlext-state" / state).glob("batch-0000000001-*"))
+    assert any(current.output.glob("batch-0000000001-*")) == (point == "after the output")
+    current.run(PAIRS)
+    assert current.written() == unkilled["batch"]
+    assert _state_and_output(current) == unkilled["files"]

@@ -76,9 +76,7 @@ class TableStateFkJoin(TableStateRun):
         else:
             left_state = left_before.read(spark, self._left_schema(new_left))
             right_state = right_before.read(spark, state_schema(right_shape, new_right.schema))
-            highest = left_state.select(F.max(left_shape.order_by).alias("m")) \
-                .unionByName(right_state.select(F.max(right_shape.order_by).alias("m"))) \
-                .agg(F.max("m")).first()[0]
+            highest = self._highest(batch_id, left_state, right_state)
             if spec.emit == "final":  # every key's row: the whole table after this batch
                 old_left = newest_layer(left_state, list(left_shape.key), left_before).where(F.col(PRESENT))
                 old_right = newest_layer(right_state, [spec.right_key], right_before).where(F.col(PRESENT))
@@ -108,6 +106,37 @@ class TableStateFkJoin(TableStateRun):
                                list(left_shape.key), batch_id)
         self.right_layers.write(spark, right_before, last_changes(new_right, right_shape), list(right_shape.key),
                                 batch_id)
+        self._record_highest(batch, batch_id, highest)
+
+    def _highest(self, batch_id: int, left_state, right_state):
+        """The highest ordering value the batches before ``batch_id`` processed: recorded by
+        the last of them (a file per batch, so a replayed batch reads what it read before), or,
+        in a checkpoint without such a file, the highest in the state."""
+        import pickle
+
+        from pyspark.sql import functions as F
+
+        recorded = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob("highest-*")
+                          if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
+        if recorded:
+            return pickle.loads(recorded[-1][1].read_bytes())
+        return left_state.select(F.max(self.spec.left.order_by).alias("m")) \
+            .unionByName(right_state.select(F.max(self.spec.right.order_by).alias("m"))) \
+            .agg(F.max("m")).first()[0]
+
+    def _record_highest(self, batch, batch_id: int, highest) -> None:
+        """Record the highest ordering value processed up to this batch (see ``_highest``)."""
+        import os
+        import pickle
+
+        from pyspark.sql import functions as F
+
+        spec = self.spec
+        values = batch.agg(F.max(F.col(LEFT)[spec.left.order_by]), F.max(F.col(RIGHT)[spec.right.order_by])).first()
+        highest = max([v for v in (highest, *values) if v is not None], default=None)
+        temporary = self.state / f"_highest-{batch_id}"
+        temporary.write_bytes(pickle.dumps(highest))
+        os.replace(temporary, self.state / f"highest-{batch_id}")
 
     def _left_schema(self, new_left):
         from pyspark.sql import functions as F
@@ -133,16 +162,17 @@ class TableStateFkJoin(TableStateRun):
             return by_key.unionByName(by_fk)
 
         # a key met through a foreign key of an older layer may point elsewhere now: take every
-        # layer's row of the keys met in any layer, choose each key's newest, and meet again
-        candidates = F.broadcast(met(left_state).select(*left_keys).distinct())
-        rows = left_state.join(candidates, key_match(left_state, candidates, left_keys), "left_semi")
-        current = newest_layer(rows, left_keys, left_before).where(F.col("__sx_present"))
+        # layer's row of the keys met in any layer (few: materialised, so the state is scanned
+        # twice in all), choose each key's newest, and meet again
+        candidates = F.broadcast(met(left_state).select(*left_keys).distinct().localCheckpoint())
+        rows = left_state.join(candidates, key_match(left_state, candidates, left_keys), "left_semi").localCheckpoint()
+        current = newest_layer(rows, left_keys, left_before).where(F.col(PRESENT))
         old_left = met(current).dropDuplicates(left_keys).localCheckpoint()
         pointed = F.broadcast(
             old_left.select(FOREIGN_KEY).unionByName(new_left.select(foreign_key.alias(FOREIGN_KEY)))
             .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct())
         rows = right_state.join(pointed, right_state[right_key] == pointed[FOREIGN_KEY], "left_semi")
-        old_right = newest_layer(rows, [right_key], right_before).where(F.col("__sx_present"))
+        old_right = newest_layer(rows, [right_key], right_before).where(F.col(PRESENT))
         return old_left, old_right.localCheckpoint()
 
     def _in_order(self, changes, shape, highest):

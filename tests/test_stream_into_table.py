@@ -156,3 +156,14 @@ def test_a_recursion_over_a_change_feed_of_edges_appends_its_changes(spark, data
     assert +applied == multiset([(1, 2), (3, 4)])
     assert sorted((r.src, r.dst, r._change_type, r._commit_version) for r in rows if r._commit_version == 2) == [
         (1, 3, "delete", 2), (2, 3, "delete", 2), (3, 4, "insert", 2)]
+
+
+def test_emit_final_keeps_the_table_equal_to_the_batch_final_table(spark, database):
+    """With emit => 'final' each run rewrites the table as the final table, not appending."""
+    final = GOLD[:-1] + ", emit => 'final')"
+    for landing in LANDINGS:
+        land(spark, landing)
+        run_into_table(spark, final, TARGET)
+        expected = [r.asDict() for r in sqlext_sql(spark, batch_form(final)).collect()]
+        assert table_rows(spark, TARGET) == multiset(expected)
+    assert "_change_type" not in spark.table(TARGET).columns

@@ -15,6 +15,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -112,6 +113,24 @@ def main(master: str, work: Path) -> None:
          "orders": (orders, [(10, 1, 5, "insert", 3), (11, 2, 6, "insert", 4)])},
         {"customers": (customers, [(1, "a2", "update_postimage", 5)]),
          "orders": (orders, [(11, 1, 6, "update_postimage", 6), (12, 2, 1, "insert", 7)])}])
+    result["stream_fk_final"] = two_runs("fk_final", (
+        "SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+        "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', emit => 'final')"), [
+        {"customers": (customers, [(1, "a", "insert", 1), (2, "b", "insert", 2)]),
+         "orders": (orders, [(10, 1, 5, "insert", 3), (11, 2, 6, "insert", 4)])},
+        {"customers": (customers, [(1, "a2", "update_postimage", 5)]),
+         "orders": (orders, [(11, 1, 6, "update_postimage", 6), (12, 2, 1, "insert", 7)])}])
+    # a recursion over a change feed of edges: 3 moves from parent 2 to parent 5
+    changed = "src int, dst int, _change_type string, _commit_version bigint"
+    two_runs("recursion_changes", (
+        "WITH RECURSIVE reach(src, dst) AS (SELECT src, dst FROM STREAM(changed) UNION "
+        "SELECT r.src, e.dst FROM reach AS r JOIN STREAM(changed) AS e ON r.dst = e.src) SELECT * FROM reach"), [
+        {"changed": (changed, [(1, 2, "insert", 1), (2, 3, "insert", 1), (3, 4, "insert", 1)])},
+        {"changed": (changed, [(2, 3, "update_preimage", 2), (5, 3, "update_postimage", 2)])}])
+    applied = Counter()
+    for row in spark.read.parquet(str(work / "recursion_changes-out")).collect():
+        applied[(row.src, row.dst)] += 1 if row._change_type == "insert" else -1
+    result["stream_recursion_changes"] = sorted(str(pair) for pair, n in applied.items() for _ in range(n))
     edges = "src int, dst int"
     result["stream_recursion"] = two_runs("recursion", (
         "WITH RECURSIVE reach(src, dst) AS (SELECT src, dst FROM STREAM(edges) UNION "

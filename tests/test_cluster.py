@@ -98,6 +98,11 @@ def test_incremental_runs_on_the_cluster_give_the_batch_rows(cluster_result):
     # a cycle 1 -> 2 -> 3 -> 4 -> 1 closed by the second run (16 pairs) and 5 -> 6 -> 7 (3)
     incremental, batch = cluster_result["stream_recursion"]
     assert incremental == batch and len(batch) == 19
+    # emit => 'final': the output folder is the final table
+    incremental, batch = cluster_result["stream_fk_final"]
+    assert incremental == batch and len(batch) == 3
+    # edges that move: the changes applied leave the recursion over the edges present
+    assert cluster_result["stream_recursion_changes"] == ["(1, 2)", "(3, 4)", "(5, 3)", "(5, 4)"]
 
 
 def test_fk_join_survives_a_lost_worker(cluster_result):

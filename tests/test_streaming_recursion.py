@@ -60,25 +60,35 @@ class Edges:
             return multiset([])
         return multiset([r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()])
 
+    def present(self):
+        """The edges as they stand after every landing so far."""
+        return self.spark.read.parquet(str(self.source))
+
     def batch(self, sql):
-        self.spark.read.parquet(str(self.source)).createOrReplaceTempView("edges")
+        """The batch recursion over the present edges."""
+        self.present().createOrReplaceTempView("edges")
         try:
             return multiset([r.asDict() for r in sqlext.sql(self.spark, batch_form(sql)).collect()])
         finally:
             self.spark.catalog.dropTempView("edges")
 
 
-@pytest.fixture
-def edges(spark):
+def _folders(spark, kind):
+    """A fixture's factory of ``kind`` folders, each removed afterwards."""
     roots = []
 
     def make():
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-rec-stream-")))
-        return Edges(spark, roots[-1])
+        return kind(spark, roots[-1])
 
     yield make
     for root in roots:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def edges(spark):
+    yield from _folders(spark, Edges)
 
 
 graphs = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=12)
@@ -171,30 +181,17 @@ class ChangedEdges(Edges):
         assert all(n >= 0 for n in result.values()), "a row was deleted more often than inserted"
         return +result
 
-    def batch(self, sql):
-        """The batch recursion over the edges present after every change landed so far."""
+    def present(self):
         counts = Counter()
         for src, dst, kind, _ in self.all:
             counts[(src, dst)] += 1 if kind in ("insert", "update_postimage") else -1
-        present = [edge for edge, n in counts.items() for _ in range(n) if n > 0]
-        self.spark.createDataFrame(present, "src int, dst int").createOrReplaceTempView("edges")
-        try:
-            return multiset([r.asDict() for r in sqlext.sql(self.spark, batch_form(sql)).collect()])
-        finally:
-            self.spark.catalog.dropTempView("edges")
+        return self.spark.createDataFrame([edge for edge, n in counts.items() for _ in range(n) if n > 0],
+                                          "src int, dst int")
 
 
 @pytest.fixture
 def changed_edges(spark):
-    roots = []
-
-    def make():
-        roots.append(Path(tempfile.mkdtemp(prefix="sqlext-rec-changes-")))
-        return ChangedEdges(spark, roots[-1])
-
-    yield make
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from _folders(spark, ChangedEdges)
 
 
 @st.composite

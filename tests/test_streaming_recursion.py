@@ -157,6 +157,27 @@ def test_what_cannot_run_incrementally_is_a_classed_error(spark, edges, sql):
         current.run(sql)
 
 
+def _batch_rows(spark, folder: Path) -> list[dict]:
+    """The rows of a folder of batch files (``<kind>-<batch>-*``), each with the kind
+    (``__kind``: ``batch`` or ``base``) and the batch (``__batch``) of the file holding it."""
+    from pyspark.sql import functions as F
+
+    files = [str(p) for kind in ("batch", "base") for p in folder.glob(f"{kind}-*")]
+    if not files:
+        return []
+    name = r"^(batch|base)-(\d+)-"
+    frame = spark.read.parquet(*files) \
+        .withColumn("__kind", F.regexp_extract("_metadata.file_name", name, 1)) \
+        .withColumn("__batch", F.regexp_extract("_metadata.file_name", name, 2).cast("int"))
+    return [r.asDict() for r in frame.collect()]
+
+
+def _by_batch(spark, folder: Path):
+    """The rows of a folder of batch files, each with the kind and batch of its file, as a
+    multiset."""
+    return multiset(_batch_rows(spark, folder))
+
+
 class ChangedEdges(Edges):
     """Edges as a change feed: ``(src, dst, _change_type, _commit_version)`` rows. An edge is
     present while its inserts outnumber its deletes."""
@@ -168,17 +189,18 @@ class ChangedEdges(Edges):
             self.all += rows
 
     def applied(self):
-        """The output's changes applied in order: the rows they leave (a multiset)."""
-        if not any(self.output.glob("*.parquet")):
-            return multiset([])
-        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()]
+        """The output's changes applied batch by batch, in order: the rows they leave (a
+        multiset). After every batch, no row has been deleted more often than inserted."""
+        rows = _batch_rows(self.spark, self.output)
         result = multiset([])
-        for r in rows:
-            kind = r.pop("_change_type")
-            r.pop("_commit_version")
-            assert kind in ("insert", "delete")
-            (result.update if kind == "insert" else result.subtract)(multiset([r]))
-        assert all(n >= 0 for n in result.values()), "a row was deleted more often than inserted"
+        for batch in sorted({r["__batch"] for r in rows}):
+            for r in (dict(r) for r in rows if r["__batch"] == batch):
+                kind = r.pop("_change_type")
+                for column in ("_commit_version", "__kind", "__batch"):
+                    r.pop(column)
+                assert kind in ("insert", "delete")
+                (result.update if kind == "insert" else result.subtract)(multiset([r]))
+            assert all(n >= 0 for n in result.values()), f"batch {batch} deleted a row more often than it was inserted"
         return +result
 
     def present(self):
@@ -307,6 +329,21 @@ def _tree(first: int, last: int) -> list[tuple[int, int]]:
 # root): the batch's new rows come from the anchor over new edges, from rows found earlier
 # meeting new edges, and from the walk over old edges
 SECOND = _tree(1000, 2000) + [(0, 1999)]
+ARRIVALS = (_tree(1, 1000), SECOND)
+
+# the same tree as a change feed, at version 1, with the edges of nodes 900 .. 909 inserted
+# twice; at version 2, 100 inner nodes move (their subtrees with them) from parent n // 8 to
+# n // 8 + 1, the edges of 50 leaves are deleted, one copy of each twice-inserted edge is
+# deleted (the edge stays) and 50 new leaves arrive, 10 of them under moved nodes. Every
+# parent is below its node, so there is no cycle. The second batch removes edges and lowers
+# counts: it deletes and re-derives, and writes new bases of the rows found and of the edges.
+CHANGES = (
+    [(node, parent, "insert", 1) for node, parent in _tree(1, 1000) + _tree(900, 910)],
+    [change for node in range(10, 110)
+     for change in ((node, node // 8, "update_preimage", 2), (node, node // 8 + 1, "update_postimage", 2))]
+    + [(node, parent, "delete", 2) for node, parent in _tree(950, 1000) + _tree(900, 910)]
+    + [(node, node - 900, "insert", 2) for node in range(1000, 1050)],
+)
 
 # ``sqlext stream`` that kills its own process group (itself and its JVM) with SIGKILL at one
 # point of micro-batch 1: "before the output" once the batch's state is written and its
@@ -324,9 +361,9 @@ def die(batch_id):
 
 point, call, write_statement = sys.argv[1], TableStateRecursion.__call__, TableStateRecursion.write_statement
 if point == "before the output":
-    def write_statement_then_die(self, spark, forwarded, batch_id):
+    def write_statement_then_die(self, spark, forwarded, batch_id, *args, **kwargs):
         die(batch_id)
-        write_statement(self, spark, forwarded, batch_id)
+        write_statement(self, spark, forwarded, batch_id, *args, **kwargs)
     TableStateRecursion.write_statement = write_statement_then_die
 else:
     def call_then_die(self, batch, batch_id):
@@ -335,6 +372,11 @@ else:
     TableStateRecursion.__call__ = call_then_die
 sys.exit(main(sys.argv[2:]))
 """
+
+
+def _land(current, rows) -> None:
+    """One increment: edges, or change rows of edges."""
+    (current.change if isinstance(current, ChangedEdges) else current.add)(rows)
 
 
 def _stream_in_a_child(current, *python_args):
@@ -355,44 +397,53 @@ def _stream_in_a_child(current, *python_args):
                             env=env)
 
 
-def _by_batch(spark, folder: Path):
-    """The rows of a folder of batch files, each with the batch that wrote it, as a multiset."""
-    from pyspark.sql import functions as F
-
-    if not any(folder.glob("batch-*")):
-        return multiset([])
-    frame = spark.read.parquet(*[str(p) for p in folder.glob("batch-*")]) \
-        .withColumn("__batch", F.regexp_extract("_metadata.file_name", r"^batch-(\d+)-", 1).cast("int"))
-    return multiset([r.asDict() for r in frame.collect()])
-
-
 def _state_and_output(current):
+    """Each state folder's and the output's rows, each with the kind (``batch`` or ``base``)
+    and batch of the file holding it, as multisets."""
     state = current.checkpoint / "sqlext-state"
     return {name: _by_batch(current.spark, folder)
-            for name, folder in (("result", state / "result"), ("edges", state / "edges"), ("output", current.output))}
+            for name, folder in (("result", state / "result"), ("edges", state / "edges"),
+                                 ("changes", state / "changes"), ("output", current.output))}
 
 
-@pytest.fixture(scope="module")
-def unkilled(spark):
-    """What a run that is never killed leaves after the two increments: each batch's files
-    of state and output, and the batch recursion over all edges."""
+def _assert_same_files(current, unkilled) -> None:
+    """The output, then each state folder, holds per file kind and batch the rows of the run
+    that was never killed (the output: each of its rows once)."""
+    files = _state_and_output(current)
+    for name in ("output", "result", "edges", "changes"):
+        assert files[name] == unkilled["files"][name], name
+
+
+def _never_killed(spark, kind, increments):
+    """What a run that is never killed leaves after the increments: each batch's files of
+    state and output, and the batch recursion over the edges present."""
     root = Path(tempfile.mkdtemp(prefix="sqlext-rec-unkilled-"))
     try:
-        twin = Edges(spark, root)
-        for increment in (_tree(1, 1000), SECOND):
-            twin.add(increment)
+        twin = kind(spark, root)
+        for increment in increments:
+            _land(twin, increment)
             twin.run(PAIRS)
         yield {"files": _state_and_output(twin), "batch": twin.batch(PAIRS)}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _first_run(edges):
+@pytest.fixture(scope="module")
+def unkilled(spark):
+    yield from _never_killed(spark, Edges, ARRIVALS)
+
+
+@pytest.fixture(scope="module")
+def unkilled_changes(spark):
+    yield from _never_killed(spark, ChangedEdges, CHANGES)
+
+
+def _first_run(make, increments):
     """Edges whose first increment has run, and whose second has landed."""
-    current = edges()
-    current.add(_tree(1, 1000))
+    current = make()
+    _land(current, increments[0])
     current.run(PAIRS)
-    current.add(SECOND)
+    _land(current, increments[1])
     return current
 
 
@@ -405,30 +456,56 @@ def _kill_group(child) -> None:
         child.wait()
 
 
-def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
-    """SIGKILL ``sqlext stream`` while its micro-batch 1 runs (offsets logged, no commit); the
-    next run redoes the batch: the output holds every row of the batch recursion exactly once,
-    and the state and each batch's output files are those of a run that was never killed."""
+def _kill_mid_batch(current, folder: Path, pattern: str, settle: float) -> None:
+    """Run ``sqlext stream`` in a child and SIGKILL it ``settle`` seconds after a file
+    ``pattern`` appears in ``folder`` (a sign that micro-batch 1 is under way), before the
+    batch commits."""
     import signal
     import time
 
-    current = _first_run(edges)
     child = _stream_in_a_child(current, "-m", "sqlext.cli")
     try:
         started = time.monotonic()
-        while not (current.checkpoint / "offsets" / "1").exists():
-            assert child.poll() is None, "the run ended before its micro-batch was logged"
+        while not any(folder.glob(pattern)):
+            assert child.poll() is None, f"the run ended before {pattern} appeared in {folder.name}"
             assert time.monotonic() - started < 300
-            time.sleep(0.05)
-        time.sleep(2.0)  # into the batch's own work (it takes several seconds in a fresh JVM)
+            time.sleep(0.02)
+        time.sleep(settle)
     finally:
         _kill_group(child)
     assert child.returncode == -signal.SIGKILL
     assert not (current.checkpoint / "commits" / "1").exists()  # killed inside the batch
+
+
+def _kill_around_output(current, point: str, written: dict[str, str]) -> None:
+    """Run ``sqlext stream`` in a child that SIGKILLs itself at ``point`` of micro-batch 1;
+    by then the batch has written a ``written[folder]`` file (``batch`` or ``base``) in each
+    state folder named, its output only after the output, and no commit."""
+    import signal
+
+    child = _stream_in_a_child(current, "-c", KILLING_CLI, point)
+    try:
+        child.wait(timeout=300)
+    finally:
+        _kill_group(child)
+    assert child.returncode == -signal.SIGKILL, "the run was not killed where the test meant to"
+    assert not (current.checkpoint / "commits" / "1").exists()
+    for state, kind in written.items():
+        assert any((current.checkpoint / "sqlext-state" / state).glob(f"{kind}-0000000001-*")), (state, kind)
+    assert any(current.output.glob("batch-0000000001-*")) == (point == "after the output")
+
+
+def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
+    """SIGKILL ``sqlext stream`` while its micro-batch 1 runs (offsets logged, no commit); the
+    next run redoes the batch: the output holds every row of the batch recursion exactly once,
+    and the state and each batch's output files are those of a run that was never killed."""
+    current = _first_run(edges, ARRIVALS)
+    # into the batch's own work (it takes several seconds in a fresh JVM)
+    _kill_mid_batch(current, current.checkpoint / "offsets", "1", settle=2.0)
     current.run(PAIRS)
     assert (current.checkpoint / "commits" / "1").exists()
     assert current.written() == unkilled["batch"]
-    assert _state_and_output(current) == unkilled["files"]
+    _assert_same_files(current, unkilled)
 
 
 @pytest.mark.parametrize("point", ["before the output", "after the output"])
@@ -437,19 +514,38 @@ def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, 
     and no output yet, or with its output written and no commit. The next run redoes the
     batch: every row of the batch recursion exactly once in the output, and the state and
     each batch's output files are those of a run that was never killed."""
-    import signal
-
-    current = _first_run(edges)
-    child = _stream_in_a_child(current, "-c", KILLING_CLI, point)
-    try:
-        child.wait(timeout=300)
-    finally:
-        _kill_group(child)
-    assert child.returncode == -signal.SIGKILL, "the run was not killed where the test meant to"
-    assert not (current.checkpoint / "commits" / "1").exists()
-    for state in ("result", "edges"):
-        assert any((current.checkpoint / "sqlext-state" / state).glob("batch-0000000001-*"))
-    assert any(current.output.glob("batch-0000000001-*")) == (point == "after the output")
+    current = _first_run(edges, ARRIVALS)
+    _kill_around_output(current, point, {"result": "batch", "edges": "batch"})
     current.run(PAIRS)
     assert current.written() == unkilled["batch"]
-    assert _state_and_output(current) == unkilled["files"]
+    _assert_same_files(current, unkilled)
+
+
+def test_a_run_over_changed_edges_killed_mid_batch_is_redone_exactly_once(changed_edges, unkilled_changes):
+    """Edges moved and deleted: SIGKILL ``sqlext stream`` as soon as its micro-batch 1 (delete
+    and re-derive) has written its new base of the rows found (its edge counts, changes and
+    output come after it). The next run redoes the batch: its inserts and deletes, applied in
+    order, leave the batch recursion over the edges present; the output holds each row of an
+    unkilled run's output once, and the state folders hold the files of an unkilled run."""
+    current = _first_run(changed_edges, CHANGES)
+    _kill_mid_batch(current, current.checkpoint / "sqlext-state" / "result", "base-0000000001-*", settle=0.0)
+    current.run(PAIRS)
+    assert (current.checkpoint / "commits" / "1").exists()
+    assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
+    _assert_same_files(current, unkilled_changes)
+
+
+@pytest.mark.parametrize("point", ["before the output", "after the output"])
+def test_a_run_over_changed_edges_killed_around_its_output_is_redone_exactly_once(changed_edges, unkilled_changes,
+                                                                                  point):
+    """Edges moved and deleted: SIGKILL ``sqlext stream`` at a set point of micro-batch 1,
+    with its new bases of the rows found and of the edge counts and its changes written, and
+    no output yet, or its output written and no commit. The next run redoes the batch: its
+    inserts and deletes, applied in order, leave the batch recursion over the edges present;
+    the output holds each row of an unkilled run's output once, and the state folders hold
+    the files of an unkilled run."""
+    current = _first_run(changed_edges, CHANGES)
+    _kill_around_output(current, point, {"result": "base", "edges": "base", "changes": "batch"})
+    current.run(PAIRS)
+    assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
+    _assert_same_files(current, unkilled_changes)

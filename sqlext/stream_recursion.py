@@ -129,6 +129,7 @@ class RecursionShape:
         _only_rows(self.step, "step")
         _only_rows(self.main, "outer query")
         anchor = self._tables(self.anchor)
+        self.constant_anchor = not anchor
         if len(anchor) > 1 or (anchor and not _is_stream(anchor[0])) or self.anchor.args.get("joins"):
             raise _unsupported("the recursion's anchor", "it may read nothing or the stream of edges, once",
                                "Write SELECT ... FROM STREAM(edges) [WHERE ...], or an anchor of constants.")
@@ -305,8 +306,9 @@ class TableStateRecursion(TableStateRun):
         # every row a derivation through a removed edge reaches: the anchor over those edges
         # and the rows found so far met by one, then the recursion from them over the old edges
         removed_view = self._view(removed, "removed")
-        parts = [run_statement(spark, to_sql(_over(shape.anchor, shape.name, removed_view))),
-                 run_statement(spark, to_sql(_over(shape.step, shape.name, removed_view, self._view(found, "found"))))]
+        parts = [run_statement(spark, to_sql(_over(shape.step, shape.name, removed_view, self._view(found, "found"))))]
+        if not shape.constant_anchor:  # a constant anchor's rows need no edge
+            parts.append(run_statement(spark, to_sql(_over(shape.anchor, shape.name, removed_view))))
         suspects = self._rows(parts, found).distinct().localCheckpoint()
         suspects = self._recursion(spark, suspects, suspects.columns, self._view(edges_before, "old_edges")) \
             .localCheckpoint()

@@ -278,6 +278,30 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
     assert current.applied() == current.batch(PAIRS)
 
 
+def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, monkeypatch):
+    """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
+    re-derives nodes 49 and 50 only, never the whole result."""
+    from sqlext.stream_recursion import TableStateRecursion
+
+    from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
+                 "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
+    current = changed_edges()
+    current.change([(i, i + 1, "insert", 1) for i in range(50)])
+    current.run(from_zero)
+    sizes, recursion = [], TableStateRecursion._recursion
+
+    def counted(self, *args):
+        rows = recursion(self, *args)
+        sizes.append(rows.count())
+        return rows
+
+    monkeypatch.setattr(TableStateRecursion, "_recursion", counted)
+    current.change([(48, 49, "delete", 2)])
+    current.run(from_zero)
+    assert sizes == [2]  # the rows the deleted edge reached: 49 and 50; nothing re-derives them
+    assert current.applied() == current.batch(from_zero) == multiset([{"node": n} for n in range(49)])
+
+
 def test_deleting_an_edge_that_is_not_there_is_a_classed_error_and_writes_nothing(spark, changed_edges):
     current = changed_edges()
     current.change([(0, 1, "insert", 1), (1, 2, "insert", 1)])

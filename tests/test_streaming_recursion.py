@@ -100,11 +100,16 @@ def test_increments_concatenate_to_the_batch_recursion(spark, edges, graph, cuts
     """Cycles, self-loops, duplicate edges, edges that reach nothing yet: any split gives the
     batch rows (each row once: the result's rows are distinct)."""
     current = edges()
-    points = sorted({0, len(graph), *[c for c in cuts if c < len(graph)]})
-    for start, end in zip(points, points[1:]):
-        current.add(graph[start:end])
+    for increment in _cut(graph, cuts):
+        current.add(increment)
         current.run(sql)
     assert current.written() == current.batch(sql)
+
+
+def _cut(items, cuts):
+    """``items`` in consecutive increments, cut at the positions ``cuts`` names."""
+    points = sorted({0, len(items), *[c for c in cuts if c < len(items)]})
+    return [items[start:end] for start, end in zip(points, points[1:])]
 
 
 def test_a_forest_grows_leaf_by_leaf_and_each_run_adds_the_new_leaves_ancestors(spark, edges):
@@ -246,9 +251,8 @@ def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_e
     inserts and deletes applied in order leave exactly the batch recursion over the edges
     present then."""
     current = changed_edges()
-    points = sorted({0, len(changes), *[c for c in cuts if c < len(changes)]})
-    for start, end in zip(points, points[1:]):
-        current.change(changes[start:end])
+    for increment in _cut(changes, cuts):
+        current.change(increment)
         current.run(sql)
         assert current.applied() == current.batch(sql)
 

@@ -24,13 +24,10 @@ processed; one that is not stops the run with ``[LATE_CHANGE]`` and nothing writ
 
 from __future__ import annotations
 
-import itertools
-
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.rewrites.dialect import to_sql
 from sqlext.stream_tables import (
     LAST, PRESENT, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
     state_schema, without_preimages,
@@ -38,7 +35,6 @@ from sqlext.stream_tables import (
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
 FOREIGN_KEY = "__sx_fk"
-_views = itertools.count(1)
 
 
 def one_stream(left, right):
@@ -63,8 +59,6 @@ class TableStateFkJoin(TableStateRun):
     def __call__(self, batch, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        from sqlext.runner import run_statement
-
         spark, spec = batch.sparkSession, self.spec
         left_shape, right_shape = spec.left, spec.right
         new_left = without_preimages(batch.where(F.col(LEFT).isNotNull()).select(f"{LEFT}.*"), left_shape)
@@ -87,20 +81,13 @@ class TableStateFkJoin(TableStateRun):
                 .unionByName(self._in_order(new_left, left_shape, highest)).localCheckpoint()
             feed_right = as_inserts(old_right, right_shape, new_right.columns) \
                 .unionByName(self._in_order(new_right, right_shape, highest)).localCheckpoint()
-        views = {"left": f"__sx_batch_left_{next(_views)}", "right": f"__sx_batch_right_{next(_views)}"}
-        feed_left.createOrReplaceTempView(views["left"])
-        feed_right.createOrReplaceTempView(views["right"])
-        try:
-            forwarded = run_statement(spark, to_sql(self.call_over(views)))
+        with self.called(spark, {"left": feed_left, "right": feed_right}) as forwarded:
             if spec.emit == "final":
                 self.write_statement(spark, forwarded, batch_id, whole=True)
             else:
                 if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
                     forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
                 self.write_statement(spark, forwarded, batch_id)
-        finally:
-            for view in views.values():
-                spark.catalog.dropTempView(view)
         self.left_layers.write(spark, left_before,
                                last_changes(new_left.withColumn(FOREIGN_KEY, foreign_key), left_shape, FOREIGN_KEY),
                                list(left_shape.key), batch_id)

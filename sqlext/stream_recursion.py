@@ -21,11 +21,16 @@ With distinct rows (``UNION``) and a step that is a join of one row of ``r`` wit
 this is exactly what the batch recursion over all edges adds to the batch recursion over the
 old ones: a row is new only if some derivation of it uses a new edge, and the first new edge
 on that derivation is met in step 1. So the outputs of the runs, concatenated, equal the
-batch result. Edges only arrive (a stream with change types, which could delete edges, is
-refused), and ``UNION ALL`` is refused: it counts derivations, which this state does not keep.
+batch result. ``UNION ALL`` is refused: it counts derivations, which this state does not keep.
 
-A batch reads only the files of earlier batches and replaces its own, so a replayed batch
-writes the same rows and state again.
+A stream with ``_change_type`` is a change feed of edges, which may also take edges away (see
+``TableStateRecursion._changes``): the state then counts each edge's inserts less its deletes,
+a batch that removes edges deletes and re-derives what they reached (DRed), and the output is
+the change feed of ``r``'s rows.
+
+Each folder holds a ``base`` (written by a batch that rewrote the whole state) and the
+``batch`` files after it. A batch reads only the files of earlier batches and replaces its
+own, so a replayed batch writes the same rows and state again.
 """
 
 from __future__ import annotations
@@ -300,8 +305,8 @@ class TableStateRecursion(TableStateRun):
             self.write_statement(spark, written, batch_id, carry=(CHANGE_TYPE, *order))
 
     def _rederive(self, spark, found, removed, added, edges_before, edges_now):
-        """Delete and re-derive: ``(gone, new, kept)``: the rows no longer reached, the rows
-        newly reached (None when none), and the rows found before that stay."""
+        """Delete and re-derive: ``(gone, inserted, after)``: the rows no longer reached, the
+        rows newly reached (None when none), and every row reached after the batch."""
         shape = self.shape
         # every row a derivation through a removed edge reaches: the anchor over those edges
         # and the rows found so far met by one, then the recursion from them over the old edges

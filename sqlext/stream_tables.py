@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,18 +97,18 @@ class TableStateRun:
         finally:
             spark.catalog.dropTempView(out_view)
 
-    def write_final(self, spark, feeds: dict, batch_id: int) -> None:
-        """``emit => 'final'``: the batch function over ``feeds`` (every key's state as inserts,
-        then the batch's changes) gives the whole table after this batch, written as the
-        output in place of the earlier batches' files."""
+    @contextmanager
+    def called(self, spark, feeds: dict):
+        """The batch call over ``feeds`` (a frame for each table argument, by name), each read
+        through a temporary view that lives as long as the block."""
+        from sqlext.runner import run_statement
+
         views = {}
         try:
             for name, frame in feeds.items():
-                views[name] = f"__sx_final_{name}_{next(_views)}"
+                views[name] = f"__sx_batch_{name}_{next(_views)}"
                 frame.createOrReplaceTempView(views[name])
-            from sqlext.runner import run_statement
-
-            self.write_statement(spark, run_statement(spark, to_sql(self.call_over(views))), batch_id, whole=True)
+            yield run_statement(spark, to_sql(self.call_over(views)))
         finally:
             for view in views.values():
                 spark.catalog.dropTempView(view)
@@ -174,8 +175,6 @@ class TableStateFilter(TableStateRun):
         self.layers = Layers(self.state)
 
     def __call__(self, batch, batch_id: int) -> None:
-        from sqlext.runner import run_statement
-
         spark, shape = batch.sparkSession, self.spec.shape  # the query's own session: its views
         keys = list(shape.key)
         changes = without_preimages(batch, shape)
@@ -191,16 +190,11 @@ class TableStateFilter(TableStateRun):
             old = self._touched_state(spark, before, touched, changes.schema)
             synthetic = as_inserts(old, shape, changes.columns)
             feed = synthetic.unionByName(self._in_order(changes, old)).localCheckpoint()
-        view = f"__sx_batch_feed_{next(_views)}"
-        feed.createOrReplaceTempView(view)
-        try:
-            forwarded = run_statement(spark, to_sql(self.call_over({"input": view})))
+        with self.called(spark, {"input": feed}) as forwarded:
             if synthetic is not None:
                 forwarded = forwarded.join(synthetic.select(*keys, shape.order_by),
                                            key_match(forwarded, synthetic, keys + [shape.order_by]), "left_anti")
             self.write_statement(spark, forwarded, batch_id)
-        finally:
-            spark.catalog.dropTempView(view)
         self._write_state(spark, before, feed, batch_id)
 
     def _final(self, spark, before: "Before", changes, batch_id: int) -> None:
@@ -212,7 +206,8 @@ class TableStateFilter(TableStateRun):
         else:
             old = newest_layer(before.read(spark, state_schema(shape, changes.schema)), keys, before).localCheckpoint()
             feed = as_inserts(old, shape, changes.columns).unionByName(self._in_order(changes, old)).localCheckpoint()
-        self.write_final(spark, {"input": feed}, batch_id)
+        with self.called(spark, {"input": feed}) as table:
+            self.write_statement(spark, table, batch_id, whole=True)
         if before.base is not None:  # the state changes for the keys the batch touches only
             from pyspark.sql import functions as F
 

@@ -106,7 +106,7 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
     """engine 'tables' rewrites its output folder as the final table each run: after every
     run it holds exactly the batch run's final table over the changes so far (the state
     compacted now and then, or kept as deltas)."""
-    import sqlext.stream_tables as stream_tables
+    import sqlext.streaming.tables as stream_tables
 
     last = len(events)
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
@@ -354,7 +354,7 @@ def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, sh
     """The 'tables' engine keeps its state as a base and deltas: whether every batch writes a
     new base or none after the first does, each run's output is the batch output, a batch
     redone after a lost commit gives it too, and only the layers a replay can read are kept."""
-    import sqlext.stream_tables as stream_tables
+    import sqlext.streaming.tables as stream_tables
 
     monkeypatch.setattr(stream_tables, "COMPACT_SHARE", share)
     root = Path(tempfile.mkdtemp(prefix="sqlext-layers-"))

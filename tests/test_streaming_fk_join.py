@@ -87,7 +87,7 @@ def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, 
     deletes, re-inserts, a left and a right change at one version), cut into increments at
     version boundaries (some increments empty, some touching one side only); the state
     compacted now and then, or kept as deltas throughout."""
-    import sqlext.stream_tables as stream_tables
+    import sqlext.streaming.tables as stream_tables
 
     last = events[-1][0]
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
@@ -162,7 +162,7 @@ def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, en
 def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch):
     """With the state kept as deltas (no compaction), a batch whose commit was lost is redone
     from the layers before it: the output holds each row once and later runs stay exact."""
-    import sqlext.stream_tables as stream_tables
+    import sqlext.streaming.tables as stream_tables
 
     monkeypatch.setattr(stream_tables, "COMPACT_SHARE", float("inf"))
     events = [(1, "right", 1, {"name": "a"}), (2, "left", "k", {"fk": 1, "note": "n"}),

@@ -285,7 +285,7 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
 def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, monkeypatch):
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
     re-derives nodes 49 and 50 only, never the whole result."""
-    from sqlext.stream_recursion import TableStateRecursion
+    from sqlext.streaming.recursion import TableStateRecursion
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
@@ -380,7 +380,7 @@ CHANGES = (
 KILLING_CLI = """
 import os, signal, sys
 from sqlext.cli import main
-from sqlext.stream_recursion import TableStateRecursion
+from sqlext.streaming.recursion import TableStateRecursion
 
 def die(batch_id):
     if batch_id == 1:

@@ -6,7 +6,7 @@ as a stream, or a folder of change files given with ``sources={name: folder}`` (
 default; Parquet unless ``source_format`` says otherwise). A table function whose input is
 ``TABLE(STREAM(name))`` runs incrementally, keeping its state in the query's checkpoint; the
 rest of the statement is plain Spark SQL on the stream. A ``WITH RECURSIVE`` over a stream of
-edges runs incrementally on its own (:mod:`sqlext.stream_recursion`).
+edges runs incrementally on its own (:mod:`sqlext.streaming.recursion`).
 :func:`run_into_table` runs a statement into a catalog table (dbt's incremental models).
 
 :func:`stream` starts the query (by default ``availableNow``: process what arrived since the
@@ -49,7 +49,7 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
 
     ``engine`` says where CHANGELOG_FILTER keeps its state: ``"tables"`` (snapshots written by
-    each micro-batch, every step a native plan: :mod:`sqlext.stream_tables`) or
+    each micro-batch, every step a native plan: :mod:`sqlext.streaming.tables`) or
     ``"state_store"`` (Spark's state store through ``transformWithState``, one Python call per
     key: :mod:`sqlext.udfs.changelog_stream`)."""
     if engine not in ENGINES:
@@ -142,7 +142,7 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
     filters, joins = find_calls(tree, FILTER), find_calls(tree, FK_JOIN)
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
     if _is_recursion(tree) and streams and not filters and not joins:
-        from sqlext.stream_recursion import RecursionShape, TableStateRecursion
+        from sqlext.streaming.recursion import RecursionShape, TableStateRecursion
 
         shape = RecursionShape(tree)
         source = _source(spark, shape.stream.this, sources, source_format)
@@ -169,7 +169,7 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
         checked_predicate(source, spec)
         call_node = table.copy()
         _replace(table, placeholder)
-        from sqlext.stream_tables import TableStateFilter
+        from sqlext.streaming.tables import TableStateFilter
 
         return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format)
     table = joins[0]
@@ -183,7 +183,7 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
     check_fk_join_incremental(spec)
     call_node = table.copy()
     _replace(table, placeholder)
-    from sqlext.stream_fk_join import TableStateFkJoin, one_stream
+    from sqlext.streaming.fk_join import TableStateFkJoin, one_stream
 
     return one_stream(inputs["left"], inputs["right"]), \
         TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format)
@@ -195,7 +195,7 @@ def _is_recursion(tree: exp.Expression) -> bool:
 
 def _refuse_recursion(tree: exp.Expression) -> None:
     """A recursion over a stream runs incrementally only on its own, on the 'tables' engine
-    (:mod:`sqlext.stream_recursion`); anywhere else it would see each micro-batch's rows alone."""
+    (:mod:`sqlext.streaming.recursion`); anywhere else it would see each micro-batch's rows alone."""
     if _is_recursion(tree) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion here",
@@ -384,7 +384,7 @@ def _result_schema(spark, sql: str):
             if isinstance(cte.this, exp.Union):
                 cte.this.set("distinct", False)
     schema = spark.sql(to_sql(tree)).schema
-    # over a change feed of edges, a run's rows carry its change columns (see stream_recursion)
+    # over a change feed of edges, a run's rows carry its change columns (see sqlext.streaming.recursion)
     names = {cte.alias_or_name for with_ in tree.find_all(exp.With) for cte in with_.expressions}
     edges = next(t.copy() for t in tree.find_all(exp.Table) if t.name not in names)
     edges.set("alias", None)

@@ -3,7 +3,7 @@ time, every step a native Spark plan.
 
 Both inputs arrive in one stream (each row in the column of its side). The state is each
 left key's last change (with its foreign key computed) and each right key's last change, kept
-as layers like CHANGELOG_FILTER's (a base and deltas, see :mod:`sqlext.stream_tables`). The
+as layers like CHANGELOG_FILTER's (a base and deltas, see :mod:`sqlext.streaming.tables`). The
 left state, looked up by foreign key, is KIP-213's subscription store. A micro-batch:
 
 1. finds the rows the new changes can meet: the left rows of the changed left keys and the
@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.stream_tables import (
+from sqlext.streaming.tables import (
     LAST, PRESENT, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
     state_schema, without_preimages,
 )

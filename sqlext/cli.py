@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     stream.add_argument("--output", required=True, help="the folder the output rows are appended to")
     stream.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
                         help="read STREAM(NAME) from the change files in DIR; repeatable")
+    stream.add_argument("--source-schema", action="append", default=[], metavar="NAME=COLUMNS",
+                        help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
+                             "the folder holds a file; repeatable")
     stream.add_argument("--source-format", default="parquet", help="format of the change files (default parquet)")
     stream.add_argument("--output-format", default="parquet", help="format of the output files (default parquet)")
     stream.add_argument("--engine", choices=["tables", "state_store"], default="tables",
@@ -218,14 +221,11 @@ def _stream(args) -> int:
         print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
               "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
         return 1
-    sources = {}
-    for item in args.source:
-        name, _, folder = item.partition("=")
-        if not folder:
-            print(f"sqlext stream: --source {item!r} is not NAME=DIR", file=sys.stderr)
-            return 2
-        sources[name] = folder
-    options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources,
+    sources, schemas = _pairs(args.source, "--source", "NAME=DIR"), _pairs(args.source_schema, "--source-schema",
+                                                                           "NAME=COLUMNS")
+    if sources is None or schemas is None:
+        return 2
+    options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
                    source_format=args.source_format, output_format=args.output_format, engine=args.engine)
     spark = local_session("sqlext-stream")
     statement = statements[0]
@@ -248,6 +248,18 @@ def _stream(args) -> int:
         return 1
     print(f"-- run complete in {time.perf_counter() - started:.2f} s; output in {args.output}")
     return 0
+
+
+def _pairs(items: list[str], option: str, shape: str) -> dict[str, str] | None:
+    """``NAME=VALUE`` options as a dict; None (after saying why) when one is not of that shape."""
+    pairs = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not name or not value:
+            print(f"sqlext stream: {option} {item!r} is not {shape}", file=sys.stderr)
+            return None
+        pairs[name] = value
+    return pairs
 
 
 def _report(path: Path, statement: Statement, message: str) -> None:

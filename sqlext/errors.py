@@ -94,6 +94,16 @@ MESSAGES: dict[str, str] = {
         "The state kept so far was built for the old columns. Restore them, or start over with a new "
         "checkpoint and output folder."
     ),
+    "STREAM_CHECKPOINT_MISMATCH": (
+        "{function}: the checkpoint {checkpoint} was made for another statement: {differences}. A "
+        "checkpoint and its output folder belong to one statement; this run would read its state "
+        "under another meaning and mix two results in one output, so nothing was read or written. "
+        "{fix}."
+    ),
+    "STREAM_OUTPUT_IN_USE": (
+        "{function}: the output folder {output} {why}, so this run's rows would be mixed with "
+        "them; nothing was read or written. {fix}"
+    ),
     # dbt models (the sqlext dbt adapter)
     "INCREMENTAL_MODEL_UNSUPPORTED": (
         "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
@@ -120,7 +130,9 @@ MESSAGES: dict[str, str] = {
     ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
-        "unknown. Put at least one file of changes there before the first run."
+        "unknown. Put at least one file of changes there before the first run, or declare its "
+        "columns (--source-schema NAME='id BIGINT, ...' on the command line, schemas={{NAME: '...'}} "
+        "in Python)."
     ),
     # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (

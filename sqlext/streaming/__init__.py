@@ -32,6 +32,8 @@ from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
+from sqlext.streaming.checkpoint import START_OVER, START_OVER_DBT, check_columns, check_source_columns, claim, purpose_of
+from sqlext.streaming.sources import Sources, stream_argument
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
@@ -42,28 +44,39 @@ ENGINES = ("tables", "state_store")
 
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None, engine: str = "tables"):
+           source_format: str = "parquet", query_name: str | None = None, engine: str = "tables",
+           schemas: Mapping[str, str] | None = None, start_over: str = START_OVER):
     """Start the statement as a streaming query writing to ``output`` (a folder, in
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
 
     ``engine`` says where CHANGELOG_FILTER keeps its state: ``"tables"`` (snapshots written by
-    each micro-batch, every step a native plan: :mod:`sqlext.streaming.tables`) or
+    each micro-batch, every step a native plan: :mod:`sqlext.streaming.changelog_filter`) or
     ``"state_store"`` (Spark's state store through ``transformWithState``, one Python call per
-    key: :mod:`sqlext.udfs.changelog_stream`)."""
+    key: :mod:`sqlext.udfs.changelog_stream`).
+
+    ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
+    so a run can start before a folder holds its first file. A checkpoint and its output belong
+    to one statement (:mod:`sqlext.streaming.checkpoint`): another statement on them is refused
+    before anything is read or written; ``start_over`` says how to start over, in the
+    caller's words."""
     if engine not in ENGINES:
         raise SqlextError("INVALID_OPTION_VALUE", function=FUNCTION, argument="engine", value=repr(engine),
                           allowed=", ".join(repr(e) for e in ENGINES))
+    tree = one_statement(sql)
+    claim(checkpoint, output, purpose_of(tree), start_over)
+    sources = Sources(spark, sources, source_format, schemas)
     if engine == "tables":
         if output is None:
             raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="engine 'tables' without an output folder",
                               reason="its micro-batches write their rows into a folder",
                               fix="Pass output=..., or use engine='state_store' with streaming_frame for other sinks.")
-        source, function = _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format)
+        source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
         writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
     else:
-        frame = streaming_frame(spark, sql, sources=sources, source_format=source_format, checkpoint=checkpoint)
+        frame = _frame(spark, tree, sources, checkpoint)
+        check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
         writer = frame.writeStream.format(output_format).outputMode("append").option("checkpointLocation", checkpoint)
         if output is not None:
             writer = writer.option("path", output)
@@ -76,9 +89,9 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     return writer.start()
 
 
-def run_available_now(spark, sql: str, **options) -> None:
+def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
-    classed :class:`SqlextError` where it is one (else Spark's own)."""
+    classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
     query = stream(spark, sql, trigger="available_now", **options)
     try:
         query.awaitTermination()
@@ -87,23 +100,34 @@ def run_available_now(spark, sql: str, **options) -> None:
         if ours is not None:
             raise ours from None
         raise
+    return query
+
+
+def jobs_of(spark, query) -> list[int]:
+    """The Spark jobs a finished run started (Structured Streaming runs them in a job group
+    named by the run's id)."""
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
 
 
 def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
-                    checkpoint: str | None = None):
+                    checkpoint: str | None = None, schemas: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
     ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
+    return _frame(spark, one_statement(sql), Sources(spark, sources, source_format, schemas), checkpoint)
+
+
+def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint: str | None):
     from sqlext.session import ensure_installed
 
     ensure_installed(spark)
     _use_rocksdb(spark)
-    tree = parse_one(sql)
+    tree = tree.copy()
     views: list[str] = []
     try:
         for table in list(tree.find_all(exp.Table)):
             if _is_stream(table) and not isinstance(table.parent, TableArgument):
-                _replace(table, _register(spark, _source(spark, table.this, sources, source_format), views))
+                _replace(table, _register(spark, sources.read(table.this), views))
         if find_calls(tree, FK_JOIN) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
             raise SqlextError(
                 "UNSUPPORTED_STREAM", function=FUNCTION, what="FK_JOIN on engine 'state_store'",
@@ -113,9 +137,9 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
         for table in find_calls(tree, FILTER):
             call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
             argument = call.tables["input"]
-            source = _source(spark, argument.this.this, sources, source_format)
+            source = sources.read(argument.this.this)
             if checkpoint is not None:
-                _check_columns(checkpoint, to_sql(argument.this.this), source.schema)
+                check_source_columns(checkpoint, to_sql(argument.this.this), source.schema)
             spec = filter_spec(call.literals, source.columns)
             from sqlext.udfs.changelog_stream import filter_stream
 
@@ -125,43 +149,62 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
         for view in views:
             spark.catalog.dropTempView(view)
     if not frame.isStreaming:
-        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-                          reason="it reads no STREAM(...) source",
-                          fix="Read the changes with STREAM(name), e.g. FROM STREAM(my_changes).")
+        raise _reads_no_stream()
     return frame
 
 
-def _table_state_function(spark, sql, sources, source_format, checkpoint, output, output_format):
+def _reads_no_stream() -> SqlextError:
+    return SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
+                       reason="it reads no STREAM(...) source, so there are no new changes to run over",
+                       fix="Read the changes with STREAM(name), e.g. FROM STREAM(my_changes), or run it as a "
+                           "batch query (sqlext.sql, sqlext run).")
+
+
+def one_statement(sql: str) -> exp.Expression:
+    """The one statement of an incremental run, parsed; a text holding several, or none, or
+    one that does not parse, is a classed error."""
+    from sqlext.rewrites.dialect import parse
+
+    try:
+        statements = [s for s in parse(sql) if s is not None]
+    except Exception as error:  # noqa: BLE001 - sqlglot's parse and token errors
+        raise SqlextError("UNSUPPORTED_STATEMENT", function=FUNCTION,
+                          reason=f"the statement does not parse: {str(error).splitlines()[0][:200]}",
+                          fix="Fix the SQL; `sqlext explain FILE.sql --no-spark` shows how sqlext reads it") from None
+    if len(statements) != 1:
+        raise SqlextError("UNSUPPORTED_STATEMENT", function=FUNCTION,
+                          reason=f"an incremental run takes one statement; the text holds {len(statements)}",
+                          fix="Run each statement over STREAM(...) with its own checkpoint and output, and "
+                              "the others as batch queries")
+    return statements[0]
+
+
+def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
     """The streaming source and the foreachBatch function of a statement holding one
     CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
     around it)."""
     from sqlext.session import ensure_installed
 
     ensure_installed(spark)
-    tree = parse_one(sql)
+    tree = tree.copy()
     filters, joins = find_calls(tree, FILTER), find_calls(tree, FK_JOIN)
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
     if _is_recursion(tree) and streams and not filters and not joins:
         from sqlext.streaming.recursion import RecursionShape, TableStateRecursion
 
         shape = RecursionShape(tree)
-        source = _source(spark, shape.stream.this, sources, source_format)
-        _check_columns(checkpoint, to_sql(shape.stream.this), source.schema)
+        source = sources.read(shape.stream.this)
+        check_source_columns(checkpoint, to_sql(shape.stream.this), source.schema)
         return source, TableStateRecursion(shape, checkpoint, output, output_format)
     _refuse_recursion(tree)
-    if len(filters) + len(joins) != 1 or len(streams) != (1 if filters else 2):
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-            reason="the 'tables' engine runs one CHANGELOG_FILTER over one STREAM(...) source, or one FK_JOIN "
-                   "over two, and reads no other stream",
-            fix="Read the streams in one CHANGELOG_FILTER or FK_JOIN call.")
+    _refuse_shape(filters, joins, streams)
     placeholder = f"__sx_result_{next(_views)}"
     if filters:
         table = filters[0]
         call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
         name = to_sql(call.tables["input"].this.this)
-        source = _source(spark, call.tables["input"].this.this, sources, source_format)
-        _check_columns(checkpoint, name, source.schema)
+        source = sources.read(call.tables["input"].this.this)
+        check_source_columns(checkpoint, name, source.schema)
         spec = filter_spec(call.literals, source.columns)
         check_incremental(spec, rewrites_output=True)
         from sqlext.udfs.changelog_stream import checked_predicate
@@ -169,24 +212,60 @@ def _table_state_function(spark, sql, sources, source_format, checkpoint, output
         checked_predicate(source, spec)
         call_node = table.copy()
         _replace(table, placeholder)
-        from sqlext.streaming.tables import TableStateFilter
+        from sqlext.streaming.changelog_filter import TableStateFilter
 
-        return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format)
+        return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format,
+                                        source.schema)
     table = joins[0]
     call = _stream_call(table, FK_JOIN, FK_JOIN_ARGUMENTS, ("left", "right"))
     inputs = {}
     for side in ("left", "right"):
         stream_call = call.tables[side].this.this
-        inputs[side] = _source(spark, stream_call, sources, source_format)
-        _check_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
+        inputs[side] = sources.read(stream_call)
+        check_source_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
     spec = fk_join_spec(call.literals, inputs["left"].columns, inputs["right"].columns)
     check_fk_join_incremental(spec)
     call_node = table.copy()
     _replace(table, placeholder)
     from sqlext.streaming.fk_join import TableStateFkJoin, one_stream
 
-    return one_stream(inputs["left"], inputs["right"]), \
-        TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format)
+    both = one_stream(inputs["left"], inputs["right"], spec.foreign_key)
+    return both, TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format, both.schema)
+
+
+def _refuse_shape(filters: list, joins: list, streams: list) -> None:
+    """What the 'tables' engine runs: one CHANGELOG_FILTER over one stream, or one FK_JOIN over
+    two, and no other stream; anything else is refused, saying what is missing or extra."""
+    if not streams:
+        raise _reads_no_stream()
+    calls = len(filters) + len(joins)
+    if calls != 1:
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
+            reason=f"it holds {calls} calls of CHANGELOG_FILTER or FK_JOIN; an incremental run keeps the state of "
+                   "one call (or runs one WITH RECURSIVE over a stream of edges)",
+            fix="Run each call over STREAM(...) as its own statement, with its own checkpoint and output.")
+    call = (filters or joins)[0]
+    inside = [t for t in streams if t.find_ancestor(exp.Table) is call]
+    outside = [to_sql(t) for t in streams if t.find_ancestor(exp.Table) is not call]
+    if outside:
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
+            reason=f"it reads {', '.join(outside)} outside the {call.this.name.upper()} call; the rows around the "
+                   "call are read whole each run",
+            fix="Read that source as a table (without STREAM), or in its own incremental statement.")
+    if joins and len(inside) != 2:
+        from sqlext.catalog.arguments import read_call
+
+        tables = read_call(call, FK_JOIN, FK_JOIN_ARGUMENTS).tables
+        static = [side for side in ("left", "right") if side in tables and not _is_stream(tables[side].this)]
+        side = static[0] if static else "right"
+        name = to_sql(tables[side].this) if side in tables else "my_changes"
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"an FK_JOIN whose {side} input is a table",
+            reason=f"its {side} input {name} is read whole, not as a stream; an incremental FK_JOIN reads both "
+                   "inputs as streams, because a change of either meets rows of the other",
+            fix=f"Write {side} => TABLE(STREAM({name})), with a change feed of {name} as that stream.")
 
 
 def _is_recursion(tree: exp.Expression) -> bool:
@@ -216,62 +295,6 @@ def _stream_call(table: exp.Table, function: str, arguments, inputs: tuple[str, 
                 reason="a streaming statement reads its inputs as streams",
                 fix=f"Write {name} => TABLE(STREAM(my_changes)).")
     return call
-
-
-def _check_columns(checkpoint: str, name: str, schema) -> None:
-    """Compare a source's columns with those recorded by the checkpoint's first run (recorded
-    next to Spark's own files, in ``<checkpoint>/sqlext-sources.json``)."""
-    import json
-    from pathlib import Path
-
-    path = Path(checkpoint) / "sqlext-sources.json"
-    recorded = json.loads(path.read_text()) if path.exists() else {}
-    now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
-    if name not in recorded:
-        recorded[name] = now
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(recorded, indent=1))
-        return
-    before = {n: t for n, t in recorded[name]}
-    after = {n: t for n, t in now}
-    changes = [f"{n} was added ({t})" for n, t in after.items() if n not in before]
-    changes += [f"{n} was dropped" for n in before if n not in after]
-    changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
-    if changes:
-        raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))
-
-
-def _stream_argument(call: exp.Anonymous) -> exp.Expression:
-    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
-    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
-        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(call),
-                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
-    return call.expressions[0]
-
-
-def _source(spark, call: exp.Anonymous, sources: Mapping[str, str] | None, source_format: str):
-    """The streaming DataFrame ``STREAM(name)`` names."""
-    argument = _stream_argument(call)
-    name = argument.this if isinstance(argument, exp.Literal) else to_sql(argument)
-    if sources and name in sources:
-        folder = sources[name]
-        reader = spark.read.format(source_format)
-        if source_format == "parquet":  # every file's columns, so that a changed file is noticed
-            reader = reader.option("mergeSchema", "true")
-        try:
-            schema = reader.load(folder).schema
-        except Exception as error:  # noqa: BLE001 - no files, or files whose columns disagree
-            said = [line.strip() for line in str(error).splitlines()
-                    if "merge" in line.lower() or "incompatible" in line.lower()]
-            if said:
-                raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
-                                  change=f"its files disagree ({said[0][:300]})") from None
-            schema = None
-        if schema is None or not schema.fields:
-            raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)
-        return spark.readStream.format(source_format).schema(schema).load(folder)
-    frame = spark.table(name)
-    return frame if frame.isStreaming else spark.readStream.table(name)
 
 
 def _register(spark, frame, views: list[str]) -> str:
@@ -316,7 +339,7 @@ def batch_form(sql: str) -> str:
     for table in list(tree.find_all(exp.Table)):
         if not _is_stream(table):
             continue
-        argument = _stream_argument(table.this)
+        argument = stream_argument(table.this)
         if isinstance(argument, exp.Column):
             plain = exp.Table(this=argument.this.copy(), db=argument.args["table"].copy() if argument.args.get("table") else None)
         elif isinstance(argument, exp.Table):
@@ -364,7 +387,8 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
         if have != want:
             raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
                               have=_columns(have), want=_columns(want))
-    run_available_now(spark, sql, checkpoint=str(folder / CHECKPOINT_FOLDER), output=str(folder))
+    run_available_now(spark, sql, checkpoint=str(folder / CHECKPOINT_FOLDER), output=str(folder),
+                      start_over=START_OVER_DBT)
     if not exists:
         spark.catalog.createTable(name, path=str(folder), source="parquet", schema=schema)
     spark.catalog.refreshTable(name)

@@ -1,173 +1,347 @@
-"""Incremental FK_JOIN with its state in tables (the 'tables' engine), one micro-batch at a
-time, every step a native Spark plan.
+"""Incremental FK_JOIN on the 'tables' engine, one micro-batch at a time.
 
-Both inputs arrive in one stream (each row in the column of its side). The state is each
-left key's last change (with its foreign key computed) and each right key's last change, kept
-as layers like CHANGELOG_FILTER's (a base and deltas, see :mod:`sqlext.streaming.tables`). The
-left state, looked up by foreign key, is KIP-213's subscription store. A micro-batch:
+Both inputs arrive in one stream (each row in the column of its side, the left rows with their
+foreign key computed). The state is KIP-213's two stores, each a
+:class:`~sqlext.streaming.state.KeyedState`: the left rows by left key, each with its foreign
+key (looked up by foreign key, the left state is the subscription store), and the right rows by
+right key. Each holds the key's last applied change, present or not. A micro-batch:
 
-1. finds the rows the new changes can meet: the left rows of the changed left keys and the
-   left rows subscribed to a changed right key; the right rows of the changed right keys and
-   of every foreign key those left rows (old or new) point at;
-2. puts those rows, as inserts at their own ordering values, in front of the new changes and
-   runs the batch FK_JOIN (the native rewrite) over that. Replaying each key's last row
-   rebuilds exactly the join's state for those keys, so what the new changes forward is what
-   the batch run over the whole history forwards for them; the rows the replayed inserts
-   forward (at ordering values an earlier run processed) are dropped;
-3. writes the statement's rows as the batch's output files (a replay replaces them) and
-   the changed keys' last rows as the batch's state deltas.
+1. finds the rows its changes can meet: the left rows of the changed left keys and of the left
+   keys subscribed to a changed right key, and the right rows of every foreign key those left
+   rows (old or new) point at and of the changed right keys: one probe of each state;
+2. replays the new changes over those rows in order (:mod:`sqlext.udfs.fk_join` on the
+   driver for small batches; for large ones the batch function, the native rewrite, over those
+   rows as inserts and the new changes, the replayed inserts' own rows dropped);
+3. writes the statement's rows as the batch's output files (a replay replaces them), then the
+   changed keys' last rows into the states and the highest ordering value processed.
 
-One order runs across both inputs, and a change of either input can meet any row of the
-other, so every new change must be above the highest ordering value an earlier run
-processed; one that is not stops the run with ``[LATE_CHANGE]`` and nothing written.
+One order runs across both inputs, and a change of either input can meet any row of the other,
+so every new change must be above the highest ordering value an earlier run processed; one
+that is not stops the run with ``[LATE_CHANGE]`` and nothing written, unless ``sequence_by``
+says it is stale (older than its key's row), in which case it is ignored as the batch
+function ignores it. ``emit => 'final'`` rewrites the output as the join of the two states'
+present rows.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
+from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, late_change
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.streaming.tables import (
-    LAST, PRESENT, Before, Layers, TableStateRun, as_inserts, key_match, last_changes, newest_layer, refuse_late,
-    state_schema, without_preimages,
-)
+from sqlext.streaming.changelog_filter import PRESENT, _present, as_inserts, key_match, present_column
+from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
+from sqlext.streaming.state import KeyedState
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
 FOREIGN_KEY = "__sx_fk"
 
 
-def one_stream(left, right):
-    """Both inputs' streams as one: a row holds its change in the column of its side."""
+def one_stream(left, right, foreign_key: str):
+    """Both inputs' streams as one: a row holds its change in the column of its side, and a
+    left row its foreign key."""
     from pyspark.sql import functions as F
 
+    fk_type = left.select(F.expr(foreign_key).alias(FOREIGN_KEY)).schema[FOREIGN_KEY].dataType
     return left.select(F.struct(*[F.col(quote(c)) for c in left.columns]).alias(LEFT),
-                       F.lit(None).cast(right.schema).alias(RIGHT)) \
+                       F.lit(None).cast(right.schema).alias(RIGHT), F.expr(foreign_key).alias(FOREIGN_KEY)) \
         .unionByName(right.select(F.lit(None).cast(left.schema).alias(LEFT),
-                                  F.struct(*[F.col(quote(c)) for c in right.columns]).alias(RIGHT)))
+                                  F.struct(*[F.col(quote(c)) for c in right.columns]).alias(RIGHT),
+                                  F.lit(None).cast(fk_type).alias(FOREIGN_KEY)))
 
 
 class TableStateFkJoin(TableStateRun):
     """The ``foreachBatch`` function of one incremental FK_JOIN."""
 
     def __init__(self, spec: FkJoinSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint: str, output: str, output_format: str):
+                 checkpoint: str, output: str, output_format: str, stream_schema):
         super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
+        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
         self.spec = spec
-        self.left_layers, self.right_layers = Layers(self.state / "left"), Layers(self.state / "right")
+        left_fields = {f.name: f for f in stream_schema[LEFT].dataType.fields}
+        right_fields = {f.name: f for f in stream_schema[RIGHT].dataType.fields}
+        present = StructField(PRESENT, BooleanType(), True)
+        self.left = KeyedState(self.state / "left", spec.left.key)
+        self.left.record_schema(StructType(
+            [left_fields[c] for c in (*spec.left.data_columns, spec.left.order_by)]
+            + [StructField(FOREIGN_KEY, stream_schema[FOREIGN_KEY].dataType, True), present]))
+        self.right = KeyedState(self.state / "right", spec.right.key)
+        self.right.record_schema(StructType(
+            [right_fields[c] for c in (*spec.right.data_columns, spec.right.order_by)] + [present]))
+        names = spec.right_names
+        output = [left_fields[c] for c in spec.left.data_columns]
+        output += [StructField(names[c], right_fields[c].dataType, True) for c in spec.right.data_columns]
+        if spec.emit != "final":
+            output += [StructField(CHANGE_TYPE, StringType(), True), left_fields[spec.left.order_by]]
+        self.output_arrow = arrow_schema(StructType(output))
 
     def __call__(self, batch, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        spark, spec = batch.sparkSession, self.spec
-        left_shape, right_shape = spec.left, spec.right
-        new_left = without_preimages(batch.where(F.col(LEFT).isNotNull()).select(f"{LEFT}.*"), left_shape)
-        new_right = without_preimages(batch.where(F.col(RIGHT).isNotNull()).select(f"{RIGHT}.*"), right_shape)
-        left_before, right_before = self.left_layers.before(batch_id), self.right_layers.before(batch_id)
-        foreign_key = F.expr(spec.foreign_key)
-        if left_before.base is None:
-            feed_left, feed_right, highest = new_left, new_right, None
+        spark = batch.sparkSession
+        left_view, right_view = self.left.before(batch_id), self.right.before(batch_id)
+        highest = self._highest(batch_id)
+        STEPS.clear()
+        if on_driver(batch):
+            newest = self._on_driver(spark, batch, left_view, right_view, highest, batch_id)
         else:
-            left_state = left_before.read(spark, self._left_schema(new_left))
-            right_state = right_before.read(spark, state_schema(right_shape, new_right.schema))
-            highest = self._highest(batch_id, left_state, right_state)
-            if spec.emit == "final":  # every key's row: the whole table after this batch
-                old_left = newest_layer(left_state, list(left_shape.key), left_before).where(F.col(PRESENT))
-                old_right = newest_layer(right_state, [spec.right_key], right_before).where(F.col(PRESENT))
-            else:
-                old_left, old_right = self._met_rows(left_state, right_state, left_before, right_before,
-                                                     new_left, new_right, foreign_key)
-            feed_left = as_inserts(old_left, left_shape, new_left.columns) \
-                .unionByName(self._in_order(new_left, left_shape, highest)).localCheckpoint()
-            feed_right = as_inserts(old_right, right_shape, new_right.columns) \
-                .unionByName(self._in_order(new_right, right_shape, highest)).localCheckpoint()
-        with self.called(spark, {"left": feed_left, "right": feed_right}) as forwarded:
-            if spec.emit == "final":
-                self.write_statement(spark, forwarded, batch_id, whole=True)
-            else:
-                if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
-                    forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
-                self.write_statement(spark, forwarded, batch_id)
-        self.left_layers.write(spark, left_before,
-                               last_changes(new_left.withColumn(FOREIGN_KEY, foreign_key), left_shape, FOREIGN_KEY),
-                               list(left_shape.key), batch_id)
-        self.right_layers.write(spark, right_before, last_changes(new_right, right_shape), list(right_shape.key),
-                                batch_id)
-        self._record_highest(batch, batch_id, highest)
+            with step("spark"):
+                newest = self._in_spark(spark, batch, left_view, right_view, highest, batch_id)
+        if self.spec.emit == "final":
+            with step("write the final table"):
+                self._write_final(spark, batch_id)
+        self._record_highest(batch_id, max([v for v in (highest, newest) if v is not None], default=None))
 
-    def _highest(self, batch_id: int, left_state, right_state):
-        """The highest ordering value the batches before ``batch_id`` processed: recorded by
-        the last of them (a file per batch, so a replayed batch reads what it read before), or,
-        in a checkpoint without such a file, the highest in the state."""
-        import pickle
+    # -- small batches: the replay on the driver over Arrow data
 
-        from pyspark.sql import functions as F
+    def _on_driver(self, spark, batch, left_view, right_view, highest, batch_id: int):
+        from sqlext.udfs.fk_join import JoinReplay
 
-        recorded = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob("highest-*")
-                          if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
-        if recorded:
-            return pickle.loads(recorded[-1][1].read_bytes())
-        return left_state.select(F.max(self.spec.left.order_by).alias("m")) \
-            .unionByName(right_state.select(F.max(self.spec.right.order_by).alias("m"))) \
-            .agg(F.max("m")).first()[0]
+        spec = self.spec
+        with step("collect the increment"):
+            rows = batch.toArrow()
+            left_rows = _side(rows, LEFT, extra=FOREIGN_KEY)
+            right_rows = _side(rows, RIGHT)
+            newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
+            left_changes = changes_by_key(spec.left, left_rows.to_pylist())
+            right_changes = changes_by_key(spec.right, right_rows.to_pylist())
+        with step("look up the state"):
+            # the left rows the changes meet: the changed keys' and those subscribed to a changed right key
+            changed_right = pa.array([key[0] for key in right_changes],
+                                     self.right.arrow_schema.field(spec.right_key).type)
+            met_left = _unique(pa.concat_tables([
+                left_view.rows(keys=_keys(left_changes, spec.left.key, self.left.arrow_schema)),
+                left_view.rows(column=FOREIGN_KEY, values=changed_right)]), spec.left.key)
+            left_before = {tuple(r[k] for k in spec.left.key): r for r in met_left.to_pylist()}
+            # the right rows of every foreign key those rows and the new ones point at, and of the changed keys
+            foreign_keys = [c.combine_chunks().cast(changed_right.type, safe=False)
+                            for c in (met_left[FOREIGN_KEY], left_rows[FOREIGN_KEY])]
+            pointed = pc.unique(pa.concat_arrays(foreign_keys + [changed_right]).drop_null())
+            met_right = right_view.rows(column=spec.right_key, values=pointed)
+            right_before = {(r[spec.right_key],): r for r in met_right.to_pylist()}
+        with step("replay the changes"):
+            if highest is not None:
+                left_changes = self._in_order(left_changes, spec.left, left_before, highest)
+                right_changes = self._in_order(right_changes, spec.right, right_before, highest)
+            replay = JoinReplay(spec, FOREIGN_KEY, {k: r for k, r in left_before.items() if r[PRESENT]},
+                                {k[0]: r for k, r in right_before.items() if r[PRESENT]})
+            out = replay.run(left_changes, {k[0]: c for k, c in right_changes.items()})
+        if spec.emit != "final":
+            with step("write the output"):
+                self.write_rows(spark, pa.Table.from_pylist(out, schema=self.output_arrow), batch_id)
+        with step("write the state"):
+            self.left.write(left_view, _last_rows(left_changes, spec.left, self.left.arrow_schema, FOREIGN_KEY),
+                            batch_id)
+            self.right.write(right_view, _last_rows(right_changes, spec.right, self.right.arrow_schema), batch_id)
+        return newest
 
-    def _record_highest(self, batch, batch_id: int, highest) -> None:
-        """Record the highest ordering value processed up to this batch (see ``_highest``)."""
-        import os
-        import pickle
+    def _in_order(self, changes, shape, before, highest):
+        """The changes above ``highest``; a late one is ignored when ``sequence_by`` says it is
+        stale, and is ``[LATE_CHANGE]`` otherwise."""
+        kept = {}
+        for key, key_changes in changes.items():
+            row = before.get(key)
+            applied = []
+            for change in key_changes:
+                if change.order > highest:
+                    applied.append(change)
+                elif shape.sequence_by is not None and row is not None and change.row[shape.sequence_by] is not None \
+                        and row[shape.sequence_by] is not None and change.row[shape.sequence_by] < row[shape.sequence_by]:
+                    continue
+                else:
+                    raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
+                                      repr(highest), across_inputs=True)
+            if shape.sequence_by is not None and applied:
+                from sqlext.catalog.changes import drop_stale
 
+                applied = drop_stale(shape, applied, latest=None if row is None else row[shape.sequence_by])
+            if applied:
+                kept[key] = applied
+        return kept
+
+    # -- the final table
+
+    def _write_final(self, spark, batch_id: int) -> None:
+        """The join of the two states' present rows after this batch: the final result table."""
         from pyspark.sql import functions as F
 
         spec = self.spec
-        values = batch.agg(F.max(F.col(LEFT)[spec.left.order_by]), F.max(F.col(RIGHT)[spec.right.order_by])).first()
-        highest = max([v for v in (highest, *values) if v is not None], default=None)
-        temporary = self.state / f"_highest-{batch_id}"
-        temporary.write_bytes(pickle.dumps(highest))
-        os.replace(temporary, self.state / f"highest-{batch_id}")
+        left = self.left.before(batch_id + 1).frame(spark).where(F.col(PRESENT)).alias("l")
+        right = self.right.before(batch_id + 1).frame(spark).where(F.col(PRESENT)).alias("r")
+        how = "left" if spec.join_type == "left" else "inner"
+        joined = left.join(right, F.col("l." + FOREIGN_KEY) == F.col("r." + quote(spec.right_key)), how)
+        names = spec.right_names
+        table = joined.select(*[F.col("l." + quote(c)).alias(c) for c in spec.left.data_columns],
+                              *[F.col("r." + quote(c)).alias(names[c]) for c in spec.right.data_columns])
+        self.write_statement(spark, table, batch_id, whole=True)
 
-    def _left_schema(self, new_left):
+    # -- large batches: the batch function over the met rows and the new changes
+
+    def _in_spark(self, spark, batch, left_view, right_view, highest, batch_id: int):
         from pyspark.sql import functions as F
-        from pyspark.sql.types import StructField
 
-        fk_type = new_left.select(F.expr(self.spec.foreign_key).alias(FOREIGN_KEY)).schema[FOREIGN_KEY].dataType
-        return state_schema(self.spec.left, new_left.schema, StructField(FOREIGN_KEY, fk_type, True))
+        spec = self.spec
+        left_shape, right_shape = spec.left, spec.right
+        new_left = _without_preimages(batch.where(F.col(LEFT).isNotNull()).select(f"{LEFT}.*", FOREIGN_KEY),
+                                      left_shape)
+        new_right = _without_preimages(batch.where(F.col(RIGHT).isNotNull()).select(f"{RIGHT}.*"), right_shape)
+        left_columns = [c for c in new_left.columns if c != FOREIGN_KEY]
+        newest = batch.agg(F.max(F.col(LEFT)[left_shape.order_by]), F.max(F.col(RIGHT)[right_shape.order_by])).first()
+        if left_view.empty:
+            feed_left, feed_right = new_left.select(*[quote(c) for c in left_columns]), new_right
+            left_last, right_last = new_left, new_right
+        else:
+            old_left, old_right = self._met_frames(spark, left_view, right_view, new_left, new_right)
+            checked_left = self._in_order_frame(new_left, left_shape, highest, old_left)
+            checked_right = self._in_order_frame(new_right, right_shape, highest, old_right)
+            feed_left = as_inserts(old_left, left_shape, left_columns) \
+                .unionByName(checked_left.select(*[quote(c) for c in left_columns])).localCheckpoint()
+            feed_right = as_inserts(old_right, right_shape, new_right.columns) \
+                .unionByName(checked_right).localCheckpoint()
+            left_last, right_last = checked_left, checked_right
+        if spec.emit != "final":
+            with self.called(spark, {"left": feed_left, "right": feed_right}) as forwarded:
+                if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
+                    forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
+                self.write_statement(spark, forwarded, batch_id)
+        self.left.write(left_view, _last_frame(left_last, left_shape, FOREIGN_KEY), batch_id)
+        self.right.write(right_view, _last_frame(right_last, right_shape), batch_id)
+        return max([v for v in newest if v is not None], default=None)
 
-    def _met_rows(self, left_state, right_state, left_before: Before, right_before: Before, new_left, new_right,
-                  foreign_key):
-        """The last rows (present or not) of the left keys the new changes can meet (changed
-        keys, and keys subscribed to a changed right key) and of the right keys those left
-        rows and the new left rows point at, or that changed; materialised."""
+    def _met_frames(self, spark, left_view, right_view, new_left, new_right):
+        """The present rows the new changes can meet, in both states; materialised."""
         from pyspark.sql import functions as F
 
         left_keys, right_key = list(self.spec.left.key), self.spec.right_key
-        changed_left = F.broadcast(new_left.select(*left_keys).distinct())
-        changed_right = F.broadcast(new_right.select(F.col(right_key).alias(FOREIGN_KEY)).distinct())
-
-        def met(rows):
-            by_key = rows.join(changed_left, key_match(rows, changed_left, left_keys), "left_semi")
-            by_fk = rows.join(changed_right, rows[FOREIGN_KEY] == changed_right[FOREIGN_KEY], "left_semi")
-            return by_key.unionByName(by_fk)
-
-        # a key met through a foreign key of an older layer may point elsewhere now: take every
-        # layer's row of the keys met in any layer (few: materialised, so the state is scanned
-        # twice in all), choose each key's newest, and meet again
-        candidates = F.broadcast(met(left_state).select(*left_keys).distinct().localCheckpoint())
-        rows = left_state.join(candidates, key_match(left_state, candidates, left_keys), "left_semi").localCheckpoint()
-        current = newest_layer(rows, left_keys, left_before).where(F.col(PRESENT))
-        old_left = met(current).dropDuplicates(left_keys).localCheckpoint()
+        changed_left = F.broadcast(new_left.select(*[quote(k) for k in left_keys]).distinct())
+        changed_right = F.broadcast(new_right.select(F.col(quote(right_key)).alias(FOREIGN_KEY)).distinct())
+        state = left_view.frame(spark)
+        by_key = state.join(changed_left, key_match(state, changed_left, left_keys), "left_semi")
+        by_fk = state.join(changed_right, state[FOREIGN_KEY] == changed_right[FOREIGN_KEY], "left_semi")
+        old_left = by_key.unionByName(by_fk).dropDuplicates(left_keys).localCheckpoint()
         pointed = F.broadcast(
-            old_left.select(FOREIGN_KEY).unionByName(new_left.select(foreign_key.alias(FOREIGN_KEY)))
+            old_left.where(F.col(PRESENT)).select(FOREIGN_KEY).unionByName(new_left.select(FOREIGN_KEY))
             .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct())
-        rows = right_state.join(pointed, right_state[right_key] == pointed[FOREIGN_KEY], "left_semi")
-        old_right = newest_layer(rows, [right_key], right_before).where(F.col(PRESENT))
-        return old_left, old_right.localCheckpoint()
+        right = right_view.frame(spark)
+        old_right = right.join(pointed, right[quote(right_key)] == pointed[FOREIGN_KEY], "left_semi")
+        changed = F.broadcast(new_right.select(quote(right_key)).distinct())
+        old_right = old_right.unionByName(right.join(changed, key_match(right, changed, [right_key]), "left_semi")) \
+            .dropDuplicates([right_key]).localCheckpoint()
+        return old_left, old_right
 
-    def _in_order(self, changes, shape, highest):
-        """The new changes of one input; one at or below ``highest`` stops the batch with
-        ``[LATE_CHANGE]``."""
+    def _in_order_frame(self, changes, shape, highest, old):
+        """The new changes of one input without the stale ones; one at or below ``highest`` that
+        is not stale stops the batch with ``[LATE_CHANGE]``."""
         from pyspark.sql import functions as F
 
+        if highest is None:
+            return changes
         checked = changes.withColumn(LAST, F.lit(highest))
         late = F.col(shape.order_by) <= F.col(LAST)
-        return checked.where(refuse_late(late, FUNCTION, shape, checked.schema, across_inputs=True)) \
-            .select(*changes.columns)
+        stale = F.lit(False)
+        if shape.sequence_by is not None:
+            keys = list(shape.key)
+            seen = old.select(*[F.col(quote(k)).alias(f"__sx_k{i}") for i, k in enumerate(keys)],
+                              F.col(quote(shape.sequence_by)).alias("__sx_seq"))
+            match = None
+            for i, k in enumerate(keys):
+                term = F.col(quote(k)).eqNullSafe(F.col(f"__sx_k{i}"))
+                match = term if match is None else match & term
+            checked = checked.join(F.broadcast(seen), match, "left")
+            stale = late & F.col(quote(shape.sequence_by)).isNotNull() & \
+                (F.col(quote(shape.sequence_by)) < F.col("__sx_seq"))
+        refused = late_refusal(late & ~stale, FUNCTION, shape, checked.schema, across_inputs=True)
+        return checked.where(refused & ~stale).select(*[F.col(quote(c)) for c in changes.columns])
+
+    # -- the highest ordering value processed
+
+    def _highest(self, batch_id: int):
+        """The highest ordering value the batches before ``batch_id`` processed, as the last of
+        them recorded it (a file per batch: a replayed batch reads what it read before)."""
+        import pickle
+
+        recorded = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob("highest-*")
+                          if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
+        return pickle.loads(recorded[-1][1].read_bytes()) if recorded else None
+
+    def _record_highest(self, batch_id: int, highest) -> None:
+        import os
+        import pickle
+
+        temporary = self.state / f"_highest-{batch_id}"
+        temporary.write_bytes(pickle.dumps(highest))
+        os.replace(temporary, self.state / f"highest-{batch_id}")
+        for path in self.state.glob("highest-*"):  # only the last two batches' can be read again
+            number = path.name.split("-")[1]
+            if number.isdigit() and int(number) < batch_id - 1:
+                path.unlink(missing_ok=True)
+
+
+def _side(rows: pa.Table, column: str, extra: str | None = None) -> pa.Table:
+    """One input's rows of the batch, as a flat table (with ``extra`` beside its columns)."""
+    chosen = rows.filter(pc.is_valid(rows[column]))
+    struct = chosen[column].combine_chunks()
+    names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
+    table = pa.table(struct.flatten(), names=names) if chosen.num_rows else \
+        pa.schema([struct.type.field(i) for i in range(struct.type.num_fields)]).empty_table()
+    if extra is not None:
+        table = table.append_column(extra, chosen[extra])
+    return table
+
+
+def _highest_of(left: pa.Table, left_order: str, right: pa.Table, right_order: str):
+    values = [pc.max(t[c]).as_py() for t, c in ((left, left_order), (right, right_order)) if t.num_rows]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _keys(changes, key_columns, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(key_columns, key)) for key in changes],
+                                schema=pa.schema([schema.field(k) for k in key_columns]))
+
+
+def _unique(rows: pa.Table, keys) -> pa.Table:
+    """One row per key (rows found twice are equal)."""
+    if rows.num_rows == 0:
+        return rows
+    indices = rows.append_column("__sx_row", pa.array(range(rows.num_rows), pa.int64())) \
+        .group_by(list(keys), use_threads=False).aggregate([("__sx_row", "min")])["__sx_row_min"]
+    return rows.take(indices)
+
+
+def _last_rows(changes, shape, schema: pa.Schema, *extra) -> pa.Table:
+    """Each changed key's last applied change, as state rows."""
+    rows = []
+    for key_changes in changes.values():
+        row = key_changes[-1].row
+        rows.append({**{c: row[c] for c in (*shape.data_columns, shape.order_by, *extra)},
+                     PRESENT: _present(shape, row)})
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _without_preimages(changes, shape):
+    from pyspark.sql import functions as F
+
+    if not shape.has_change_type:
+        return changes
+    return changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
+
+
+def _last_frame(changes, shape, *extra):
+    """Each changed key's last applied change as state rows (a window over the batch's rows:
+    with ``sequence_by``, a change older than an earlier one of the batch is not applied)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = [F.col(quote(k)) for k in shape.key]
+    if shape.sequence_by is not None:
+        earlier = Window.partitionBy(*keys).orderBy(F.col(quote(shape.order_by))) \
+            .rowsBetween(Window.unboundedPreceding, -1)
+        changes = changes.withColumn("__sx_newest", F.max(F.col(quote(shape.sequence_by))).over(earlier)) \
+            .where(F.col("__sx_newest").isNull() | (F.col(quote(shape.sequence_by)) >= F.col("__sx_newest")))
+    last = Window.partitionBy(*keys).orderBy(F.col(quote(shape.order_by)).desc())
+    return changes.withColumn("__sx_rank", F.row_number().over(last)).where(F.col("__sx_rank") == 1) \
+        .withColumn(PRESENT, present_column(shape)) \
+        .select(*[F.col(quote(c)) for c in (*shape.data_columns, shape.order_by, *extra)], PRESENT)

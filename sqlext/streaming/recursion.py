@@ -43,7 +43,7 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.tables import TableStateRun, forget_batch_files, read_batch_files, write_batch_files
+from sqlext.streaming.run import TableStateRun, forget_batch_files, read_batch_files, write_batch_files
 
 FUNCTION = "sqlext stream"
 # an edge's count in the state (inserts less deletes), and before the batch

@@ -1,0 +1,218 @@
+"""What a checkpoint and its output folder were made for, and the check that keeps them so.
+
+A checkpoint holds the progress and state of one statement, and its output folder the rows
+that statement wrote. Run with another statement, another emit mode or key, the state would be
+read under the wrong meaning and the output would mix two results (or, for ``emit => 'final'``,
+replace the change feed an earlier statement appended), so a run on a checkpoint or output
+folder made for something else is refused before anything is read or written, as Spark refuses
+a checkpoint whose query changed incompatibly.
+
+The first run records the statement (its normalised text, function, emit mode and keys) in
+``<checkpoint>/sqlext-statement.json`` and, naming the checkpoint, in
+``<output>/_sqlext_statement.json`` (Spark's file readers skip names starting with ``_``); the
+output columns are recorded by the first write of rows. Later runs compare. The columns of
+every source are recorded beside them (``sqlext-sources.json``): a change there is
+``[STREAM_SCHEMA_CHANGED]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlglot import exp
+
+from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import to_sql
+
+FUNCTION = "sqlext stream"
+STATEMENT_FILE = "sqlext-statement.json"
+OUTPUT_FILE = "_sqlext_statement.json"
+SOURCES_FILE = "sqlext-sources.json"
+# what to say about starting over, by surface
+START_OVER = "start over with a new checkpoint and an empty output folder"
+START_OVER_DBT = ("rebuild the table from the whole history (dbt build --full-refresh; full_refresh=True in "
+                  "sqlext.streaming.run_into_table)")
+
+
+@dataclass(frozen=True)
+class Purpose:
+    """What a statement asks of its checkpoint: the statement's normalised text, the function
+    it runs incrementally, and that call's emit mode and keys."""
+
+    statement: str
+    function: str
+    emit: str | None = None
+    keys: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.statement.encode()).hexdigest()[:16]
+
+    def as_json(self) -> dict:
+        return {"fingerprint": self.fingerprint, "statement": self.statement, "function": self.function,
+                "emit": self.emit, "keys": list(self.keys),
+                "columns": None if self.columns is None else [list(c) for c in self.columns]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Purpose":
+        columns = data.get("columns")
+        return cls(data["statement"], data["function"], data.get("emit"), tuple(data.get("keys") or ()),
+                   None if columns is None else tuple(tuple(c) for c in columns))
+
+
+def purpose_of(tree: exp.Expression) -> Purpose:
+    """The purpose of a parsed statement (read from its text alone: no Spark)."""
+    from sqlext.catalog.arguments import find_calls, read_call
+    from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
+    from sqlext.catalog.changelog_filter import FUNCTION as FILTER
+    from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
+    from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+
+    statement = to_sql(_without_comments(tree))
+    for function, arguments, key_names in ((FILTER, FILTER_ARGUMENTS, ("key",)),
+                                           (FK_JOIN, FK_JOIN_ARGUMENTS, ("left_key", "foreign_key", "right_key"))):
+        calls = find_calls(tree, function)
+        if calls:
+            literals = read_call(calls[0], function, arguments).literals
+            keys = tuple(f"{name} => {literals[name]!r}" for name in key_names if literals.get(name) is not None)
+            return Purpose(statement, function, literals.get("emit") or "changes", keys)
+    if any(w.args.get("recursive") for w in tree.find_all(exp.With)):
+        return Purpose(statement, "WITH RECURSIVE")
+    return Purpose(statement, "SELECT")
+
+
+def _without_comments(tree: exp.Expression) -> exp.Expression:
+    tree = tree.copy()
+    for node in tree.walk():
+        node.comments = None
+    return tree
+
+
+def claim(checkpoint: str, output: str | None, purpose: Purpose, start_over: str = START_OVER) -> None:
+    """Refuse a run of ``purpose`` on a checkpoint or output folder made for something else
+    (``[STREAM_CHECKPOINT_MISMATCH]``, ``[STREAM_OUTPUT_IN_USE]``); record the purpose on the
+    first run. A checkpoint that never committed a batch is taken over by the new statement
+    (nothing of the old one was complete); one that committed batches before this record
+    existed is adopted as it is."""
+    checkpoint_id = str(Path(checkpoint).resolve())
+    output_id = None if output is None else str(Path(output).resolve())
+    recorded = _read(Path(checkpoint) / STATEMENT_FILE)
+    committed = _committed(checkpoint)
+    if recorded is not None and committed:
+        before = Purpose.from_json(recorded)
+        if before != purpose:
+            raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
+                              differences=differences(before, purpose), fix=_fix(start_over))
+        if output_id is not None and recorded.get("output") not in (None, output_id):
+            raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
+                              why=f"is not the folder this checkpoint writes to ({recorded['output']})",
+                              fix=f"Run with that output folder, or {start_over}.")
+    marker = None if output is None else _read(Path(output) / OUTPUT_FILE)
+    if output is not None and marker is None and not committed:
+        held = sorted(p.name for p in Path(output).iterdir() if not p.name.startswith((".", "_"))) \
+            if Path(output).is_dir() else []
+        if held:
+            raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
+                              why=f"already holds files that no run of this checkpoint wrote ({', '.join(held[:5])})",
+                              fix=f"Name an empty or new output folder, or {start_over}.")
+    if marker is not None and marker.get("checkpoint") != checkpoint_id:
+        raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
+                          why=f"holds the output of another checkpoint ({marker.get('checkpoint')})",
+                          fix="Run with that checkpoint, or name another output folder.")
+    if recorded is None or Purpose.from_json(recorded) != purpose or recorded.get("output") != output_id:
+        _write(Path(checkpoint) / STATEMENT_FILE, {**purpose.as_json(), "output": output_id})
+    if output is not None and (marker is None or Purpose.from_json(marker) != purpose):
+        _write(Path(output) / OUTPUT_FILE, {**purpose.as_json(), "checkpoint": checkpoint_id})
+
+
+def check_columns(checkpoint: str, output: str | None, columns: list[tuple[str, str]]) -> None:
+    """The output's columns (name, type) against those the first write recorded; recorded on
+    the first write. Different columns would mix two tables in one folder."""
+    path = Path(checkpoint) / STATEMENT_FILE
+    recorded = _read(path)
+    if recorded is None:
+        return
+    if recorded.get("columns") is None:
+        recorded["columns"] = [list(c) for c in columns]
+        _write(path, recorded)
+        if output is not None and (Path(output) / OUTPUT_FILE).exists():
+            marker = _read(Path(output) / OUTPUT_FILE)
+            marker["columns"] = recorded["columns"]
+            _write(Path(output) / OUTPUT_FILE, marker)
+        return
+    before = [tuple(c) for c in recorded["columns"]]
+    if before != [tuple(c) for c in columns]:
+        raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
+                          differences=f"its output columns were ({_columns(before)}), this run's are "
+                                      f"({_columns(columns)})",
+                          fix=_fix(START_OVER))
+
+
+def differences(before: Purpose, now: Purpose) -> str:
+    """What differs between two purposes, in words (the statement's texts when nothing else does)."""
+    said = []
+    if before.function != now.function:
+        said.append(f"it ran {before.function}, this statement runs {now.function}")
+    if before.emit != now.emit:
+        said.append(f"emit => {before.emit!r} then, {now.emit!r} now")
+    if before.keys != now.keys:
+        said.append(f"{', '.join(before.keys) or 'no key'} then, {', '.join(now.keys) or 'no key'} now")
+    if before.statement != now.statement:
+        said.append(f"the statement was: {_short(before.statement)}; this run's is: {_short(now.statement)}")
+    return "; ".join(said)
+
+
+def _fix(start_over: str) -> str:
+    return "Run the statement it was made for, or " + start_over
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _columns(columns) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in columns)
+
+
+def _committed(checkpoint: str) -> bool:
+    """Whether Spark committed a batch of this checkpoint."""
+    commits = Path(checkpoint) / "commits"
+    return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name("." + path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=1))
+    os.replace(temporary, path)
+
+
+def check_source_columns(checkpoint: str, name: str, schema) -> None:
+    """Compare a source's columns with those recorded by the checkpoint's first run (in
+    ``<checkpoint>/sqlext-sources.json``); record them on the first run."""
+    path = Path(checkpoint) / SOURCES_FILE
+    recorded = _read(path) or {}
+    now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
+    if name not in recorded:
+        recorded[name] = now
+        _write(path, recorded)
+        return
+    before = {n: t for n, t in recorded[name]}
+    after = {n: t for n, t in now}
+    changes = [f"{n} was added ({t})" for n, t in after.items() if n not in before]
+    changes += [f"{n} was dropped" for n in before if n not in after]
+    changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
+    if changes:
+        raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))

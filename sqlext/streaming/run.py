@@ -1,0 +1,274 @@
+"""What every ``foreachBatch`` function of the 'tables' engine shares: the statement around the
+function call, the increment as Arrow data, the choice of where a run computes, and the
+output folder's files.
+
+A run computes on the driver, over Arrow data, when its increment is small (the usual case:
+collecting it and the state it meets costs less than planning and scheduling Spark jobs), and
+as Spark plans on the executors when it is large (``spark.sqlext.streaming.driverBytes``, the
+increment's estimated size). ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark``.
+
+Output files are named by batch id (``batch-<id>-*``, or ``base-<id>-*`` for a run that
+rewrites the whole output), and a replayed batch replaces the files of its earlier attempt,
+so the output never holds a row twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+from sqlglot import exp
+
+from sqlext.rewrites.dialect import to_sql
+from sqlext.streaming.checkpoint import check_columns
+
+# the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
+STEPS: dict[str, float] = {}
+
+PATH_SETTING = "spark.sqlext.streaming.path"
+DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
+DRIVER_BYTES = 64 * 1024 * 1024
+_views = itertools.count(1)
+
+
+@contextmanager
+def step(name: str):
+    """Time one step of a micro-batch into :data:`STEPS`."""
+    import time
+
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        STEPS[name] = STEPS.get(name, 0.0) + time.perf_counter() - started
+
+
+def on_driver(batch) -> bool:
+    """Whether this batch runs on the driver: forced by ``spark.sqlext.streaming.path``, else
+    when Spark estimates the increment at no more than ``spark.sqlext.streaming.driverBytes``."""
+    spark = batch.sparkSession
+    forced = spark.conf.get(PATH_SETTING, "auto").lower()
+    if forced in ("driver", "spark"):
+        return forced == "driver"
+    limit = int(spark.conf.get(DRIVER_BYTES_SETTING, str(DRIVER_BYTES)))
+    try:
+        size = int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - no estimate: take the path that scales
+        return False
+    return size <= limit
+
+
+class TableStateRun:
+    """The statement around the call, the batch call over the batch's views, and the output."""
+
+    def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: str, output: str,
+                 output_format: str, function: str, arguments: tuple[str, ...]):
+        self.call, self.outer, self.placeholder = call, outer, placeholder
+        self.checkpoint = checkpoint
+        self.state = Path(checkpoint) / "sqlext-state"
+        self.output, self.output_format = Path(output), output_format
+        self.function, self.arguments = function, arguments
+
+    def call_over(self, views: dict[str, str]) -> exp.Expression:
+        """``SELECT * FROM <the call>`` with each table argument named in ``views`` reading
+        that view instead of its stream."""
+        from sqlext.catalog.arguments import read_call
+
+        call = self.call.copy()
+        tables = read_call(call, self.function, self.arguments).tables
+        for name, view in views.items():
+            tables[name].this.replace(exp.Table(this=exp.to_identifier(view)))
+        call.set("alias", None)
+        return exp.select("*").from_(call)
+
+    @property
+    def outer_is_all(self) -> bool:
+        """Whether the statement only selects every column of the call (its rows are the call's)."""
+        outer = self.outer
+        if not isinstance(outer, exp.Select) or len(outer.expressions) != 1 \
+                or not isinstance(outer.expressions[0], exp.Star):
+            return False
+        if any(value for key, value in outer.args.items() if key not in ("expressions", "from_", "from")):
+            return False
+        source = outer.args.get("from_") or outer.args.get("from")
+        return source is not None and isinstance(source.this, exp.Table) and source.this.name == self.placeholder
+
+    def write_rows(self, spark, rows: pa.Table, batch_id: int, whole: bool = False) -> None:
+        """The call's rows of this batch (Arrow data in the call's output columns) through the
+        statement, as the batch's output files. Rows the statement passes on as they are, into
+        Parquet, are written straight from the driver; anything else runs the statement in Spark."""
+        if self.outer_is_all and self.output_format == "parquet":
+            check_columns(self.checkpoint, str(self.output), _spark_columns(rows.schema))
+            write_arrow_files(rows, self.output, batch_id, kind="base" if whole else "batch")
+            if whole:
+                forget_batch_files(self.output, batch_id + 1)
+            return
+        self.write_statement(spark, spark.createDataFrame(rows), batch_id, whole=whole)
+
+    def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = (),
+                        whole: bool = False) -> None:
+        """The statement around the call, over the rows the call forwarded in this batch (a
+        Spark frame), written as the batch's output files; the columns ``carry`` names are kept
+        in its rows (added to a select list without ``*``). ``whole``: the rows are the whole
+        output (the final table), which replaces the earlier batches' files."""
+        from sqlext.runner import run_statement
+
+        out_view = f"{self.placeholder}_{batch_id}"
+        forwarded.createOrReplaceTempView(out_view)
+        try:
+            outer = self.outer.copy()
+            for table in list(outer.find_all(exp.Table)):
+                if table.name == self.placeholder:
+                    table.set("this", exp.to_identifier(out_view))
+                    if not table.args.get("alias"):  # columns qualified by the name still resolve
+                        table.set("alias", exp.TableAlias(this=exp.to_identifier(self.placeholder)))
+                    if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
+                        outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
+            rows = run_statement(spark, to_sql(outer))
+            check_columns(self.checkpoint, str(self.output),
+                          [(f.name, f.dataType.simpleString()) for f in rows.schema.fields])
+            write_batch_files(rows, self.output, batch_id, self.output_format, kind="base" if whole else "batch")
+            if whole:
+                forget_batch_files(self.output, batch_id + 1)
+        finally:
+            spark.catalog.dropTempView(out_view)
+
+    @contextmanager
+    def called(self, spark, feeds: dict):
+        """The batch call over ``feeds`` (a frame for each table argument, by name), each read
+        through a temporary view that lives as long as the block."""
+        from sqlext.runner import run_statement
+
+        views = {}
+        try:
+            for name, frame in feeds.items():
+                views[name] = f"__sx_batch_{name}_{next(_views)}"
+                frame.createOrReplaceTempView(views[name])
+            yield run_statement(spark, to_sql(self.call_over(views)))
+        finally:
+            for view in views.values():
+                spark.catalog.dropTempView(view)
+
+
+def _spark_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return [(f.name, f.dataType.simpleString()) for f in from_arrow_schema(schema).fields]
+
+
+def arrow_schema(spark_schema) -> pa.Schema:
+    """The Arrow form of Spark columns, as sqlext writes and reads them (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema, timezone="UTC")
+
+
+def write_arrow_files(rows: pa.Table, folder: Path, batch_id: int, kind: str = "batch") -> None:
+    """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet`` in ``folder``,
+    written straight from the driver, replacing any files an earlier attempt of the batch left."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = f"{kind}-{batch_id:010d}-"
+    for stale in folder.glob(prefix + "*"):
+        stale.unlink()
+    if rows.num_rows == 0:
+        return
+    temporary = folder / f".{prefix}part-00000.parquet.tmp"
+    pq.write_table(rows, temporary)
+    os.replace(temporary, folder / f"{prefix}part-00000.parquet")
+
+
+def write_batch_files(frame, folder: Path, batch_id: int, file_format: str, kind: str = "batch") -> None:
+    """A batch's rows as files ``<kind>-<id>-*`` in ``folder`` (``kind`` is ``batch``, or
+    ``base`` for a batch that rewrites the whole state), replacing any files a previous attempt
+    of the same batch left."""
+    prefix = f"{kind}-{batch_id:010d}-"
+    temporary = folder / f"_sx_tmp-{kind}-{batch_id}"
+    frame.write.mode("overwrite").format(file_format).save(str(temporary))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(prefix + "*"):
+        stale.unlink()
+    for part in sorted(temporary.glob("part-*")):
+        part.rename(folder / (prefix + part.name))
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def batch_files(folder: Path, batch_id: int) -> list[Path]:
+    """The files that hold a folder's rows before batch ``batch_id``: the newest ``base``
+    written by an earlier batch, and the ``batch`` files of the batches after it."""
+    if not folder.is_dir():
+        return []
+    numbered = [(p.name.split("-")[0], int(p.name.split("-")[1]), p) for p in folder.glob("*-*-*")
+                if p.name.split("-")[0] in ("base", "batch")]
+    bases = [n for kind, n, _ in numbered if kind == "base" and n < batch_id]
+    base = max(bases, default=-1)
+    return sorted(p for kind, n, p in numbered
+                  if (kind == "base" and n == base) or (kind == "batch" and base < n < batch_id))
+
+
+def read_batch_files(spark, folder: Path, batch_id: int, schema=None, only=False):
+    """The rows a folder holds before batch ``batch_id`` (see :func:`batch_files`), or with
+    ``only`` the rows batch ``batch_id`` itself wrote; None when there are none."""
+    if only:
+        paths = sorted(str(p) for p in folder.glob(f"*-{batch_id:010d}-*")) if folder.is_dir() else []
+    else:
+        paths = [str(p) for p in batch_files(folder, batch_id)]
+    if not paths:
+        return None
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    return reader.parquet(*paths)
+
+
+def forget_batch_files(folder: Path, batch_id: int) -> None:
+    """Delete the files older than the ones batch ``batch_id`` reads: once it runs, the batches
+    before it are committed and will not be replayed."""
+    keep = set(batch_files(folder, batch_id))
+    oldest = min((int(p.name.split("-")[1]) for p in keep), default=None)
+    for path in folder.glob("*-*-*") if oldest is not None else []:
+        if path not in keep and path.name.split("-")[0] in ("base", "batch") and int(path.name.split("-")[1]) < oldest:
+            path.unlink()
+
+
+def late_refusal(late, function: str, shape, schema, across_inputs: bool = False):
+    """A condition that is true, or stops the plan with ``[LATE_CHANGE]`` on a row where
+    ``late`` holds (the key's or both inputs' last ordering value is in ``__sx_last``)."""
+    from pyspark.sql import functions as F
+
+    return F.when(late, F.raise_error(_late_message(function, shape, schema, across_inputs))).otherwise(F.lit(True))
+
+
+LAST = "__sx_last"
+
+
+def _late_message(function: str, shape, schema, across_inputs: bool):
+    """``[LATE_CHANGE]``'s text for the row at hand, as a column: the message is made by the
+    error class with markers where the row's values go."""
+    from pyspark.sql import functions as F
+
+    from sqlext.catalog.changes import late_change
+
+    marks = {"key": "\x00key\x00", "value": "\x00value\x00", "last": "\x00last\x00"}
+    text = str(late_change(function, order_by=shape.order_by, across_inputs=across_inputs, **marks))
+    types = {field.name: field.dataType for field in schema.fields}
+    values = {
+        "key": F.concat_ws(", ", *[F.concat(F.lit(k + "="), _shown(F.col(k), types[k])) for k in shape.key]),
+        "value": _shown(F.col(shape.order_by), types[shape.order_by]),
+        "last": _shown(F.col(LAST), types[shape.order_by]),
+    }
+    return F.concat(*[values[piece] if piece in values else F.lit(piece) for piece in text.split("\x00")])
+
+
+def _shown(column, data_type):
+    """A value as the error message shows it: text in quotes, anything else as Spark prints it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    text = column.cast("string")
+    if isinstance(data_type, StringType):
+        text = F.concat(F.lit("'"), text, F.lit("'"))
+    return F.when(column.isNull(), F.lit("None")).otherwise(text)

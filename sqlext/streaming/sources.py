@@ -1,0 +1,110 @@
+"""The sources a statement reads with ``STREAM(name)``: a folder of change files (given by
+name), a streaming temporary view, or a table Spark can read as a stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from sqlglot import exp
+
+from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import to_sql
+
+FUNCTION = "sqlext stream"
+
+
+def stream_argument(call: exp.Anonymous) -> exp.Expression:
+    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
+    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(call),
+                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
+    return call.expressions[0]
+
+
+def stream_names(call: exp.Anonymous) -> tuple[str, ...]:
+    """The spellings of the name ``STREAM(...)`` reads that the ``sources`` and ``schemas``
+    options may use: as written in SQL (backticks kept) and as plain dotted text."""
+    argument = stream_argument(call)
+    if isinstance(argument, exp.Literal):
+        return (argument.this,)
+    return (to_sql(argument), ".".join(part.name for part in argument.parts))
+
+
+class Sources:
+    """How a run reads its streams: ``folders`` maps a name to a folder of change files in
+    ``file_format``; ``schemas`` declares the columns of a folder (DDL such as
+    ``"id BIGINT, v STRING"``), so that a run can start before the folder holds a file; any
+    other name is a streaming view or a table."""
+
+    def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
+                 schemas: Mapping[str, str] | None = None):
+        self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
+        self.schemas = dict(schemas or {})
+        unknown = sorted(set(self.schemas) - set(self.folders))
+        if unknown:
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
+                              expected="the columns of sources read from folders", value=", ".join(unknown),
+                              fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
+                                  "table or view has its own columns.")
+
+    def read(self, call: exp.Anonymous):
+        """The streaming DataFrame ``STREAM(name)`` names."""
+        names = stream_names(call)
+        name = next((n for n in names if n in self.folders), None)
+        if name is not None:
+            folder = self.folders[name]
+            schema = self._declared(name, folder) if name in self.schemas else self._found(name, folder)
+            return self.spark.readStream.format(self.file_format).schema(schema).load(folder)
+        name = names[0]
+        frame = self.spark.table(name)
+        return frame if frame.isStreaming else self.spark.readStream.table(name)
+
+    def _declared(self, name: str, folder: str):
+        """The declared columns; the folder's files, if any, must hold the same."""
+        from pyspark.sql.types import StructType, _parse_datatype_string
+
+        try:
+            schema = _parse_datatype_string(self.schemas[name])
+        except Exception as error:  # noqa: BLE001 - Spark's parser says why
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"the schema of {name}",
+                              expected="a column list such as 'id BIGINT, name STRING'",
+                              value=repr(self.schemas[name]), fix=str(error).splitlines()[0][:200]) from None
+        if not isinstance(schema, StructType):
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"the schema of {name}",
+                              expected="a column list such as 'id BIGINT, name STRING'",
+                              value=repr(self.schemas[name]), fix="Name each column and its type.")
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        found = self._found(name, folder, missing_ok=True)
+        if found is not None:
+            have = [(f.name, f.dataType.simpleString()) for f in found.fields]
+            want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+            if sorted(have) != sorted(want):
+                raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
+                                  change=f"its files hold ({_columns(have)}) but its declared schema says "
+                                         f"({_columns(want)})")
+        return schema
+
+    def _found(self, name: str, folder: str, missing_ok: bool = False):
+        """The columns of the folder's files (every file's: a changed file is noticed)."""
+        reader = self.spark.read.format(self.file_format)
+        if self.file_format == "parquet":
+            reader = reader.option("mergeSchema", "true")
+        try:
+            schema = reader.load(folder).schema
+        except Exception as error:  # noqa: BLE001 - no files, or files whose columns disagree
+            said = [line.strip() for line in str(error).splitlines()
+                    if "merge" in line.lower() or "incompatible" in line.lower()]
+            if said:
+                raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
+                                  change=f"its files disagree ({said[0][:300]})") from None
+            schema = None
+        if schema is None or not schema.fields:
+            if missing_ok:
+                return None
+            raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)
+        return schema
+
+
+def _columns(columns) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in columns)

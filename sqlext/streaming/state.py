@@ -1,0 +1,322 @@
+"""The one keyed state of every incremental function: a compacted base and one cumulative delta.
+
+A state is a folder of Parquet layers holding one row per key:
+
+* ``base-<batch>``: every key, as batch ``<batch>`` left it (the compaction);
+* ``delta-<batch>``: every key changed since the base, as batch ``<batch>`` left it. Each batch
+  writes a new delta holding the previous delta's rows and its own changes (newest wins), so a
+  reader meets at most one delta and never chooses between layers with a window.
+
+A key's current row is its delta row if the delta has one, else its base row. When the delta
+holds a share of the base (``COMPACT_SHARE`` of its bytes), the batch writes a new base
+instead: the base's rows less the delta's keys, plus the delta. The cost of a batch is then its
+own changes, the lookups of what they meet, and the delta (bounded by that share); only a
+compaction costs the whole state.
+
+The state's columns are recorded once, in ``schema.json``, and every read uses them: no file's
+schema is inferred. A batch reads only the layers of earlier batches and writes layers named
+by its own id (a layer appears whole, by renaming a finished folder), so a batch replayed after
+a crash reads what it read before and writes the same layers again. Layers that no replay can
+read any more are deleted.
+
+Lookups run on the driver over Arrow data (a scan of the key or foreign-key column and an
+in-memory hash join: no Spark job), or as Spark frames for large batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sqlext.catalog.arguments import quote
+
+# a new base is written once the delta holds this share of the base's bytes
+COMPACT_SHARE = 0.25
+SCHEMA_FILE = "schema.json"
+
+
+class KeyedState:
+    """One keyed state in ``folder``: rows of the columns ``schema`` (a Spark ``StructType``),
+    one per value of the ``keys`` columns."""
+
+    def __init__(self, folder: Path, keys: Sequence[str]):
+        self.folder, self.keys = Path(folder), list(keys)
+        self._schema = None
+
+    # -- the columns
+
+    @property
+    def schema(self):
+        """The state's columns (a Spark ``StructType``), as recorded; None before the first write."""
+        if self._schema is None and (self.folder / SCHEMA_FILE).exists():
+            from pyspark.sql.types import StructType
+
+            self._schema = StructType.fromJson(json.loads((self.folder / SCHEMA_FILE).read_text()))
+        return self._schema
+
+    def record_schema(self, schema) -> None:
+        """Record the state's columns on its first write (later writes keep them)."""
+        if self.schema is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            temporary = self.folder / ("." + SCHEMA_FILE)
+            temporary.write_text(json.dumps(schema.jsonValue()))
+            os.replace(temporary, self.folder / SCHEMA_FILE)
+            self._schema = schema
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.schema, timezone="UTC")
+
+    # -- the layers
+
+    def _finished(self, kind: str) -> list[int]:
+        found = []
+        if self.folder.is_dir():
+            for path in self.folder.iterdir():
+                number = path.name[len(kind) + 1:]
+                if path.name.startswith(kind + "-") and number.isdigit() and path.is_dir():
+                    found.append(int(number))
+        return sorted(found)
+
+    def before(self, batch_id: int) -> "StateView":
+        """The layers batch ``batch_id`` reads: the newest base of an earlier batch and the
+        newest delta after it."""
+        bases = [b for b in self._finished("base") if b < batch_id]
+        base = bases[-1] if bases else None
+        deltas = [d for d in self._finished("delta") if base is not None and base < d < batch_id]
+        return StateView(self, base, deltas[-1] if deltas else None)
+
+    def path(self, kind: str, batch_id: int) -> Path:
+        return self.folder / f"{kind}-{batch_id}"
+
+    def write(self, view: "StateView", changed, batch_id: int) -> None:
+        """Batch ``batch_id``'s layer: the rows of the keys it changed (``changed``: an Arrow
+        table or a Spark frame of the state's columns, one row per key) on top of ``view``.
+        Then the layers no replay reads are forgotten."""
+        if isinstance(changed, pa.Table):
+            self._write_arrow(view, changed, batch_id)
+        else:
+            self._write_frame(view, changed, batch_id)
+        self._forget(view)
+
+    def _write_arrow(self, view: "StateView", changed: pa.Table, batch_id: int) -> None:
+        changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
+        if view.base is None:
+            self._put("base", batch_id, changed)
+            return
+        delta = changed
+        if view.delta is not None:
+            old = view.read_layer(view.delta)
+            delta = pa.concat_tables([exclude(old, changed, self.keys), changed])
+        if delta.num_rows >= COMPACT_SHARE * view.base_rows():
+            base = view.read_layer(view.base)
+            self._put("base", batch_id, pa.concat_tables([exclude(base, delta, self.keys), delta]))
+        else:
+            self._put("delta", batch_id, delta)
+
+    def _write_frame(self, view: "StateView", changed, batch_id: int) -> None:
+        spark = changed.sparkSession
+        changed = changed.select(*[quote(c) for c in self.schema.names])
+        if view.base is None:
+            self._put_frame("base", batch_id, changed)
+            return
+        delta = changed
+        if view.delta is not None:
+            old = view.frame_of(spark, view.delta)
+            delta = old.join(changed.select(*[quote(k) for k in self.keys]), _same(old, changed, self.keys),
+                             "left_anti").unionByName(changed)
+        delta = delta.localCheckpoint()
+        temporary = self._put_frame("delta", batch_id, delta, rename=False)
+        if _rows(temporary) >= COMPACT_SHARE * view.base_rows():
+            base = view.frame_of(spark, view.base)
+            rows = base.join(delta.select(*[quote(k) for k in self.keys]), _same(base, delta, self.keys),
+                             "left_anti").unionByName(delta)
+            shutil.rmtree(temporary, ignore_errors=True)
+            self._put_frame("base", batch_id, rows)
+        else:
+            self._rename(temporary, self.path("delta", batch_id))
+
+    def _put(self, kind: str, batch_id: int, table: pa.Table) -> None:
+        temporary = self.folder / f"_tmp-{kind}-{batch_id}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir(parents=True)
+        pq.write_table(table, temporary / "part-00000.parquet", row_group_size=128 * 1024)
+        self._rename(temporary, self.path(kind, batch_id))
+
+    def _put_frame(self, kind: str, batch_id: int, frame, rename: bool = True) -> Path:
+        temporary = self.folder / f"_tmp-{kind}-{batch_id}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        frame.write.mode("overwrite").parquet(str(temporary))
+        if rename:
+            self._rename(temporary, self.path(kind, batch_id))
+        return temporary
+
+    @staticmethod
+    def _rename(temporary: Path, final: Path) -> None:
+        shutil.rmtree(final, ignore_errors=True)  # a replayed batch's earlier attempt
+        os.replace(temporary, final)
+
+    def _forget(self, view: "StateView") -> None:
+        """Delete the layers older than those ``view`` holds: the batch that read ``view`` runs
+        after every earlier batch committed, so no replay reads them."""
+        if view.base is None:
+            return
+        for kind in ("base", "delta"):
+            for number in self._finished(kind):
+                older = number < view.base if kind == "base" else \
+                    number <= view.base or (view.delta is not None and number < view.delta)
+                if older:
+                    shutil.rmtree(self.path(kind, number), ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class StateView:
+    """The state as one batch reads it: a base and at most one delta."""
+
+    state: KeyedState
+    base: int | None
+    delta: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.base is None
+
+    def base_rows(self) -> int:
+        return _rows(self.state.path("base", self.base)) if self.base is not None else 0
+
+    def read_layer(self, batch_id: int, columns: Sequence[str] | None = None, filter=None) -> pa.Table:
+        """One layer's rows as Arrow data, with the state's recorded columns."""
+        schema = self.state.arrow_schema
+        files = [str(p) for p in _parts(self.state.path("base" if batch_id == self.base else "delta", batch_id))]
+        if not files:
+            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(files, schema=schema, format="parquet").to_table(columns=columns, filter=filter)
+        return table
+
+    def rows(self, column: str | None = None, values: pa.Array | None = None, keys: pa.Table | None = None) -> pa.Table:
+        """The current rows (Arrow) whose ``column`` is among ``values``, or whose key is among the
+        rows of ``keys``; every current row when neither is given."""
+        if self.base is None:
+            return self.state.arrow_schema.empty_table()
+
+        if column is not None:  # as the column's type (a value that does not fit matches nothing it should)
+            values = values.cast(self.state.arrow_schema.field(column).type, safe=False)
+
+        def restricted(table):
+            if column is not None:
+                table = table.filter(pc.is_in(table[column], value_set=values, skip_nulls=False))
+            if keys is not None:
+                table = restrict(table, keys, self.state.keys)
+            return table
+
+        pushed = None
+        if column is not None:
+            pushed = pc.is_in(pc.field(column), value_set=values, skip_nulls=False)
+        elif keys is not None and len(self.state.keys) == 1:
+            key = self.state.keys[0]
+            pushed = pc.is_in(pc.field(key), value_set=keys[key].combine_chunks(), skip_nulls=False)
+        base = restricted(self.read_layer(self.base, filter=pushed))
+        if self.delta is None:
+            return base
+        delta = self.read_layer(self.delta)
+        return pa.concat_tables([exclude(base, delta, self.state.keys), restricted(delta)])
+
+    def frame_of(self, spark, batch_id: int):
+        path = self.state.path("base" if batch_id == self.base else "delta", batch_id)
+        return spark.read.schema(self.state.schema).parquet(str(path))
+
+    def frame(self, spark):
+        """The current rows as a Spark frame (the base less the delta's keys, plus the delta):
+        for runs too large for the driver."""
+        if self.base is None:
+            return spark.createDataFrame([], self.state.schema)
+        base = self.frame_of(spark, self.base)
+        if self.delta is None:
+            return base
+        delta = self.frame_of(spark, self.delta)
+        return base.join(delta.select(*[quote(k) for k in self.state.keys]), _same(base, delta, self.state.keys),
+                         "left_anti").unionByName(delta)
+
+
+def _same(left, right, keys):
+    """Equal (NULL equal to NULL) on every key column, for Spark frames."""
+    match = None
+    for k in keys:
+        term = left[quote(k)].eqNullSafe(right[quote(k)])
+        match = term if match is None else match & term
+    return match
+
+
+def _rows(folder: Path) -> int:
+    """The rows of a layer's files, from their footers."""
+    return sum(pq.read_metadata(p).num_rows for p in _parts(folder))
+
+
+def _parts(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("part-*") if p.suffix == ".parquet") if folder.is_dir() else []
+
+
+# -- matching rows by key on Arrow data (NULL equal to NULL, as the functions group keys)
+
+def restrict(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns: Sequence[str] | None = None):
+    """The rows of ``table`` whose ``columns`` equal those of a row of ``keys`` (its
+    ``key_columns``, by default the same names)."""
+    return _match(table, keys, columns, key_columns, "left semi")
+
+
+def exclude(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns: Sequence[str] | None = None):
+    """The rows of ``table`` whose ``columns`` equal those of no row of ``keys``."""
+    return _match(table, keys, columns, key_columns, "left anti")
+
+
+def _match(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns, how: str) -> pa.Table:
+    key_columns = list(key_columns or columns)
+    if table.num_rows == 0 or keys.num_rows == 0:
+        return table if how == "left anti" or table.num_rows == 0 else table.slice(0, 0)
+    if len(columns) == 1:  # a set membership test: no join needed
+        inside = pc.is_in(table[columns[0]], value_set=pc.unique(keys[key_columns[0]].combine_chunks()),
+                          skip_nulls=False)
+        return table.filter(inside if how == "left semi" else pc.invert(inside))
+    mine, theirs = _encoded(table, columns), _encoded(keys, key_columns)
+    names = mine.column_names
+    row = pa.array(range(table.num_rows), pa.int64())
+    chosen = mine.append_column("__sx_row", row).join(theirs.group_by(names).aggregate([]), keys=names,
+                                                      join_type=how)
+    return table.take(pc.sort_indices(chosen["__sx_row"]))
+
+
+def _encoded(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The key columns as columns a hash join matches NULL with NULL on: each value with its
+    NULLs filled, and whether it was NULL."""
+    arrays, names = [], []
+    for i, column in enumerate(columns):
+        values = table[column].combine_chunks()
+        arrays += [pc.fill_null(values, _zero(values.type)) if values.null_count else values, pc.is_null(values)]
+        names += [f"__sx_v{i}", f"__sx_n{i}"]
+    return pa.table(arrays, names=names)
+
+
+def _zero(data_type: pa.DataType):
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return pa.scalar("", data_type)
+    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        return pa.scalar(b"", data_type)
+    if pa.types.is_boolean(data_type):
+        return pa.scalar(False)
+    if pa.types.is_date32(data_type):
+        return pa.array([0], pa.int32()).cast(data_type)[0]
+    if pa.types.is_temporal(data_type):
+        return pa.array([0], pa.int64()).cast(data_type)[0]
+    return pa.scalar(0).cast(data_type)

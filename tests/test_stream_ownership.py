@@ -1,0 +1,205 @@
+"""A checkpoint and its output folder belong to one statement: a run of another statement,
+emit mode, key or output columns on them is refused before anything is read or written, and
+every file an earlier run wrote stays as it was. Also: what an incremental run refuses says
+what is missing, and a folder source can be declared before it holds a file."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now, run_into_table, stream
+
+FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(acc)), key => 'id', "
+          "predicate => 'balance >= 0', emit => 'changes')")
+
+
+def files(*folders: Path) -> dict[str, str]:
+    """Every file under the folders, with a digest of its bytes."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def acc(spark, tmp_path):
+    """A folder of account changes with one file, the run's checkpoint and output folders."""
+    spark.createDataFrame(
+        [(1, 10, "insert", 1), (2, -5, "insert", 2), (1, 20, "update_postimage", 3)],
+        "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT",
+    ).coalesce(1).write.parquet(str(tmp_path / "acc"))
+    return tmp_path
+
+
+def run(spark, root: Path, sql: str, output: str = "out", checkpoint: str = "cp", **options):
+    run_available_now(spark, sql, checkpoint=str(root / checkpoint), output=str(root / output),
+                      sources={"acc": str(root / "acc")}, **options)
+
+
+@pytest.mark.parametrize("changed, difference", [
+    # the repro: another emit mode, predicate and select list
+    (FILTER.replace("SELECT *", "SELECT id, balance").replace("'changes'", "'final'")
+     .replace("balance >= 0", "balance > 5"), "emit"),
+    (FILTER.replace("balance >= 0", "balance > 5"), "statement"),
+    (FILTER.replace("key => 'id'", "key => 'balance'"), "key => 'balance'"),
+    (FILTER.replace("SELECT *", "SELECT id, balance"), "statement"),
+])
+def test_another_statement_on_a_checkpoint_is_refused_and_nothing_written_changes(spark, acc, changed, difference):
+    run(spark, acc, FILTER)
+    before = files(acc / "cp", acc / "out")
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, changed)
+    assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH"
+    assert difference in str(raised.value) and str(acc / "cp") in str(raised.value)
+    assert files(acc / "cp", acc / "out") == before
+
+
+def test_the_same_statement_written_differently_runs_on(spark, acc):
+    run(spark, acc, FILTER)
+    spark.createDataFrame([(2, 7, "update_postimage", 4)],
+                          "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT") \
+        .write.mode("append").parquet(str(acc / "acc"))
+    respelt = "-- the same filter\n" + FILTER.replace("SELECT * FROM", "select *\n  from").replace(", key", ",\n key")
+    run(spark, acc, respelt)
+    rows = sorted(tuple(r) for r in spark.read.parquet(str(acc / "out")).collect())
+    assert (2, 7, "insert", 4) in rows
+
+
+def test_output_columns_that_change_under_the_same_text_are_refused(spark, acc):
+    """The statement joins a view whose columns change between runs: the output's columns
+    would change under the same text, so the second run is refused before writing."""
+    sql = ("SELECT c.*, d.* FROM d_view AS d, CHANGELOG_FILTER(input => TABLE(STREAM(acc)), key => 'id', "
+           "predicate => 'balance >= 0') AS c")
+    spark.sql("SELECT 1 AS one").createOrReplaceTempView("d_view")
+    try:
+        run(spark, acc, sql)
+        spark.sql("SELECT 1 AS one, 'x' AS two").createOrReplaceTempView("d_view")
+        spark.createDataFrame([(2, 7, "update_postimage", 4)],
+                              "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT") \
+            .write.mode("append").parquet(str(acc / "acc"))
+        before = files(acc / "out")
+        with pytest.raises(SqlextError) as raised:
+            run(spark, acc, sql)
+    finally:
+        spark.catalog.dropTempView("d_view")
+    assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH"
+    assert "output columns" in str(raised.value) and "two string" in str(raised.value)
+    assert files(acc / "out") == before
+
+
+def test_an_output_folder_belongs_to_one_checkpoint(spark, acc):
+    run(spark, acc, FILTER)
+    before = files(acc / "cp", acc / "out")
+    with pytest.raises(SqlextError) as raised:  # another checkpoint, the same output
+        run(spark, acc, FILTER, checkpoint="cp2")
+    assert raised.value.error_class == "STREAM_OUTPUT_IN_USE"
+    with pytest.raises(SqlextError) as raised:  # the same checkpoint, another output
+        run(spark, acc, FILTER, output="out2")
+    assert raised.value.error_class == "STREAM_OUTPUT_IN_USE"
+    assert files(acc / "cp", acc / "out") == before
+    assert not (acc / "out2").exists() or not any(p for p in (acc / "out2").iterdir() if p.suffix == ".parquet")
+
+
+def test_an_output_folder_holding_other_files_is_refused(spark, acc):
+    (acc / "out").mkdir()
+    (acc / "out" / "report.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, FILTER)
+    assert raised.value.error_class == "STREAM_OUTPUT_IN_USE" and "report.csv" in str(raised.value)
+    assert files(acc / "out") == {str(acc / "out" / "report.csv"): hashlib.sha256(b"a,b\n1,2\n").hexdigest()}
+
+
+def test_a_failed_first_run_does_not_claim_the_checkpoint(spark, acc):
+    """A first run that never committed leaves the checkpoint to the corrected statement."""
+    with pytest.raises(Exception):  # Spark's assert_true stops the first batch before its commit
+        run(spark, acc, FILTER.replace("balance >= 0", "balance >= 0 AND assert_true(balance < 15) IS NULL"))
+    run(spark, acc, FILTER)
+    assert sorted(tuple(r) for r in spark.read.parquet(str(acc / "out")).collect()) == [
+        (1, 10, "insert", 1), (1, 10, "update_preimage", 3), (1, 20, "update_postimage", 3)]
+
+
+def test_run_into_table_refuses_another_statement_and_keeps_the_table(spark, acc):
+    spark.sql("CREATE DATABASE IF NOT EXISTS owned LOCATION '" + str(acc / "owned.db") + "'")
+    try:
+        source = FILTER.replace("STREAM(acc)", "STREAM(owned.acc_table)")
+        spark.read.parquet(str(acc / "acc")).write.saveAsTable("owned.acc_table")
+        run_into_table(spark, source, "owned.filtered")
+        folder = acc / "owned.db" / "filtered"
+        before = files(folder)
+        with pytest.raises(SqlextError) as raised:
+            run_into_table(spark, source.replace("'changes'", "'records'"), "owned.filtered")
+        assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH"
+        assert "--full-refresh" in str(raised.value)
+        assert files(folder) == before
+    finally:
+        spark.sql("DROP DATABASE IF EXISTS owned CASCADE")
+
+
+def test_more_than_one_statement_is_a_classed_error(spark, acc):
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, FILTER + "; SELECT 1")
+    assert raised.value.error_class == "UNSUPPORTED_STATEMENT" and "holds 2" in str(raised.value)
+    assert not (acc / "cp").exists()
+
+
+def test_a_statement_without_a_stream_says_so(spark, acc):
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, "SELECT * FROM CHANGELOG_FILTER(input => TABLE(acc_static), key => 'id', "
+                        "predicate => 'balance >= 0')")
+    assert raised.value.error_class == "UNSUPPORTED_STREAM" and "reads no STREAM" in str(raised.value)
+
+
+def test_an_fk_join_with_one_static_input_names_it(spark, acc):
+    spark.sql("SELECT 1 AS id, 'a' AS name, 'insert' AS _change_type, 1L AS _commit_version") \
+        .createOrReplaceTempView("customer_rows")
+    try:
+        with pytest.raises(SqlextError) as raised:
+            run(spark, acc, "SELECT * FROM FK_JOIN(left => TABLE(STREAM(acc)), right => TABLE(customer_rows), "
+                            "left_key => 'id', foreign_key => 'balance', right_key => 'id')")
+    finally:
+        spark.catalog.dropTempView("customer_rows")
+    assert raised.value.error_class == "UNSUPPORTED_STREAM"
+    assert "right" in str(raised.value) and "TABLE(STREAM(customer_rows))" in str(raised.value)
+
+
+def test_a_declared_schema_lets_a_join_start_before_its_right_input_has_a_file(spark, acc):
+    """A new customers feed with no changes yet does not hold up the orders feed."""
+    import sqlext
+
+    sql = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(acc)), right => TABLE(STREAM(`cust omers`)), "
+           "left_key => 'id', foreign_key => 'balance', right_key => 'cid', join_type => 'left')")
+    schemas = {"cust omers": "cid BIGINT, name STRING, _change_type STRING, _commit_version BIGINT"}
+    sources = {"acc": str(acc / "acc"), "cust omers": str(acc / "customers")}
+    options = dict(checkpoint=str(acc / "cp"), output=str(acc / "out"), sources=sources, schemas=schemas)
+    run_available_now(spark, sql, **options)
+    spark.createDataFrame([(20, "twenty", "insert", 5)], schemas["cust omers"]).write.mode("append") \
+        .parquet(str(acc / "customers"))
+    run_available_now(spark, sql, **options)
+    got = sorted((tuple(r) for r in spark.read.parquet(str(acc / "out")).collect()), key=repr)
+    spark.read.parquet(str(acc / "acc")).createOrReplaceTempView("acc_all")
+    spark.read.parquet(str(acc / "customers")).createOrReplaceTempView("customers_all")
+    try:
+        batch = sqlext.sql(spark, sql.replace("STREAM(acc)", "acc_all").replace("STREAM(`cust omers`)",
+                                                                                 "customers_all"))
+        assert got == sorted((tuple(r) for r in batch.collect()), key=repr)
+    finally:
+        spark.catalog.dropTempView("acc_all")
+        spark.catalog.dropTempView("customers_all")
+    assert any(r[-2] == "update_postimage" and r[-3] == "twenty" for r in got)
+
+
+def test_a_declared_schema_that_disagrees_with_the_files_is_refused(spark, acc):
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, FILTER, schemas={"acc": "id BIGINT, balance STRING, _change_type STRING, "
+                                                "_commit_version BIGINT"})
+    assert raised.value.error_class == "STREAM_SCHEMA_CHANGED" and "balance string" in str(raised.value)
+
+
+def test_stream_refuses_before_starting_a_query(spark, acc):
+    run(spark, acc, FILTER)
+    with pytest.raises(SqlextError):
+        stream(spark, FILTER.replace("'changes'", "'records'"), checkpoint=str(acc / "cp"),
+               output=str(acc / "out"), sources={"acc": str(acc / "acc")})
+    assert not spark.streams.active

@@ -12,6 +12,7 @@ From it we build both input shapes sqlext reads (see the README's "Change rows")
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -27,6 +28,19 @@ _view_names = itertools.count()
 
 
 NULL_V = "NULL"  # an event value meaning: the row is present, its v is NULL (not a delete)
+
+
+@contextmanager
+def computed_on(spark, path: str):
+    """Where the 'tables' engine computes its runs inside the block: 'driver', 'spark', or by the
+    increment's size ('auto')."""
+    from sqlext.streaming.run import PATH_SETTING
+
+    spark.conf.set(PATH_SETTING, path)
+    try:
+        yield
+    finally:
+        spark.conf.unset(PATH_SETTING)
 
 
 def _row(key, v, ts):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feeds import NULL_V, compact, rows_for, run_filter, schema_for
+from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now, stream, streaming_frame
@@ -36,6 +36,7 @@ class Feed:
         self.spark, self.shape, self.root, self.engine = spark, shape, root, engine
         self.source, self.output, self.checkpoint = root / "changes", root / "out", root / "checkpoint"
         self.seen: list[dict] = []
+        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
 
     def add(self, events):
         from pyspark.sql.types import _parse_datatype_string
@@ -47,8 +48,9 @@ class Feed:
 
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
-        run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                          sources={"changes": str(self.source)}, engine=self.engine)
+        with computed_on(self.spark, self.path):
+            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
+                              sources={"changes": str(self.source)}, engine=self.engine)
         rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
             if any(self.output.glob("*.parquet")) or (self.output / "_spark_metadata").exists() else []
         new = multiset(rows) - multiset(self.seen)
@@ -83,12 +85,13 @@ histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
-       emit=st.sampled_from(["changes", "records"]))
-def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, shape, emit):
+       emit=st.sampled_from(["changes", "records"]), path=st.sampled_from(["driver", "spark"]))
+def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, shape, emit, path):
     last = len(events)
     bounds = sorted({min(c, last) for c in cuts} | {last})  # equal cuts: an empty increment
     bounds = [bounds[0]] + [b for b in bounds[1:]] + [last]  # one more run that finds nothing new
     current = feed(shape)
+    current.path = path
     done, out = 0, []
     for bound in bounds:
         current.add([e for e in events if done < e[0] <= bound])
@@ -100,19 +103,20 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(["cdf", "upsert"]),
-       share=st.sampled_from([0.5, float("inf")]))
+       share=st.sampled_from([0.5, float("inf")]), path=st.sampled_from(["driver", "spark"]))
 def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_path_factory, events, cuts, shape,
-                                                                    share):
+                                                                    share, path):
     """engine 'tables' rewrites its output folder as the final table each run: after every
     run it holds exactly the batch run's final table over the changes so far (the state
     compacted now and then, or kept as deltas)."""
-    import sqlext.streaming.tables as stream_tables
+    import sqlext.streaming.state as stream_state
 
     last = len(events)
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
     current = Feed(spark, shape, tmp_path_factory.mktemp("final"), "tables")
+    current.path = path
     done = 0
-    default, stream_tables.COMPACT_SHARE = stream_tables.COMPACT_SHARE, share
+    default, stream_state.COMPACT_SHARE = stream_state.COMPACT_SHARE, share
     try:
         for bound in bounds:
             current.add([e for e in events if done < e[0] <= bound])
@@ -121,7 +125,7 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
             assert multiset(current.seen) == multiset(
                 run_filter("native", spark, shape, [e for e in events if e[0] <= bound], emit="final")), bound
     finally:
-        stream_tables.COMPACT_SHARE = default
+        stream_state.COMPACT_SHARE = default
 
 
 def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
@@ -346,7 +350,7 @@ def test_the_readme_example_runs_as_pasted(spark, capsys):
 
 
 def _layers(current) -> list[str]:
-    return sorted(p.name for p in (current.checkpoint / "sqlext-state").iterdir())
+    return sorted(p.name for p in (current.checkpoint / "sqlext-state" / "rows").iterdir())
 
 
 @pytest.mark.parametrize("share", [0.0, float("inf")], ids=["compact-every-batch", "deltas-only"])
@@ -354,9 +358,9 @@ def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, sh
     """The 'tables' engine keeps its state as a base and deltas: whether every batch writes a
     new base or none after the first does, each run's output is the batch output, a batch
     redone after a lost commit gives it too, and only the layers a replay can read are kept."""
-    import sqlext.streaming.tables as stream_tables
+    import sqlext.streaming.state as stream_state
 
-    monkeypatch.setattr(stream_tables, "COMPACT_SHARE", share)
+    monkeypatch.setattr(stream_state, "COMPACT_SHARE", share)
     root = Path(tempfile.mkdtemp(prefix="sqlext-layers-"))
     try:
         current = Feed(spark, "upsert", root, "tables")
@@ -364,9 +368,9 @@ def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, sh
             current.add(_many_events(first, 40, 2))
             _run_and_compare(spark, current)
         if share == 0.0:
-            assert _layers(current) == ["base-2", "base-3", "delta-3"]
-        else:
-            assert _layers(current) == ["base-0", "delta-1", "delta-2", "delta-3"]
+            assert _layers(current) == ["base-2", "base-3", "schema.json"]
+        else:  # one cumulative delta a batch reads; the one before it for a replay
+            assert _layers(current) == ["base-0", "delta-2", "delta-3", "schema.json"]
         last = current.checkpoint / "commits" / "3"
         last.unlink()
         (current.checkpoint / "commits" / ".3.crc").unlink(missing_ok=True)

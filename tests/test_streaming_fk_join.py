@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feeds import computed_on
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
@@ -44,6 +45,7 @@ class Feeds:
         }
         self.output, self.checkpoint = root / "out", root / "checkpoint"
         self.seen: list[dict] = []
+        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
         for name, schema in self.schemas.items():  # both folders hold their columns from the start
             spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(str(root / name))
 
@@ -56,8 +58,10 @@ class Feeds:
 
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
-        run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                          sources={"orders": str(self.root / "orders"), "customers": str(self.root / "customers")})
+        with computed_on(self.spark, self.path):
+            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
+                              sources={"orders": str(self.root / "orders"),
+                                       "customers": str(self.root / "customers")})
         rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
             if any(self.output.glob("*.parquet")) else []
         new = multiset(rows) - multiset(self.seen)
@@ -81,38 +85,44 @@ def feeds(spark):
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
-       emit=st.sampled_from(["changes", "records"]), share=st.sampled_from([0.5, float("inf")]))
-def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, join_type, shape, emit, share):
+       emit=st.sampled_from(["changes", "records"]), share=st.sampled_from([0.5, float("inf")]),
+       path=st.sampled_from(["driver", "spark"]))
+def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, join_type, shape, emit, share,
+                                                    path):
     """Random interleavings of left and right changes (foreign key changes, NULL foreign keys,
     deletes, re-inserts, a left and a right change at one version), cut into increments at
     version boundaries (some increments empty, some touching one side only); the state
     compacted now and then, or kept as deltas throughout."""
-    import sqlext.streaming.tables as stream_tables
+    import sqlext.streaming.state as stream_state
 
     last = events[-1][0]
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
     current = feeds(shape, events)
+    current.path = path
     done, out = -1, []
-    default, stream_tables.COMPACT_SHARE = stream_tables.COMPACT_SHARE, share
+    default, stream_state.COMPACT_SHARE = stream_state.COMPACT_SHARE, share
     try:
         for bound in bounds:
             current.release(done, bound)
             out += current.run(join_sql(join_type, emit))
             done = bound
     finally:
-        stream_tables.COMPACT_SHARE = default
+        stream_state.COMPACT_SHARE = default
     assert multiset(out) == multiset(fk_join(spark, events, shape, join_type, emit))
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
-       join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]))
-def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, feeds, events, cuts, join_type, shape):
+       join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
+       path=st.sampled_from(["driver", "spark"]))
+def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, feeds, events, cuts, join_type, shape,
+                                                                    path):
     """The output folder is rewritten as the join's final table each run: after every run it
     holds exactly the batch FK_JOIN's final table over the changes so far."""
     last = events[-1][0]
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
     current = feeds(shape, events)
+    current.path = path
     done = -1
     for bound in bounds:
         current.release(done, bound)
@@ -162,9 +172,9 @@ def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, en
 def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch):
     """With the state kept as deltas (no compaction), a batch whose commit was lost is redone
     from the layers before it: the output holds each row once and later runs stay exact."""
-    import sqlext.streaming.tables as stream_tables
+    import sqlext.streaming.state as stream_state
 
-    monkeypatch.setattr(stream_tables, "COMPACT_SHARE", float("inf"))
+    monkeypatch.setattr(stream_state, "COMPACT_SHARE", float("inf"))
     events = [(1, "right", 1, {"name": "a"}), (2, "left", "k", {"fk": 1, "note": "n"}),
               (3, "left", "q", {"fk": 1, "note": "m"}), (4, "right", 1, {"name": "b"}),
               (5, "left", "k", {"fk": 2, "note": "n"}), (6, "right", 2, {"name": "c"}),

@@ -18,7 +18,9 @@ from sqlext.catalog.arguments import bind_arguments, quote
 from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments
+from sqlext.catalog.changes import (
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, drop_stale, late_change,
+)
 
 
 def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) -> pa.Table:
@@ -51,6 +53,39 @@ def apply_changes(spec: FilterSpec, changes, old: dict | None, old_passes: bool,
         out.extend(_forward(spec, change.row, old, old_passes, new_passes))
         old, old_passes = change.row, new_passes
     return old, old_passes
+
+
+def apply_increment(spec: FilterSpec, changes, old: dict | None, old_passes: bool, last_order, out: list):
+    """One key's new changes on top of what an earlier run left for it (its row, whether it
+    passed, its last ordering value; all None/False for a new key): like
+    :func:`apply_changes`, after refusing or dropping the late ones (:func:`in_order`).
+    Returns the key's row and whether it passes after them, or None when no change applies."""
+    shape = spec.shape
+    if last_order is not None:
+        changes = in_order(spec, changes, old, last_order)
+        if shape.sequence_by is not None:
+            changes = drop_stale(shape, changes, latest=old[shape.sequence_by])
+    if not changes:
+        return None
+    return apply_changes(spec, changes, old, old_passes, out)
+
+
+def in_order(spec: FilterSpec, changes, old: dict, last_order):
+    """The changes an earlier run's state lets this run apply: those above the key's last
+    ordering value. A late one is ignored when ``sequence_by`` says it is stale (older than
+    the key's row), as the batch run ignores it; otherwise it is ``[LATE_CHANGE]``."""
+    shape = spec.shape
+    kept = []
+    for change in changes:
+        if change.order > last_order:
+            kept.append(change)
+        elif shape.sequence_by is not None and change.row[shape.sequence_by] is not None \
+                and change.row[shape.sequence_by] < old[shape.sequence_by]:
+            continue
+        else:
+            raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
+                              repr(last_order))
+    return kept
 
 
 def _forward(spec: FilterSpec, new: dict, old: dict | None, old_passes: bool, new_passes: bool):

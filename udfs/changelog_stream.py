@@ -27,8 +27,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, check_incremental, not_boolean
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, drop_stale, late_change
-from sqlext.udfs.changelog_filter import apply_changes
+from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key
+from sqlext.udfs.changelog_filter import apply_increment
 
 PASSED = "__sx_passed"  # in the state: whether the key's row passed the predicate
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -83,32 +83,14 @@ class ChangelogFilterProcessor(StatefulProcessor):
             values = self.last.get()
             old = dict(zip(shape.data_columns, values))
             last_order, passed = values[len(shape.data_columns)], values[len(shape.data_columns) + 1]
-        if last_order is not None:
-            changes = self._in_order(changes, old, last_order)
-            if shape.sequence_by is not None:
-                changes = drop_stale(shape, changes, latest=old[shape.sequence_by])
-        if not changes:
-            return
         out: list[dict] = []
-        old, passed = apply_changes(spec, changes, old, passed, out)
+        after = apply_increment(spec, changes, old, passed, last_order, out)
+        if after is None:
+            return
+        old, passed = after
         self.last.update(tuple(old[c] for c in shape.data_columns) + (old[shape.order_by], passed))
         for row in out:
             yield Row(**{c: row[c] for c in self.output_columns})
-
-    def _in_order(self, changes, old: dict, last_order):
-        """The changes a previous run's state lets this run apply (see the module's note)."""
-        shape = self.spec.shape
-        kept = []
-        for change in changes:
-            if change.order > last_order:
-                kept.append(change)
-            elif shape.sequence_by is not None and change.row[shape.sequence_by] is not None \
-                    and change.row[shape.sequence_by] < old[shape.sequence_by]:
-                continue  # stale by the versioned-table rule: ignored, as the batch run ignores it
-            else:
-                raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
-                                  repr(last_order))
-        return kept
 
     def close(self) -> None:
         pass

@@ -221,7 +221,8 @@ def _copy_sql(name: str) -> str:
 
 def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: str) -> dict:
     import sqlext
-    from sqlext.streaming import run_available_now
+    from sqlext.streaming import jobs_of, run_available_now
+    from sqlext.streaming.run import STEPS
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
     options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", engine=engine,
@@ -235,12 +236,14 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         started = time.perf_counter()
         run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
-        incremental, batch, floor = [], [], []
+        incremental, batch, floor, jobs, steps = [], [], [], [], []
         for run in range(runs):
             workload.add_increment(spark, directory, run)
             started = time.perf_counter()
-            run_available_now(spark, workload.streamed, **options)
+            query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
+            jobs.append(len(jobs_of(spark, query)))
+            steps.append(dict(STEPS))
             started = time.perf_counter()
             for name, copy in copies.items():
                 run_available_now(spark, _copy_sql(name), **copy)
@@ -267,9 +270,15 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         print(f"  batch recompute (history + increments): median {statistics.median(batch):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in batch))
         print(f"  ratio batch/incremental: {ratio:.2f}x (same output: {out_rows:,} rows)")
+        print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}")
+        if engine == "tables" and steps and steps[-1]:
+            names = list(steps[-1])
+            print("  steps of an incremental run (median s): " + ", ".join(
+                f"{name} {statistics.median(s.get(name, 0.0) for s in steps):.2f}" for name in names))
         print(f"  floor: a streaming run per input that only copies the increment to Parquet (no state): median "
               f"{statistics.median(floor):.2f} s; batch/floor {statistics.median(batch) / statistics.median(floor):.2f}x",
               flush=True)
-        return {"initial": initial, "incremental": incremental, "batch": batch, "floor": floor, "rows": out_rows}
+        return {"initial": initial, "incremental": incremental, "batch": batch, "floor": floor, "rows": out_rows,
+                "jobs": jobs, "steps": steps}
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,58 @@
+"""An incremental run's cost includes the Spark jobs it starts (each costs planning and
+scheduling, whatever its size): a run over a small increment stays within a budget of jobs,
+counted with Spark's status tracker, for every function the 'tables' engine runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlext.streaming import jobs_of, run_available_now
+
+BUDGET = 8
+
+FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(acc)), key => 'id', predicate => 'balance >= 0', "
+          "emit => '{emit}')")
+FK_JOIN = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+           "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id', emit => '{emit}')")
+
+
+def _append(spark, rows, schema, folder):
+    spark.createDataFrame(rows, schema).coalesce(1).write.mode("append").parquet(str(folder))
+
+
+def _runs(spark, tmp_path, sql, sources, increments):
+    """Run once per increment (each a list of (rows, schema, source name)); the jobs of each run."""
+    counts = []
+    for increment in increments:
+        for rows, schema, name in increment:
+            _append(spark, rows, schema, tmp_path / name)
+        query = run_available_now(spark, sql, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"),
+                                  sources={name: str(tmp_path / name) for name in sources})
+        counts.append(len(jobs_of(spark, query)))
+    return counts
+
+
+ACC = "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT"
+
+
+@pytest.mark.parametrize("emit", ["changes", "records", "final"])
+def test_a_changelog_filter_run_stays_within_its_job_budget(spark, tmp_path, emit):
+    history = [(k, k % 7 - 2, "insert", k) for k in range(200)]
+    increment = [(k, k % 5 - 1, "update_postimage", 1000 + k) for k in range(0, 200, 9)]
+    counts = _runs(spark, tmp_path, FILTER.format(emit=emit), ["acc"],
+                   [[(history, ACC, "acc")], [(increment, ACC, "acc")]])
+    assert counts[1] <= BUDGET, counts
+
+
+@pytest.mark.parametrize("emit", ["changes", "records", "final"])
+def test_an_fk_join_run_stays_within_its_job_budget(spark, tmp_path, emit):
+    orders_schema = "order_id BIGINT, customer_id BIGINT, amount BIGINT, _change_type STRING, _commit_version BIGINT"
+    customers_schema = "id BIGINT, name STRING, _change_type STRING, _commit_version BIGINT"
+    customers = [(c, f"c{c}", "insert", c) for c in range(20)]
+    orders = [(o, o % 20, o, "insert", 100 + o) for o in range(300)]
+    increment = [[(o, (o + 3) % 20, o * 2, "update_postimage", 1000 + o) for o in range(0, 300, 11)],
+                 [(c, f"n{c}", "update_postimage", 2000 + c) for c in range(0, 20, 3)]]
+    counts = _runs(spark, tmp_path, FK_JOIN.format(emit=emit), ["orders", "customers"],
+                   [[(orders, orders_schema, "orders"), (customers, customers_schema, "customers")],
+                    [(increment[0], orders_schema, "orders"), (increment[1], customers_schema, "customers")]])
+    assert counts[1] <= BUDGET, counts

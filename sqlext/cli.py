@@ -27,88 +27,219 @@ from sqlext.errors import SqlextError, spark_error_summary
 from sqlext.statements import Statement, split_statements
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sqlext", description="Kafka Streams table semantics for Spark SQL")
-    parser.add_argument("--version", action="version", version=f"sqlext {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+EXAMPLES = """\
+examples:
+  sqlext run sql_examples/changelog_filter.sql     run a file's statements, print each result
+  sqlext sql -e "SELECT 1 AS x"                    run statements from the command line
+  sqlext sql                                       an interactive spark-sql style prompt
+  sqlext explain sql_examples/self_join.sql        the SQL Spark runs instead, and why
+  sqlext build tests/models --warehouse /tmp/wh    build a folder of dbt-style models
+  sqlext stream q.sql --source accounts=DIR --checkpoint CP --output OUT
+                                                   one incremental run over STREAM(accounts)
+  sqlext bench fk --help                           one benchmark's options
 
-    run = commands.add_parser("run", help="run SQL files statement by statement, printing results")
-    run.add_argument("files", nargs="+", type=Path)
-    run.add_argument("--limit", type=int, default=200, help="rows to print per result (default 200)")
+Each command's own --help lists its options and examples."""
 
-    sql = commands.add_parser("sql", help="a spark-sql style shell: a prompt, -e SQL or -f FILE")
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps descriptions, keeps the examples' line breaks, and shows each option's default
+    where it has one worth showing (not None, False or an empty list)."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _command(commands, name: str, summary: str, description: str, examples: str):
+    """A subcommand with a one-line summary (in ``sqlext --help``), a description and examples."""
+    return commands.add_parser(name, help=summary, description=description, epilog=f"examples:\n{examples}",
+                               formatter_class=_HelpFormatter)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sqlext", formatter_class=_HelpFormatter, epilog=EXAMPLES,
+        description="Spark SQL with FK_JOIN and CHANGELOG_FILTER over change feeds, self-join rewrites and "
+                    "fast WITH RECURSIVE, batch or incremental. Every statement is rewritten by sqlext, then "
+                    "run on an embedded local Spark.")
+    parser.add_argument("--version", action="version", version=f"sqlext {_version()}",
+                        help="print the installed version and exit")
+    commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND",
+                                     help="'sqlext COMMAND --help' shows a command's options and examples")
+
+    run = _command(commands, "run", "run SQL files statement by statement, printing results",
+                   "Run every statement of each file, rewritten by sqlext, and print each result as a table. "
+                   "The run stops at the first failing statement (FILE:LINE:COLUMN: [ERROR_CLASS] message).",
+                   "  sqlext run sql_examples/fk_join.sql\n  sqlext run setup.sql query.sql --limit 20")
+    run.add_argument("files", nargs="+", type=Path, metavar="FILE.sql", help="SQL files; ';' ends a statement")
+    run.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
+
+    sql = _command(commands, "sql", "a spark-sql style shell: a prompt, -e SQL or -f FILE",
+                   "A shell in the manner of spark-sql whose statements sqlext rewrites. Without -e or -f it "
+                   "prompts; ';' ends a statement; exit; or Ctrl-D leaves; Ctrl-C cancels the running statement.",
+                   '  sqlext sql\n  sqlext sql -e "SELECT 1 AS x"\n  sqlext sql -S -f sql_examples/changelog_filter.sql')
     from sqlext.shell import add_arguments
 
     add_arguments(sql)
 
-    explain = commands.add_parser("explain", help="show each statement before and after rewriting")
-    explain.add_argument("file", type=Path)
+    explain = _command(commands, "explain", "show each statement before and after rewriting",
+                       "For each statement of the file: the SQL as written, the SQL Spark runs instead, what "
+                       "each rule did (or why it did not fire), and Spark's plans as topologies.",
+                       "  sqlext explain sql_examples/self_join.sql\n  sqlext explain --no-spark query.sql")
+    explain.add_argument("file", type=Path, metavar="FILE.sql", help="the SQL file to explain")
     explain.add_argument("--no-spark", action="store_true",
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
 
-    build = commands.add_parser("build", help="build a folder of dbt-style models in dependency order")
-    build.add_argument("models", type=Path, help="a folder of *.sql models (or a dbt project with models/)")
+    build = _command(commands, "build", "build a folder of dbt-style models in dependency order",
+                     "Build models in dependency order. A dbt project (a folder with dbt_project.yml) runs "
+                     "through dbt and the sqlext adapter; any other folder through sqlext's own small runner "
+                     "(one SELECT per *.sql file, ref('name') between them).",
+                     "  sqlext build tests/models --warehouse /tmp/sqlext-warehouse\n"
+                     "  sqlext build my_dbt_project --select orders+ --vars day=2024-05-01")
+    build.add_argument("models", type=Path, metavar="MODELS_DIR",
+                       help="a folder of *.sql models, or a dbt project")
     build.add_argument("--warehouse", type=Path, default=Path("spark-warehouse"),
-                       help="where table models are written as Parquet (default ./spark-warehouse)")
+                       help="where table models are written as Parquet")
     build.add_argument("--select", action="append", default=[],
                        help="name, name+ (and its dependents), +name (and its ancestors); repeatable")
-    build.add_argument("--vars", action="append", default=[], help="KEY=VALUE for var('KEY'); repeatable")
-    build.add_argument("--progress-every", type=float, default=10.0,
-                       help="seconds between 'still running' lines for a long model (default 10; 0: off)")
+    build.add_argument("--vars", action="append", default=[], metavar="KEY=VALUE",
+                       help="a value for var('KEY'); repeatable")
+    build.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                       help="seconds between 'still running' lines for a long model (0: off)")
 
-    stream = commands.add_parser("stream", help="run a statement over STREAM(...) incrementally")
-    stream.add_argument("file", type=Path, help="a file holding one statement that reads STREAM(name)")
-    stream.add_argument("--checkpoint", required=True, help="the query's progress and state (keep it between runs)")
-    stream.add_argument("--output", required=True, help="the folder the output rows are appended to")
+    stream = _command(commands, "stream", "run a statement over STREAM(...) incrementally",
+                      "Run one statement that reads STREAM(name) as an incremental run: each run processes "
+                      "only the change files that arrived since the last one and appends its rows to --output "
+                      "(emit => 'final': replaces the table there). The checkpoint keeps the progress and the "
+                      "state between runs.",
+                      "  sqlext stream filter.sql --source accounts=/data/changes \\\n"
+                      "      --checkpoint /data/cp/filter --output /data/filtered\n"
+                      "  sqlext stream filter.sql --source accounts=/data/changes --checkpoint CP --output OUT "
+                      "--every '10 seconds'")
+    stream.add_argument("file", type=Path, metavar="FILE.sql", help="a file holding one statement that reads STREAM(name)")
+    stream.add_argument("--checkpoint", required=True, metavar="DIR",
+                        help="the query's progress and state (keep it between runs)")
+    stream.add_argument("--output", required=True, metavar="DIR", help="the folder the output rows are written to")
     stream.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
                         help="read STREAM(NAME) from the change files in DIR; repeatable")
     stream.add_argument("--source-schema", action="append", default=[], metavar="NAME=COLUMNS",
                         help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
                              "the folder holds a file; repeatable")
-    stream.add_argument("--source-format", default="parquet", help="format of the change files (default parquet)")
-    stream.add_argument("--output-format", default="parquet", help="format of the output files (default parquet)")
+    stream.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
+    stream.add_argument("--output-format", default="parquet", metavar="FORMAT", help="format of the output files")
     stream.add_argument("--engine", choices=["tables", "state_store"], default="tables",
-                        help="where the state lives: snapshot tables (default) or Spark's state store")
+                        help="where the state lives: Parquet tables in the checkpoint, or Spark's state store")
     how = stream.add_mutually_exclusive_group()
     how.add_argument("--available-now", action="store_true",
-                     help="process what arrived since the last run, then stop (the default)")
+                     help="process what arrived since the last run, then stop (what happens without --every)")
     how.add_argument("--every", metavar="INTERVAL", help="keep running, one micro-batch every INTERVAL ('10 seconds')")
 
-    bench = commands.add_parser("bench", help="benchmarks against the native Spark formulation")
-    bench.add_argument("what", choices=["filter", "fk", "selfjoin", "scale", "recursion", "incremental"])
-    bench.add_argument("--rows", type=int, default=1_000_000, help="filter: input changes; selfjoin: events")
-    bench.add_argument("--left", type=int, default=1_000_000, help="fk: number of left (order) changes")
-    bench.add_argument("--right", type=int, default=100_000, help="fk: number of right (customer) changes")
-    bench.add_argument("--runs", type=int, default=3, help="timed runs per side (median reported)")
-    bench.add_argument("--native-runs", type=int, default=None,
-                       help="selfjoin: timed runs of the original queries (default: --runs)")
-    bench.add_argument("--sizes", default="100000,1000000,10000000",
-                       help="scale: comma-separated input sizes (default 10^5, 10^6, 10^7)")
-    bench.add_argument("--plot", type=Path, default=None, help="scale: write the chart (SVG) here")
-    bench.add_argument("--native-limit", type=float, default=900.0,
-                       help="selfjoin: cancel a native run after this many seconds (default 900)")
-    bench.add_argument("--nodes", type=int, default=1_000_000, help="recursion: forest nodes (the DAG has nodes/5)")
-    bench.add_argument("--depth", type=int, default=1_000, help="recursion: chain depth")
-    bench.add_argument("--native-chain-runs", type=int, default=1,
-                       help="recursion: native runs on the chain (each costs a job per level)")
-    bench.add_argument("--forest-only", action="store_true",
-                       help="recursion: only the forest, sqlext alone, with the driver's peak memory")
-    bench.add_argument("--levels-only", type=int, default=None, metavar="N",
-                       help="recursion: only the level path's cost per level, over N levels, against native")
-    bench.add_argument("--keys", type=int, default=None,
-                       help="incremental: accounts in the history (default rows/8; fix it to grow the history alone)")
-    bench.add_argument("--percent", type=float, default=1.0, help="incremental: increment size, %% of the history")
-    bench.add_argument("--function", choices=["filter", "fk", "recursion", "moves"], default="filter",
-                       help="incremental: CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), "
-                            "WITH RECURSIVE over a forest growing new leaves (--nodes), or over a forest "
-                            "whose nodes move to new parents (moves)")
-    bench.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
-                       help="incremental: where the state lives (FK_JOIN and recursion: tables only)")
-    bench.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
-                       help="recursion --forest-only: force the recursion's path (default auto)")
-    bench.add_argument("--floor", action="store_true",
-                       help="recursion --forest-only: also time one pointer-jumping round (the forest joined with itself)")
+    _add_bench(commands)
+    return parser
 
+
+def _add_bench(commands) -> None:
+    """``sqlext bench NAME``: one subcommand per benchmark, each with only its own options."""
+    bench = _command(commands, "bench", "benchmarks against the native Spark formulation",
+                     "Each benchmark runs sqlext and the hand-written native Spark SQL of the same result in one "
+                     "session, checks that both give the same rows, and reports median times and their ratio. "
+                     "'sqlext bench NAME --help' lists one benchmark's options.",
+                     "  sqlext bench filter --rows 10000000 --runs 5\n"
+                     "  sqlext bench fk --left 5000000 --right 500000 --runs 5\n"
+                     "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3")
+    benchmarks = bench.add_subparsers(title="benchmarks", dest="what", required=True, metavar="BENCHMARK",
+                                      help="'sqlext bench BENCHMARK --help' shows its options")
+
+    def runs(parser, default: int = 3) -> None:
+        parser.add_argument("--runs", type=int, default=default, metavar="N",
+                            help="timed runs per side (the median is reported)")
+
+    filter_ = _command(benchmarks, "filter", "CHANGELOG_FILTER against the hand-written LAG/CASE query",
+                       "CHANGELOG_FILTER emit => 'changes' over generated account changes, against the "
+                       "hand-written native query of the same change feed.",
+                       "  sqlext bench filter --rows 10000000 --runs 5")
+    filter_.add_argument("--rows", type=int, metavar="N", default=1_000_000, help="input changes")
+    runs(filter_)
+
+    fk = _command(benchmarks, "fk", "FK_JOIN changes against the snapshot join of the final tables",
+                  "FK_JOIN emit => 'changes' over generated orders and customers (Zipf-like foreign keys), "
+                  "against the plain join of the two final tables; first checks emit => 'final' against it.",
+                  "  sqlext bench fk --left 5000000 --right 500000 --runs 5")
+    fk.add_argument("--left", type=int, metavar="N", default=1_000_000, help="left (order) changes")
+    fk.add_argument("--right", type=int, metavar="N", default=100_000, help="right (customer) changes")
+    runs(fk)
+
+    selfjoin = _command(benchmarks, "selfjoin", "self-join queries as written against their rewrites",
+                        "A band self-join (uniform keys, then one hot key) and a running total written as a "
+                        "triangular self-join: the queries as written (Spark joins) against sqlext's rewrites.",
+                        "  sqlext bench selfjoin --rows 1000000 --runs 3 --native-limit 120")
+    selfjoin.add_argument("--rows", type=int, metavar="N", default=1_000_000, help="events")
+    runs(selfjoin)
+    selfjoin.add_argument("--native-runs", type=int, metavar="N", default=None,
+                          help="timed runs of the queries as written (default: --runs)")
+    selfjoin.add_argument("--native-limit", type=float, default=900.0, metavar="SECONDS",
+                          help="cancel a run of a query as written after this many seconds")
+
+    scale = _command(benchmarks, "scale", "each function at growing sizes: time and memory",
+                     "Each function on inputs of growing size, one run each after a warm-up, with the resident "
+                     "memory of the Python driver and of the JVM.",
+                     "  sqlext bench scale --sizes 100000,1000000,10000000 --runs 1 --plot docs/scale.svg")
+    scale.add_argument("--sizes", default="100000,1000000,10000000", help="comma-separated input sizes")
+    runs(scale)
+    scale.add_argument("--plot", type=Path, default=None, metavar="FILE.svg", help="write the chart (SVG) here")
+
+    recursion = _command(benchmarks, "recursion", "WITH RECURSIVE against Spark's native recursion",
+                         "WITH RECURSIVE through sqlext against the same text on Spark's native recursion: a "
+                         "chain, all ancestors in a random forest, and a bill of materials over a DAG.",
+                         "  sqlext bench recursion --nodes 1000000 --depth 1000 --runs 3\n"
+                         "  sqlext bench recursion --forest-only --nodes 10000000 --path jump --runs 1 --floor\n"
+                         "  sqlext bench recursion --levels-only 300")
+    recursion.add_argument("--nodes", type=int, metavar="N", default=1_000_000, help="forest nodes (the DAG has nodes/5)")
+    recursion.add_argument("--depth", type=int, metavar="N", default=1_000, help="chain depth")
+    runs(recursion)
+    recursion.add_argument("--native-chain-runs", type=int, metavar="N", default=1,
+                           help="native runs on the chain (each costs a Spark job per level)")
+    recursion.add_argument("--forest-only", action="store_true",
+                           help="only the forest, sqlext alone, with the driver's peak memory")
+    recursion.add_argument("--path", choices=["auto", "walk", "jump", "levels"], default="auto",
+                           help="with --forest-only: force the recursion's path")
+    recursion.add_argument("--floor", action="store_true",
+                           help="with --forest-only: also time one pointer-jumping round (the forest joined with itself)")
+    recursion.add_argument("--levels-only", type=int, default=None, metavar="N",
+                           help="only the level path's cost per level, over N levels, against native")
+
+    incremental = _command(benchmarks, "incremental", "an incremental run of new changes against the batch recompute",
+                           "A history lands and a first incremental run processes it; then, per timed run, an "
+                           "increment lands, one incremental run processes it, and the batch query recomputes "
+                           "everything. Both outputs are checked against each other.",
+                           "  sqlext bench incremental --rows 10000000 --runs 3 --engine tables\n"
+                           "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
+                           "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3")
+    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves"], default="filter",
+                             help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
+                                  "over a forest growing new leaves (--nodes), or over a forest whose nodes move "
+                                  "to new parents (moves)")
+    incremental.add_argument("--rows", type=int, metavar="N", default=1_000_000, help="filter: changes in the history")
+    incremental.add_argument("--keys", type=int, metavar="N", default=None,
+                             help="filter: accounts in the history (default rows/8; fix it to grow the history alone)")
+    incremental.add_argument("--left", type=int, metavar="N", default=1_000_000, help="fk: left (order) changes in the history")
+    incremental.add_argument("--right", type=int, metavar="N", default=100_000, help="fk: right (customer) changes in the history")
+    incremental.add_argument("--nodes", type=int, metavar="N", default=1_000_000, help="recursion, moves: forest nodes")
+    incremental.add_argument("--percent", type=float, default=1.0, help="increment size, %% of the history")
+    runs(incremental)
+    incremental.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
+                             help="where the state lives (FK_JOIN and recursion: tables only)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args.files, args.limit)
@@ -118,53 +249,58 @@ def main(argv: list[str] | None = None) -> int:
         return shell_main(args)
     if args.command == "explain":
         return _explain(args.file, args.no_spark)
-    if args.command == "bench" and args.what == "scale":
-        from sqlext.bench.scale import bench_scale
-        from sqlext.session import local_session
-
-        bench_scale(local_session("sqlext-bench"), [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
-        return 0
     if args.command == "stream":
         return _stream(args)
     if args.command == "build":
         from sqlext.models import main as build_main
 
         return build_main(args)
-    if args.command == "bench" and args.what == "incremental":
+    if args.command == "bench":
+        return _bench(args)
+    return 2
+
+
+def _bench(args) -> int:
+    from sqlext.session import local_session
+
+    spark = local_session("sqlext-bench")
+    if args.what == "filter":
+        from sqlext.bench.changes import bench_filter
+
+        bench_filter(spark, args.rows, args.runs)
+    elif args.what == "fk":
+        from sqlext.bench.changes import bench_fk
+
+        bench_fk(spark, args.left, args.right, args.runs)
+    elif args.what == "selfjoin":
+        from sqlext.bench.selfjoin import bench_selfjoin
+
+        bench_selfjoin(spark, args.rows, args.runs, args.native_runs, args.native_limit)
+    elif args.what == "scale":
+        from sqlext.bench.scale import bench_scale
+
+        bench_scale(spark, [int(s) for s in args.sizes.split(",")], args.runs, args.plot)
+    elif args.what == "incremental":
         from sqlext.bench.incremental import bench_incremental
-        from sqlext.session import local_session
 
         engines = ("tables", "state_store") if args.engine == "both" else (args.engine,)
-        bench_incremental(local_session("sqlext-bench"), rows=args.rows, runs=args.runs, percent=args.percent,
-                          keys=args.keys, engines=engines, function=args.function, left=args.left,
-                          right=args.right, nodes=args.nodes)
-        return 0
-    if args.command == "bench" and args.what == "recursion" and args.levels_only:
+        bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
+                          engines=engines, function=args.function, left=args.left, right=args.right,
+                          nodes=args.nodes)
+    elif args.levels_only:
         from sqlext.bench.recursion import bench_levels
-        from sqlext.session import local_session
 
-        bench_levels(local_session("sqlext-bench"), levels=args.levels_only, runs=args.runs)
-        return 0
-    if args.command == "bench" and args.what == "recursion" and args.forest_only:
+        bench_levels(spark, levels=args.levels_only, runs=args.runs)
+    elif args.forest_only:
         from sqlext.bench.recursion import bench_forest
-        from sqlext.session import local_session
 
-        bench_forest(local_session("sqlext-bench"), nodes=args.nodes, runs=args.runs, path=args.path,
-                     floor=args.floor)
-        return 0
-    if args.command == "bench" and args.what == "recursion":
+        bench_forest(spark, nodes=args.nodes, runs=args.runs, path=args.path, floor=args.floor)
+    else:
         from sqlext.bench.recursion import bench_recursion
-        from sqlext.session import local_session
 
-        bench_recursion(local_session("sqlext-bench"), nodes=args.nodes, depth=args.depth, runs=args.runs,
+        bench_recursion(spark, nodes=args.nodes, depth=args.depth, runs=args.runs,
                         native_chain_runs=args.native_chain_runs)
-        return 0
-    if args.command == "bench":
-        from sqlext.bench import run_benchmark
-
-        return run_benchmark(args.what, rows=args.rows, runs=args.runs, left=args.left, right=args.right,
-                             native_runs=args.native_runs, native_limit=args.native_limit)
-    return 2
+    return 0
 
 
 def _version() -> str:

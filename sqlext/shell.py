@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("-f", dest="file", metavar="FILE", type=Path, help="run the statements of FILE and exit")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, applied after sqlext's defaults; repeatable")
-    parser.add_argument("--master", default=None,
-                        help="the Spark master URL (default local[2], the embedded local Spark)")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="the Spark master URL (default: local[2], the embedded local Spark)")
     parser.add_argument("-S", "--silent", action="store_true", help="do not print the time each statement took")
-    parser.add_argument("--limit", type=int, default=200, help="rows to print per result (default 200)")
+    parser.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
 
 
 def main(args: argparse.Namespace) -> int:

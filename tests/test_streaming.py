@@ -337,18 +337,6 @@ def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):
     assert current.spark.read.parquet(str(current.output)).count() == 1
 
 
-def test_the_readme_example_runs_as_pasted(spark, capsys):
-    """The Python block of the README's section on incremental runs, as written."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Incremental runs", 1)[1].split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict = {}
-    exec(compile(code, "README.md (incremental runs)", "exec"), namespace)
-    rows = sorted(tuple(r) for r in spark.read.parquet(namespace["demo"] + "/out").collect())
-    assert rows == [(1, 10, "delete", 2), (1, 10, "insert", 1), (2, 7, "insert", 2)]
-    shutil.rmtree(namespace["demo"], ignore_errors=True)
-
-
 def _layers(current) -> list[str]:
     return sorted(p.name for p in (current.checkpoint / "sqlext-state" / "rows").iterdir())
 

@@ -9,22 +9,3 @@ their ratio.
     sqlext bench scale --sizes 100000,1000000 --runs 1    (scale.py)
     sqlext bench incremental --rows 10000000 --runs 3     (incremental.py)
 """
-
-from __future__ import annotations
-
-
-def run_benchmark(what: str, rows: int, runs: int, left: int = 0, right: int = 0,
-                  native_runs: int | None = None, native_limit: float = 900.0) -> int:
-    from sqlext.bench.changes import bench_filter, bench_fk
-    from sqlext.session import local_session
-
-    spark = local_session("sqlext-bench")
-    if what == "filter":
-        bench_filter(spark, rows, runs)
-    elif what == "fk":
-        bench_fk(spark, left, right, runs)
-    elif what == "selfjoin":
-        from sqlext.bench.selfjoin import bench_selfjoin
-
-        bench_selfjoin(spark, rows, runs, native_runs, native_limit)
-    return 0

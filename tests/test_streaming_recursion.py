@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlext
+from feeds import computed_on
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import batch_form, run_available_now
@@ -44,6 +45,7 @@ class Edges:
         self.spark, self.root = spark, root
         self.source, self.output, self.checkpoint = root / "edges", root / "out", root / "checkpoint"
         self.all: list[tuple] = []
+        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
 
     def add(self, edges):
         if edges:
@@ -52,8 +54,9 @@ class Edges:
             self.all += edges
 
     def run(self, sql):
-        run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                          sources={"edges": str(self.source)})
+        with computed_on(self.spark, self.path):
+            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
+                              sources={"edges": str(self.source)})
 
     def written(self):
         if not any(self.output.glob("*.parquet")):
@@ -95,11 +98,13 @@ graphs = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, m
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(graph=graphs, cuts=st.lists(st.integers(1, 12), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]))
-def test_increments_concatenate_to_the_batch_recursion(spark, edges, graph, cuts, sql):
+@given(graph=graphs, cuts=st.lists(st.integers(1, 12), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]),
+       path=st.sampled_from(["driver", "spark"]))
+def test_increments_concatenate_to_the_batch_recursion(spark, edges, graph, cuts, sql, path):
     """Cycles, self-loops, duplicate edges, edges that reach nothing yet: any split gives the
     batch rows (each row once: the result's rows are distinct)."""
     current = edges()
+    current.path = path
     for increment in _cut(graph, cuts):
         current.add(increment)
         current.run(sql)
@@ -387,12 +392,15 @@ def die(batch_id):
         assert os.getpgrp() == os.getpid(), "not in a session of its own"
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
-point, call, write_statement = sys.argv[1], TableStateRecursion.__call__, TableStateRecursion.write_statement
+point, call = sys.argv[1], TableStateRecursion.__call__
 if point == "before the output":
-    def write_statement_then_die(self, spark, forwarded, batch_id, *args, **kwargs):
-        die(batch_id)
-        write_statement(self, spark, forwarded, batch_id, *args, **kwargs)
-    TableStateRecursion.write_statement = write_statement_then_die
+    def dying(write):
+        def write_then_die(self, spark, rows, batch_id, *args, **kwargs):
+            die(batch_id)
+            write(self, spark, rows, batch_id, *args, **kwargs)
+        return write_then_die
+    TableStateRecursion.write_statement = dying(TableStateRecursion.write_statement)
+    TableStateRecursion.write_rows = dying(TableStateRecursion.write_rows)
 else:
     def call_then_die(self, batch, batch_id):
         call(self, batch, batch_id)
@@ -426,19 +434,24 @@ def _stream_in_a_child(current, *python_args):
 
 
 def _state_and_output(current):
-    """Each state folder's and the output's rows, each with the kind (``batch`` or ``base``)
-    and batch of the file holding it, as multisets."""
+    """Each state's layers (``base-N``, ``delta-N``) with their rows, and the output's rows with
+    the kind (``batch`` or ``base``) and batch of the file holding each, as multisets."""
     state = current.checkpoint / "sqlext-state"
-    return {name: _by_batch(current.spark, folder)
-            for name, folder in (("result", state / "result"), ("edges", state / "edges"),
-                                 ("changes", state / "changes"), ("output", current.output))}
+    files = {name: _layers(current.spark, state / name) for name in ("result", "edges")}
+    files["output"] = _by_batch(current.spark, current.output)
+    return files
+
+
+def _layers(spark, folder: Path) -> dict:
+    return {layer.name: multiset([r.asDict() for r in spark.read.parquet(str(layer)).collect()])
+            for layer in sorted(folder.glob("*-*")) if layer.is_dir() and layer.name.split("-")[0] in ("base", "delta")}
 
 
 def _assert_same_files(current, unkilled) -> None:
-    """The output, then each state folder, holds per file kind and batch the rows of the run
-    that was never killed (the output: each of its rows once)."""
+    """The output, then each state, holds per file kind and batch (per layer) the rows of the
+    run that was never killed (the output: each of its rows once)."""
     files = _state_and_output(current)
-    for name in ("output", "result", "edges", "changes"):
+    for name in ("output", "result", "edges"):
         assert files[name] == unkilled["files"][name], name
 
 
@@ -505,10 +518,9 @@ def _kill_mid_batch(current, folder: Path, pattern: str, settle: float) -> None:
     assert not (current.checkpoint / "commits" / "1").exists()  # killed inside the batch
 
 
-def _kill_around_output(current, point: str, written: dict[str, str]) -> None:
-    """Run ``sqlext stream`` in a child that SIGKILLs itself at ``point`` of micro-batch 1;
-    by then the batch has written a ``written[folder]`` file (``batch`` or ``base``) in each
-    state folder named, its output only after the output, and no commit."""
+def _kill_around_output(current, point: str) -> None:
+    """Run ``sqlext stream`` in a child that SIGKILLs itself at ``point`` of micro-batch 1:
+    before its output (and its state, written after it), or after both, before the commit."""
     import signal
 
     child = _stream_in_a_child(current, "-c", KILLING_CLI, point)
@@ -518,9 +530,11 @@ def _kill_around_output(current, point: str, written: dict[str, str]) -> None:
         _kill_group(child)
     assert child.returncode == -signal.SIGKILL, "the run was not killed where the test meant to"
     assert not (current.checkpoint / "commits" / "1").exists()
-    for state, kind in written.items():
-        assert any((current.checkpoint / "sqlext-state" / state).glob(f"{kind}-0000000001-*")), (state, kind)
-    assert any(current.output.glob("batch-0000000001-*")) == (point == "after the output")
+    after = point == "after the output"
+    for state in ("result", "edges"):
+        layers = [p.name for p in (current.checkpoint / "sqlext-state" / state).glob("*-1")]
+        assert bool(layers) == after, (state, layers)
+    assert any(current.output.glob("batch-0000000001-*")) == after
 
 
 def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
@@ -538,12 +552,12 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
 
 @pytest.mark.parametrize("point", ["before the output", "after the output"])
 def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, point):
-    """SIGKILL ``sqlext stream`` at a set point of micro-batch 1: with the batch's state written
-    and no output yet, or with its output written and no commit. The next run redoes the
+    """SIGKILL ``sqlext stream`` at a set point of micro-batch 1: before its output (and its
+    state, written after it), or with both written and no commit. The next run redoes the
     batch: every row of the batch recursion exactly once in the output, and the state and
     each batch's output files are those of a run that was never killed."""
     current = _first_run(edges, ARRIVALS)
-    _kill_around_output(current, point, {"result": "batch", "edges": "batch"})
+    _kill_around_output(current, point)
     current.run(PAIRS)
     assert current.written() == unkilled["batch"]
     _assert_same_files(current, unkilled)
@@ -551,12 +565,12 @@ def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, 
 
 def test_a_run_over_changed_edges_killed_mid_batch_is_redone_exactly_once(changed_edges, unkilled_changes):
     """Edges moved and deleted: SIGKILL ``sqlext stream`` as soon as its micro-batch 1 (delete
-    and re-derive) has written its new base of the rows found (its edge counts, changes and
-    output come after it). The next run redoes the batch: its inserts and deletes, applied in
-    order, leave the batch recursion over the edges present; the output holds each row of an
-    unkilled run's output once, and the state folders hold the files of an unkilled run."""
+    and re-derive) has written its output (its state comes after it). The next run redoes the
+    batch: its inserts and deletes, applied in order, leave the batch recursion over the edges
+    present; the output holds each row of an unkilled run's output once, and the states hold
+    the layers of an unkilled run."""
     current = _first_run(changed_edges, CHANGES)
-    _kill_mid_batch(current, current.checkpoint / "sqlext-state" / "result", "base-0000000001-*", settle=0.0)
+    _kill_mid_batch(current, current.output, "batch-0000000001-*", settle=0.0)
     current.run(PAIRS)
     assert (current.checkpoint / "commits" / "1").exists()
     assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
@@ -567,13 +581,12 @@ def test_a_run_over_changed_edges_killed_mid_batch_is_redone_exactly_once(change
 def test_a_run_over_changed_edges_killed_around_its_output_is_redone_exactly_once(changed_edges, unkilled_changes,
                                                                                   point):
     """Edges moved and deleted: SIGKILL ``sqlext stream`` at a set point of micro-batch 1,
-    with its new bases of the rows found and of the edge counts and its changes written, and
-    no output yet, or its output written and no commit. The next run redoes the batch: its
-    inserts and deletes, applied in order, leave the batch recursion over the edges present;
-    the output holds each row of an unkilled run's output once, and the state folders hold
-    the files of an unkilled run."""
+    before its output and its state are written, or after both and before the commit. The next
+    run redoes the batch: its inserts and deletes, applied in order, leave the batch recursion
+    over the edges present; the output holds each row of an unkilled run's output once, and
+    the states hold the layers of an unkilled run."""
     current = _first_run(changed_edges, CHANGES)
-    _kill_around_output(current, point, {"result": "base", "edges": "base", "changes": "batch"})
+    _kill_around_output(current, point)
     current.run(PAIRS)
     assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
     _assert_same_files(current, unkilled_changes)

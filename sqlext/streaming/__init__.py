@@ -66,7 +66,7 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
                           allowed=", ".join(repr(e) for e in ENGINES))
     tree = one_statement(sql)
     claim(checkpoint, output, purpose_of(tree), start_over)
-    sources = Sources(spark, sources, source_format, schemas)
+    sources = Sources(spark, sources, source_format, schemas, checkpoint)
     if engine == "tables":
         if output is None:
             raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="engine 'tables' without an output folder",
@@ -195,7 +195,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
         check_source_columns(checkpoint, to_sql(shape.stream.this), source.schema)
-        return source, TableStateRecursion(shape, checkpoint, output, output_format)
+        return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema)
     _refuse_recursion(tree)
     _refuse_shape(filters, joins, streams)
     placeholder = f"__sx_result_{next(_views)}"

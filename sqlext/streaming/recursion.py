@@ -35,6 +35,7 @@ own, so a replayed batch writes the same rows and state again.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
@@ -43,11 +44,14 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.run import TableStateRun, forget_batch_files, read_batch_files, write_batch_files
+from sqlext.streaming.run import STEPS, TableStateRun, on_driver, step
+from sqlext.streaming.state import KeyedState, exclude
 
 FUNCTION = "sqlext stream"
 # an edge's count in the state (inserts less deletes), and before the batch
 COUNT, BEFORE = "__sx_n", "__sx_before"
+# whether a row of the recursion is found (a row no longer reached is kept as not found)
+FOUND = "__sx_found"
 # rows to take away from what was found are matched against it by broadcasting them, up to this many
 BROADCAST_ROWS = 2_000_000
 
@@ -155,21 +159,40 @@ class RecursionShape:
 
 
 class TableStateRecursion(TableStateRun):
-    """The ``foreachBatch`` function of one incremental recursion."""
+    """The ``foreachBatch`` function of one incremental recursion.
 
-    def __init__(self, shape: RecursionShape, checkpoint: str, output: str, output_format: str):
+    The state is two :class:`~sqlext.streaming.state.KeyedState`, each keyed by whole rows:
+    the edges (each with its count: inserts less deletes) and the rows found so far (each with
+    whether it is still found, so that a row no longer reached is a delta, not a rewrite)."""
+
+    def __init__(self, shape: RecursionShape, checkpoint: str, output: str, output_format: str, spark, edge_schema):
         super().__init__(None, shape.main, shape.name, checkpoint, output, output_format, FUNCTION, ())
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
         self.shape = shape
-        self.edges_folder, self.result_folder = self.state / "edges", self.state / "result"
-        self.changes_folder = self.state / "changes"
+        self.edge_columns = [f.name for f in edge_schema.fields if f.name not in (CHANGE_TYPE, DEFAULT_ORDER_BY)]
+        fields = {f.name: f for f in edge_schema.fields}
+        self.edges = KeyedState(self.state / "edges", self.edge_columns)
+        self.edges.record_schema(StructType([fields[c] for c in self.edge_columns]
+                                            + [StructField(COUNT, LongType(), True)]))
+        self.row_schema = _row_schema(spark, shape, StructType([fields[c] for c in self.edge_columns]))
+        self.columns = self.row_schema.names
+        self.found = KeyedState(self.state / "result", self.columns)
+        self.found.record_schema(StructType(list(self.row_schema.fields) + [StructField(FOUND, BooleanType(), True)]))
+        self.walk_plan = _walk_plan(spark, shape, self.row_schema, StructType([fields[c] for c in self.edge_columns]))
 
     def __call__(self, batch, batch_id: int) -> None:
         self._views: list[str] = []
+        STEPS.clear()
         try:
             if CHANGE_TYPE in batch.columns:
-                self._changes(batch, batch_id)
+                with step("spark"):
+                    self._changes(batch, batch_id)
+            elif self.walk_plan is not None and on_driver(batch):
+                self._arrivals_on_driver(batch, batch_id)
             else:
-                self._arrivals(batch, batch_id)
+                with step("spark"):
+                    self._arrivals(batch, batch_id)
         finally:
             for name in self._views:
                 batch.sparkSession.catalog.dropTempView(name)
@@ -180,20 +203,102 @@ class TableStateRecursion(TableStateRun):
         self._views.append(name)
         return name
 
+    # -- the state, read
+
+    def _found_frame(self, spark, view):
+        """The rows found so far (before this batch) as a Spark frame; None when none."""
+        from pyspark.sql import functions as F
+
+        if view.empty:
+            return None
+        return view.frame(spark).where(F.col(FOUND)).select(*[F.col(quote(c)) for c in self.columns])
+
+    def _edges_frame(self, spark, view):
+        """The edges present before this batch, each with its count, as a Spark frame; None when none."""
+        from pyspark.sql import functions as F
+
+        return None if view.empty else view.frame(spark).where(F.col(COUNT) > 0)
+
+    # -- edges that only arrive, on the driver
+
+    def _arrivals_on_driver(self, batch, batch_id: int) -> None:
+        """Edges that only arrive, over Arrow data: the seeds (the anchor over the new edges,
+        and the rows found so far that a new edge meets, taken one step), then the graph walk
+        from them over all edges, less what was found before."""
+        from sqlext.udfs.recursive_expand import EdgeIndex
+        from sqlext.udfs.recursive_expand import step as walk_step
+        from sqlext.udfs.recursive_expand import walk
+
+        spark, plan = batch.sparkSession, self.walk_plan
+        edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
+        with step("collect the increment"):
+            new_edges = batch.select(*[quote(c) for c in self.edge_columns]).toArrow()
+            new_edges = _distinct(new_edges)
+            anchor = self._cast(pa.concat_tables([_anchor_rows(spark, self, batch)]))
+        with step("look up the state"):
+            old_edges = edges_view.rows().select(self.edge_columns).cast(new_edges.schema) \
+                if not edges_view.empty else new_edges.slice(0, 0)
+            every_edge = _distinct(pa.concat_tables([old_edges, new_edges]))
+            met = self._found_rows(found_view, plan.key_r, new_edges[plan.key_e])
+        with step("walk"):
+            stepped = walk_step(met, EdgeIndex.build(new_edges, plan.key_e), plan) if met.num_rows else None
+            seeds = _distinct(pa.concat_tables([anchor] + ([self._cast(stepped)] if stepped is not None else [])))
+            seeds = self._minus_found(found_view, seeds)
+            levels = list(walk(seeds, EdgeIndex.build(every_edge, plan.key_e), plan)) if seeds.num_rows else []
+            new = self._minus_found(found_view, _distinct(pa.concat_tables([self._cast(t) for t in levels]))) \
+                if levels else seeds
+        with step("write the output"):
+            self.write_rows(spark, new, batch_id)
+        with step("write the state"):
+            self.found.write(found_view, new.append_column(FOUND, pa.array([True] * new.num_rows, pa.bool_())),
+                             batch_id)
+            fresh = _exclude_rows(new_edges, old_edges, self.edge_columns)
+            self.edges.write(edges_view, fresh.append_column(COUNT, pa.array([1] * fresh.num_rows, pa.int64())),
+                             batch_id)
+
+    def _cast(self, table: pa.Table) -> pa.Table:
+        """Rows under the recursion's column names and Arrow types."""
+        schema = self.found.arrow_schema
+        return pa.table([c.cast(schema.field(i).type) for i, c in enumerate(table.columns)],
+                        names=self.columns)
+
+    def _found_rows(self, view, column: str, values) -> pa.Table:
+        """The rows found so far whose ``column`` is among ``values`` (Arrow)."""
+        import pyarrow.compute as pc
+
+        if view.empty:
+            return self.found.arrow_schema.empty_table().select(self.columns)
+        rows = view.rows(column=column, values=pc.unique(values.combine_chunks() if hasattr(values, "combine_chunks")
+                                                         else values))
+        return rows.filter(pc.fill_null(rows[FOUND], False)).select(self.columns)
+
+    def _minus_found(self, view, rows: pa.Table) -> pa.Table:
+        """``rows`` less the rows found so far (matched whole; looked up by the first column)."""
+        if view.empty or rows.num_rows == 0:
+            return rows
+        found = self._found_rows(view, self.columns[0], rows[self.columns[0]])
+        return _exclude_rows(rows, found, self.columns)
+
+    # -- edges that only arrive, in Spark
+
     def _arrivals(self, batch, batch_id: int) -> None:
         """Edges that only arrive: the batch's new rows of the recursion, and its edges, are
-        appended to the state."""
+        added to the state."""
+        from pyspark.sql import functions as F
+
         spark = batch.sparkSession
-        old = read_batch_files(spark, self.edges_folder, batch_id, batch.schema)
-        all_edges = batch if old is None else old.unionByName(batch)
-        found = read_batch_files(spark, self.result_folder, batch_id)
-        new = self._reached(spark, batch, all_edges, found)
+        edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
+        new_edges = batch.select(*[F.col(quote(c)) for c in self.edge_columns]).distinct().localCheckpoint()
+        old = self._edges_frame(spark, edges_view)
+        old_edges = None if old is None else old.select(*[F.col(quote(c)) for c in self.edge_columns])
+        all_edges = new_edges if old_edges is None else old_edges.unionByName(new_edges)
+        found = self._found_frame(spark, found_view)
+        new = self._reached(spark, new_edges, all_edges, found)
         if new is not None:
-            write_batch_files(new, self.result_folder, batch_id, "parquet")
-        write_batch_files(batch, self.edges_folder, batch_id, "parquet")
-        written = read_batch_files(spark, self.result_folder, batch_id, only=True)
-        if written is not None:
-            self.write_statement(spark, written, batch_id)
+            self.write_statement(spark, new, batch_id)
+            self.found.write(found_view, new.withColumn(FOUND, F.lit(True)), batch_id)
+        fresh = new_edges if old_edges is None else _match(new_edges, old_edges, "left_anti")
+        self.edges.write(edges_view, fresh.withColumn(COUNT, F.lit(1).cast("bigint")), batch_id)
 
     def _reached(self, spark, new_edges, all_edges, found, extra_seeds=()):
         """The rows of the recursion over ``all_edges`` that are not in ``found`` (the
@@ -214,16 +319,14 @@ class TableStateRecursion(TableStateRun):
             return None
         return _minus(self._recursion(spark, seeds, seeds.columns, all_view), found)
 
-    def _rows(self, parts, found):
-        """Frames of the recursion's rows under its column names and types (those of the rows
-        found so far, else of the first frame), as one frame."""
+    def _rows(self, parts, found=None):
+        """Frames of the recursion's rows under its column names and types, as one frame."""
         from pyspark.sql import functions as F
 
-        names = self.shape.columns or parts[0].columns
-        types = [f.dataType for f in (found if found is not None else parts[0]).schema.fields]
         rows = None
         for part in parts:
-            part = part.toDF(*names).select(*[F.col(quote(n)).cast(t) for n, t in zip(names, types)])
+            part = part.toDF(*self.columns).select(
+                *[F.col(quote(f.name)).cast(f.dataType) for f in self.row_schema.fields])
             rows = part if rows is None else rows.unionByName(part)
         return rows
 
@@ -237,12 +340,13 @@ class TableStateRecursion(TableStateRun):
         so far that some derivation through a removed edge reaches (found by a recursion from
         those edges over the old edges), keeps those of them that the remaining rows and
         present edges still derive, and adds what the added edges reach. Only what the removed
-        edges reach is recomputed; the rows found so far are rewritten as a new base."""
+        edges reach is recomputed, and the state changes by those rows alone: the rows no longer
+        found are written as such into the delta, the rows found so far are not rewritten."""
         from pyspark.sql import functions as F
 
         spark = batch.sparkSession
         order = [c for c in batch.columns if c == DEFAULT_ORDER_BY]
-        columns = [c for c in batch.columns if c not in (CHANGE_TYPE, DEFAULT_ORDER_BY)]
+        columns = self.edge_columns
         unknown = ~F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) | F.col(CHANGE_TYPE).isNull()
         summary = batch.agg(F.max(F.col(DEFAULT_ORDER_BY) if order else F.lit(None)), F.max(unknown)).first()
         version = summary[0]
@@ -251,7 +355,8 @@ class TableStateRecursion(TableStateRun):
         sign = F.when(F.col(CHANGE_TYPE).isin(*SETS_VALUE), F.lit(1)).otherwise(F.lit(-1))
         net = batch.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(sign).cast("bigint").alias(COUNT)) \
             .where(F.col(COUNT) != 0).localCheckpoint()
-        old = read_batch_files(spark, self.edges_folder, batch_id, net.schema)
+        edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
+        old = None if edges_view.empty else edges_view.frame(spark)
         touched = net.withColumn(BEFORE, F.lit(0).cast("bigint"))
         if old is not None:
             picked = F.broadcast(net.select(*[F.col(quote(c)) for c in columns]))
@@ -261,52 +366,39 @@ class TableStateRecursion(TableStateRun):
             .agg(F.sum(BEFORE).alias(BEFORE), F.sum(COUNT).alias(COUNT)).localCheckpoint()
         after = F.col(BEFORE) + F.col(COUNT)
         goes = (F.col(BEFORE) > 0) & (after <= 0)
-        absent, lowered, any_removed = touched.agg(F.min(after) < 0, F.min(COUNT) < 0, F.max(goes)).first()
+        absent, any_removed = touched.agg(F.min(after) < 0, F.max(goes)).first()
         if absent:
             _refuse_absent(touched.where(after < 0).first(), BEFORE, self.shape)
         added = touched.where((F.col(BEFORE) <= 0) & (after > 0)).select(*[F.col(quote(c)) for c in columns])
         removed = touched.where(goes).select(*[F.col(quote(c)) for c in columns])
-        if lowered:  # counts fall: the present edges are recounted into a new base
-            counts = net if old is None else old.unionByName(net)
-            counts = counts.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(COUNT).alias(COUNT)) \
-                .where(F.col(COUNT) > 0).localCheckpoint()
-            present = counts
-        else:
-            present = net if old is None else old.unionByName(net)
-        edges_now = present.select(*[F.col(quote(c)) for c in columns])
-        found = read_batch_files(spark, self.result_folder, batch_id)
+        counts = touched.select(*[F.col(quote(c)) for c in columns], after.alias(COUNT))  # the touched edges' totals
+        now = counts if old is None else _match(old, counts.select(*[F.col(quote(c)) for c in columns]),
+                                                "left_anti").unionByName(counts)
+        edges_now = now.where(F.col(COUNT) > 0).select(*[F.col(quote(c)) for c in columns])
+        found = self._found_frame(spark, found_view)
         if found is None or not any_removed:
-            new = self._reached(spark, added, edges_now, found)
-            gone = None
-            if new is not None:
-                write_batch_files(new, self.result_folder, batch_id, "parquet")
+            new, gone = self._reached(spark, added, edges_now, found), None
         else:
-            edges_before = old.select(*[F.col(quote(c)) for c in columns])
-            gone, new, everything = self._rederive(spark, found, removed, added, edges_before, edges_now)
-            write_batch_files(everything, self.result_folder, batch_id, "parquet", kind="base")
-        if lowered:
-            write_batch_files(counts, self.edges_folder, batch_id, "parquet", kind="base")
-        else:
-            write_batch_files(net, self.edges_folder, batch_id, "parquet")
-        output = []
+            edges_before = old.where(F.col(COUNT) > 0).select(*[F.col(quote(c)) for c in columns])
+            gone, new = self._rederive(spark, found, removed, added, edges_before, edges_now)
+        output, delta = [], []
         if gone is not None:
             output.append(gone.withColumn(CHANGE_TYPE, F.lit(DELETE)))
+            delta.append(gone.withColumn(FOUND, F.lit(False)))
         if new is not None:
             output.append(new.withColumn(CHANGE_TYPE, F.lit(INSERT)))
+            delta.append(new.withColumn(FOUND, F.lit(True)))
         if output:
             rows = output[0] if len(output) == 1 else output[0].unionByName(output[1])
             if order:
                 rows = rows.withColumn(DEFAULT_ORDER_BY, F.lit(version).cast(batch.schema[DEFAULT_ORDER_BY].dataType))
-            write_batch_files(rows, self.changes_folder, batch_id, "parquet")
-        forget_batch_files(self.edges_folder, batch_id)
-        forget_batch_files(self.result_folder, batch_id)
-        written = read_batch_files(spark, self.changes_folder, batch_id, only=True)
-        if written is not None:
-            self.write_statement(spark, written, batch_id, carry=(CHANGE_TYPE, *order))
+            self.write_statement(spark, rows, batch_id, carry=(CHANGE_TYPE, *order))
+            self.found.write(found_view, delta[0] if len(delta) == 1 else delta[0].unionByName(delta[1]), batch_id)
+        self.edges.write(edges_view, counts, batch_id)
 
     def _rederive(self, spark, found, removed, added, edges_before, edges_now):
-        """Delete and re-derive: ``(gone, inserted, after)``: the rows no longer reached, the
-        rows newly reached (None when none), and every row reached after the batch."""
+        """Delete and re-derive: ``(gone, inserted)``: the rows no longer reached, and the rows
+        newly reached (None when none)."""
         shape = self.shape
         # every row a derivation through a removed edge reaches: the anchor over those edges
         # and the rows found so far met by one, then the recursion from them over the old edges
@@ -329,9 +421,9 @@ class TableStateRecursion(TableStateRun):
         again = _match(self._rows([anchor, step], found), suspects, "left_semi")
         reached = self._reached(spark, added, edges_now, kept, extra_seeds=[again])
         if reached is None:
-            return suspects, None, kept
+            return suspects, None
         inserted = _without(reached, suspects)
-        return _without(suspects, reached), (None if inserted.isEmpty() else inserted), kept.unionByName(reached)
+        return _without(suspects, reached), (None if inserted.isEmpty() else inserted)
 
     def _near(self, kept, edges, suspects):
         """``kept`` and ``edges`` narrowed to the rows that can produce a suspect: where the
@@ -371,6 +463,65 @@ class TableStateRecursion(TableStateRun):
         statement = exp.select("*").from_(exp.Table(this=exp.to_identifier(shape.name)))
         statement.set("with_", exp.With(expressions=[cte], recursive=True))
         return run_statement(spark, to_sql(statement))
+
+
+def _row_schema(spark, shape: RecursionShape, edges):
+    """The recursion's columns and types: the anchor's (the step's rows are cast to them), read
+    from Spark's analysis of the anchor over the stream's columns (nothing runs)."""
+    from pyspark.sql.types import StructField, StructType
+
+    view = f"__sx_rec_schema_{id(shape)}"
+    spark.createDataFrame([], edges).createOrReplaceTempView(view)
+    try:
+        anchor = run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).schema
+    finally:
+        spark.catalog.dropTempView(view)
+    names = shape.columns or anchor.names
+    return StructType([StructField(name, field.dataType, True) for name, field in zip(names, anchor.fields)])
+
+
+def _walk_plan(spark, shape: RecursionShape, rows, edges):
+    """The step compiled for the graph walk over Arrow data (the batch recursion's walk path),
+    or None where the step is not a walk (it then runs in Spark)."""
+    from sqlext.catalog.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF, RecursiveSpec
+    from sqlext.udfs.recursive_plan import _NoWalk, compile_walk
+
+    view = f"__sx_rec_edges_{id(shape)}"
+    spark.createDataFrame([], edges).createOrReplaceTempView(view)
+    try:
+        spec = RecursiveSpec(name=shape.name, columns=rows.names, anchor_sql="",
+                             step_sql=to_sql(_over(shape.step, shape.name, view)), distinct=True, max_level=10_000,
+                             row_limit=int(spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT))))
+        plan, source, _ = compile_walk(spark, spec, spark.createDataFrame([], rows), lambda sql: sql)
+    except (_NoWalk, SqlextError):
+        return None
+    finally:
+        spark.catalog.dropTempView(view)
+    if source is None:  # a step that reads the recursion alone: nothing to walk over edges
+        return None
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    plan.types = [to_arrow_type(f.dataType) for f in rows.fields]
+    return plan
+
+
+def _anchor_rows(spark, run: TableStateRecursion, batch) -> pa.Table:
+    """The anchor over the batch's edges (a constant anchor as it is), as Arrow data."""
+    shape = run.shape
+    view = run._view(batch, "new_edges")
+    return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    """The table's distinct rows."""
+    if table.num_rows < 2:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
+
+
+def _exclude_rows(rows: pa.Table, taken: pa.Table, columns) -> pa.Table:
+    """The rows of ``rows`` equal (NULL equal to NULL) to no row of ``taken``."""
+    return exclude(rows, taken.select(list(columns)).cast(rows.select(list(columns)).schema), list(columns))
 
 
 def _refuse_absent(edge, before: str, shape: RecursionShape) -> None:

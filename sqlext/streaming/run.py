@@ -31,7 +31,7 @@ STEPS: dict[str, float] = {}
 
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
-DRIVER_BYTES = 64 * 1024 * 1024
+DRIVER_BYTES = 8 * 1024 * 1024
 _views = itertools.count(1)
 
 

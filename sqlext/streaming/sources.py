@@ -38,8 +38,9 @@ class Sources:
     other name is a streaming view or a table."""
 
     def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
-                 schemas: Mapping[str, str] | None = None):
+                 schemas: Mapping[str, str] | None = None, checkpoint: str | None = None):
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
+        self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
         unknown = sorted(set(self.schemas) - set(self.folders))
         if unknown:
@@ -86,7 +87,19 @@ class Sources:
         return schema
 
     def _found(self, name: str, folder: str, missing_ok: bool = False):
-        """The columns of the folder's files (every file's: a changed file is noticed)."""
+        """The columns of the folder's files (every file's: a changed file is noticed). Parquet
+        files already read by an earlier run of the checkpoint are not read again: only the
+        footers of new files are compared with the columns recorded then."""
+        known = _FileColumns(self.checkpoint, name, folder) if self.file_format == "parquet" and self.checkpoint \
+            else None
+        if known is not None and known.unchanged():
+            return known.schema
+        schema = self._inferred(name, folder, missing_ok)
+        if known is not None and schema is not None:
+            known.record(schema)
+        return schema
+
+    def _inferred(self, name: str, folder: str, missing_ok: bool):
         reader = self.spark.read.format(self.file_format)
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
@@ -108,3 +121,80 @@ class Sources:
 
 def _columns(columns) -> str:
     return ", ".join(f"{name} {kind}" for name, kind in columns)
+
+
+class _FileColumns:
+    """What an earlier run of a checkpoint learned of a Parquet folder's columns: Spark's schema,
+    the files' own (Arrow) schema, and the files it read them from (in
+    ``<checkpoint>/sqlext-source-files.json``). A later run reads the footers of new files only."""
+
+    def __init__(self, checkpoint: str, name: str, folder: str):
+        self.path, self.name, self.folder = Path(checkpoint) / "sqlext-source-files.json", name, Path(folder)
+        self.schema = None
+
+    def _files(self) -> list[Path] | None:
+        """The folder's data files; None where it holds folders (partitions), left to Spark."""
+        if not self.folder.is_dir():
+            return None
+        files = []
+        for entry in self.folder.iterdir():
+            if entry.name.startswith((".", "_")):
+                continue
+            if entry.is_dir():
+                return None
+            files.append(entry)
+        return sorted(files)
+
+    def _recorded(self) -> dict:
+        import json
+
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def unchanged(self) -> bool:
+        """Whether the recorded columns still hold: every file not read before has the same
+        footer schema as those that were."""
+        import pyarrow.parquet as pq
+        from pyspark.sql.types import StructType
+
+        record = self._recorded().get(self.name)
+        files = self._files()
+        if record is None or not files:
+            return False
+        seen = set(record["files"])
+        try:
+            for file in files:
+                if file.name not in seen and _footer(pq.read_schema(file)) != record["footer"]:
+                    return False
+        except Exception:  # noqa: BLE001 - not a Parquet file Arrow can read: Spark decides
+            return False
+        self.schema = StructType.fromJson(record["spark"])
+        self.record(self.schema, files)
+        return True
+
+    def record(self, schema, files: list[Path] | None = None) -> None:
+        import json
+        import os
+
+        import pyarrow.parquet as pq
+
+        files = self._files() if files is None else files
+        if not files:
+            return
+        try:
+            footer = _footer(pq.read_schema(files[0]))
+        except Exception:  # noqa: BLE001 - nothing to record: Spark reads every file next time
+            return
+        records = self._recorded()
+        records[self.name] = {"spark": schema.jsonValue(), "footer": footer, "files": [f.name for f in files]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name("." + self.path.name + ".tmp")
+        temporary.write_text(json.dumps(records))
+        os.replace(temporary, self.path)
+
+
+def _footer(schema) -> str:
+    """A Parquet file's columns as Arrow reads them (names, types, nullability)."""
+    return str(schema.remove_metadata())

@@ -125,8 +125,10 @@ class KeyedState:
             self._put("delta", batch_id, delta)
 
     def _write_frame(self, view: "StateView", changed, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
         spark = changed.sparkSession
-        changed = changed.select(*[quote(c) for c in self.schema.names])
+        changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in self.schema.fields])
         if view.base is None:
             self._put_frame("base", batch_id, changed)
             return
@@ -294,7 +296,8 @@ def _match(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns,
     row = pa.array(range(table.num_rows), pa.int64())
     chosen = mine.append_column("__sx_row", row).join(theirs.group_by(names).aggregate([]), keys=names,
                                                       join_type=how)
-    return table.take(pc.sort_indices(chosen["__sx_row"]))
+    kept = chosen["__sx_row"]
+    return table.take(kept.take(pc.sort_indices(kept)))
 
 
 def _encoded(table: pa.Table, columns: Sequence[str]) -> pa.Table:

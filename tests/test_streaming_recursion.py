@@ -250,12 +250,14 @@ def edge_changes(draw):
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(changes=edge_changes(), cuts=st.lists(st.integers(1, 20), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]))
-def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_edges, changes, cuts, sql):
+@given(changes=edge_changes(), cuts=st.lists(st.integers(1, 20), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]),
+       path=st.sampled_from(["driver", "spark"]))
+def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_edges, changes, cuts, sql, path):
     """Edges inserted, deleted and moved, cut into runs anywhere: after each run, the output's
     inserts and deletes applied in order leave exactly the batch recursion over the edges
     present then."""
     current = changed_edges()
+    current.path = path
     for increment in _cut(changes, cuts):
         current.change(increment)
         current.run(sql)
@@ -287,24 +289,29 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
     assert current.applied() == current.batch(PAIRS)
 
 
-def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, monkeypatch):
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, monkeypatch, path):
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
-    re-derives nodes 49 and 50 only, never the whole result."""
+    re-derives nodes 49 and 50 only, never the whole result (on the driver: the rows marked;
+    in Spark: the rows the one recursion reaches)."""
     from sqlext.streaming.recursion import TableStateRecursion
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
     current = changed_edges()
+    current.path = path
     current.change([(i, i + 1, "insert", 1) for i in range(50)])
     current.run(from_zero)
-    sizes, recursion = [], TableStateRecursion._recursion
+    sizes = []
+    counted_method = "_suspects" if path == "driver" else "_recursion"
+    measured = getattr(TableStateRecursion, counted_method)
 
     def counted(self, *args):
-        rows = recursion(self, *args)
-        sizes.append(rows.count())
+        rows = measured(self, *args)
+        sizes.append(rows.num_rows if path == "driver" else rows.count())
         return rows
 
-    monkeypatch.setattr(TableStateRecursion, "_recursion", counted)
+    monkeypatch.setattr(TableStateRecursion, counted_method, counted)
     current.change([(48, 49, "delete", 2)])
     current.run(from_zero)
     assert sizes == [2]  # the rows the deleted edge reached: 49 and 50; nothing re-derives them

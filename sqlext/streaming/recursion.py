@@ -130,6 +130,18 @@ class RecursionShape:
                 from_edges.append((i, column.name))
         return from_recursion, from_edges
 
+    def anchor_copied(self) -> list[tuple[int, str]]:
+        """The anchor's output columns that copy a column of the edge as it is."""
+        if self.constant_anchor or any(isinstance(e, exp.Star) or isinstance(e, exp.Column) and
+                                       isinstance(e.this, exp.Star) for e in self.anchor.expressions):
+            return []
+        copied = []
+        for i, expression in enumerate(self.anchor.expressions):
+            column = expression.this if isinstance(expression, exp.Alias) else expression
+            if isinstance(column, exp.Column):
+                copied.append((i, column.name))
+        return copied
+
     def _tables(self, query: exp.Expression) -> list[exp.Table]:
         return [t for t in query.find_all(exp.Table)]
 
@@ -185,7 +197,9 @@ class TableStateRecursion(TableStateRun):
         self._views: list[str] = []
         STEPS.clear()
         try:
-            if CHANGE_TYPE in batch.columns:
+            if CHANGE_TYPE in batch.columns and self.walk_plan is not None and on_driver(batch):
+                self._changes_on_driver(batch, batch_id)
+            elif CHANGE_TYPE in batch.columns:
                 with step("spark"):
                     self._changes(batch, batch_id)
             elif self.walk_plan is not None and on_driver(batch):
@@ -268,8 +282,11 @@ class TableStateRecursion(TableStateRun):
 
         if view.empty:
             return self.found.arrow_schema.empty_table().select(self.columns)
-        rows = view.rows(column=column, values=pc.unique(values.combine_chunks() if hasattr(values, "combine_chunks")
-                                                         else values))
+        if column is None:  # every row found
+            rows = view.rows()
+        else:
+            rows = view.rows(column=column, values=pc.unique(values.combine_chunks()
+                                                             if hasattr(values, "combine_chunks") else values))
         return rows.filter(pc.fill_null(rows[FOUND], False)).select(self.columns)
 
     def _minus_found(self, view, rows: pa.Table) -> pa.Table:
@@ -278,6 +295,140 @@ class TableStateRecursion(TableStateRun):
             return rows
         found = self._found_rows(view, self.columns[0], rows[self.columns[0]])
         return _exclude_rows(rows, found, self.columns)
+
+    # -- a change feed of edges, on the driver
+
+    def _changes_on_driver(self, batch, batch_id: int) -> None:
+        """Edges inserted and deleted, over Arrow data: the counts of the touched edges, then
+        delete and re-derive (see :meth:`_changes`), each recursion a graph walk. Only the
+        rows the removed and added edges reach are read from the state: the rows found so far
+        are looked up by column, never read whole."""
+        import pyarrow.compute as pc
+
+        from sqlext.udfs.recursive_expand import EdgeIndex
+        from sqlext.udfs.recursive_expand import step as walk_step
+        from sqlext.udfs.recursive_expand import walk
+
+        spark, plan, columns = batch.sparkSession, self.walk_plan, self.edge_columns
+        edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
+        with step("collect the increment"):
+            rows = batch.toArrow()
+            version = pc.max(rows[DEFAULT_ORDER_BY]).as_py() if DEFAULT_ORDER_BY in rows.column_names else None
+            kinds = rows[CHANGE_TYPE]
+            unknown = pc.invert(pc.fill_null(pc.is_in(kinds, value_set=pa.array(list(CHANGE_TYPES))), False))
+            if pc.any(unknown).as_py():
+                bad = rows.filter(unknown).slice(0, 1).to_pylist()[0]
+                edge = ", ".join(f"{k}={v!r}" for k, v in bad.items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
+                raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
+            sign = pc.if_else(pc.is_in(kinds, value_set=pa.array(list(SETS_VALUE))), 1, -1).cast(pa.int64())
+            net = rows.select(columns).append_column(COUNT, sign).group_by(columns, use_threads=False) \
+                .aggregate([(COUNT, "sum")]).rename_columns(columns + [COUNT])
+            net = net.filter(pc.not_equal(net[COUNT], 0))
+        with step("look up the state"):
+            every = edges_view.rows().select(columns + [COUNT]) if not edges_view.empty \
+                else self.edges.arrow_schema.empty_table()
+            net = net.cast(pa.schema([every.schema.field(c) for c in columns] + [pa.field(COUNT, pa.int64())]))
+            before = _counts_of(net, every, columns)
+            after = pc.add(before, net[COUNT])
+            if pc.any(pc.less(after, 0)).as_py():
+                first = pc.index(pc.less(after, 0), True).as_py()
+                bad = net.slice(first, 1).to_pylist()[0]
+                raise SqlextError("DELETE_OF_ABSENT_ROW", function=FUNCTION, name=to_sql(self.shape.stream.this),
+                                  row="(" + ", ".join(f"{k}={bad[k]!r}" for k in columns) + ")",
+                                  excess=-after[first].as_py())
+            counts = net.select(columns).append_column(COUNT, after)
+            added = net.filter(pc.and_(pc.less_equal(before, 0), pc.greater(after, 0))).select(columns)
+            removed = net.filter(pc.and_(pc.greater(before, 0), pc.less_equal(after, 0))).select(columns)
+            present = every.filter(pc.greater(every[COUNT], 0)).select(columns)
+            edges_now = pa.concat_tables([_exclude_rows(present, removed, columns), added])
+        with step("walk"):
+            index_now = EdgeIndex.build(edges_now, plan.key_e)
+            gone = self.found.arrow_schema.empty_table().select(self.columns)
+            if removed.num_rows and not found_view.empty:
+                suspects = self._suspects(spark, found_view, removed, EdgeIndex.build(present, plan.key_e))
+                again = self._still_derived(spark, found_view, suspects, edges_now)
+                gone = suspects
+            else:
+                suspects, again = gone, gone
+            seeds = [again, self._cast(_anchor_over(spark, self, added))]
+            if added.num_rows and not found_view.empty:
+                met = _exclude_rows(self._found_rows(found_view, plan.key_r, added[plan.key_e]), suspects, self.columns)
+                if met.num_rows:
+                    seeds.append(self._cast(walk_step(met, EdgeIndex.build(added, plan.key_e), plan)))
+            seeds = self._minus_kept(found_view, _distinct(pa.concat_tables(seeds)), suspects)
+            levels = list(walk(seeds, index_now, plan)) if seeds.num_rows else []
+            reached = self._minus_kept(found_view, _distinct(pa.concat_tables([self._cast(t) for t in levels])),
+                                       suspects) if levels else seeds
+            inserted = _exclude_rows(reached, suspects, self.columns)
+            gone = _exclude_rows(gone, reached, self.columns)
+        with step("write the output"):
+            out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
+            if DEFAULT_ORDER_BY in rows.column_names:
+                out = out.append_column(DEFAULT_ORDER_BY, pa.array([version] * out.num_rows,
+                                                                     rows.schema.field(DEFAULT_ORDER_BY).type))
+            if out.num_rows:
+                self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, DEFAULT_ORDER_BY)
+                                                                  if c in out.column_names))
+        with step("write the state"):
+            if out.num_rows:
+                self.found.write(found_view, pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]),
+                                 batch_id)
+            self.edges.write(edges_view, counts, batch_id)
+
+    def _suspects(self, spark, found_view, removed: pa.Table, old_index) -> pa.Table:
+        """Every row found so far that some derivation through a removed edge reaches: the
+        anchor over those edges and the rows found met by one, taken one step, then the walk
+        from them over the edges before the batch."""
+        from sqlext.udfs.recursive_expand import EdgeIndex
+        from sqlext.udfs.recursive_expand import step as walk_step
+        from sqlext.udfs.recursive_expand import walk
+
+        plan = self.walk_plan
+        seeds = []
+        if not self.shape.constant_anchor:  # a constant anchor's rows need no edge
+            seeds.append(self._cast(_anchor_over(spark, self, removed)))
+        met = self._found_rows(found_view, plan.key_r, removed[plan.key_e])
+        if met.num_rows:
+            seeds.append(self._cast(walk_step(met, EdgeIndex.build(removed, plan.key_e), plan)))
+        seeds = _distinct(pa.concat_tables(seeds)) if seeds else self.found.arrow_schema.empty_table().select(self.columns)
+        if not seeds.num_rows:
+            return seeds
+        return _distinct(pa.concat_tables([self._cast(t) for t in walk(seeds, old_index, plan)]))
+
+    def _still_derived(self, spark, found_view, suspects: pa.Table, edges_now: pa.Table) -> pa.Table:
+        """The suspects that the anchor over the present edges, or one step from a row found
+        that is not a suspect, still derives. Where the anchor or the step copies a column as
+        it is, only the edges and rows holding a suspect's value there are read."""
+        from sqlext.udfs.recursive_expand import EdgeIndex
+        from sqlext.udfs.recursive_expand import step as walk_step
+
+        plan = self.walk_plan
+        derived = []
+        if not self.shape.constant_anchor:
+            near = _narrowed(edges_now, suspects, self.shape.anchor_copied(), self.columns)
+            derived.append(self._cast(_anchor_over(spark, self, near)))
+        from_recursion, from_edges = self.shape.copied()
+        if from_recursion:
+            i, column = from_recursion[0]
+            kept = self._found_rows(found_view, column, suspects[self.columns[i]])
+        else:
+            kept = self._found_rows(found_view, None, None)
+        kept = _narrowed(_exclude_rows(kept, suspects, self.columns), suspects, from_recursion, self.columns)
+        edges = _narrowed(edges_now, suspects, from_edges, self.columns)
+        if kept.num_rows and edges.num_rows:
+            derived.append(self._cast(walk_step(kept, EdgeIndex.build(edges, plan.key_e), plan)))
+        if not derived:
+            return suspects.slice(0, 0)
+        from sqlext.streaming.state import restrict
+
+        return _distinct(restrict(pa.concat_tables(derived), suspects, self.columns))
+
+    def _minus_kept(self, found_view, rows: pa.Table, suspects: pa.Table) -> pa.Table:
+        """``rows`` less the rows found so far that are not suspects."""
+        if found_view.empty or rows.num_rows == 0:
+            return rows
+        found = self._found_rows(found_view, self.columns[0], rows[self.columns[0]])
+        return _exclude_rows(rows, _exclude_rows(found, suspects, self.columns), self.columns)
 
     # -- edges that only arrive, in Spark
 
@@ -510,6 +661,49 @@ def _anchor_rows(spark, run: TableStateRecursion, batch) -> pa.Table:
     shape = run.shape
     view = run._view(batch, "new_edges")
     return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
+
+
+def _anchor_over(spark, run: "TableStateRecursion", edges: pa.Table) -> pa.Table:
+    """The anchor over some edges (Arrow data, through one Spark query); a constant anchor's
+    rows whatever the edges."""
+    shape = run.shape
+    if shape.constant_anchor:
+        return run_statement(spark, to_sql(shape.anchor)).toArrow()
+    if edges.num_rows == 0:
+        return run.found.arrow_schema.empty_table().select(run.columns)
+    view = run._view(spark.createDataFrame(edges), "anchor_edges")
+    return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
+
+
+def _counts_of(net: pa.Table, every: pa.Table, columns) -> pa.Array:
+    """Each edge of ``net``'s count in ``every`` (0 where it has none)."""
+    from sqlext.streaming.state import restrict
+
+    if every.num_rows == 0 or net.num_rows == 0:
+        return pa.array([0] * net.num_rows, pa.int64())
+    known = {tuple(r[c] for c in columns): r[COUNT] for r in restrict(every, net, list(columns)).to_pylist()}
+    return pa.array([known.get(tuple(r[c] for c in columns), 0) for r in net.select(list(columns)).to_pylist()],
+                    pa.int64())
+
+
+def _narrowed(rows: pa.Table, wanted: pa.Table, pairs, wanted_columns) -> pa.Table:
+    """``rows`` whose columns named in ``pairs`` ((position in ``wanted``, column of ``rows``))
+    hold the values of some row of ``wanted`` there; all of ``rows`` where no pair applies."""
+    from sqlext.streaming.state import restrict
+
+    present = {c.lower(): c for c in rows.column_names}
+    pairs = [(i, present[c.lower()]) for i, c in pairs if c.lower() in present]
+    if not pairs or rows.num_rows == 0:
+        return rows
+    keys = wanted.select([wanted_columns[i] for i, _ in pairs])
+    keys = pa.table([keys.column(j).cast(rows.schema.field(c).type) for j, (_, c) in enumerate(pairs)],
+                    names=[c for _, c in pairs])
+    return restrict(rows, keys, [c for _, c in pairs])
+
+
+def _with(rows: pa.Table, column: str, value) -> pa.Table:
+    return rows.append_column(column, pa.array([value] * rows.num_rows,
+                                               pa.bool_() if isinstance(value, bool) else pa.string()))
 
 
 def _distinct(table: pa.Table) -> pa.Table:

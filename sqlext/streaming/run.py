@@ -97,7 +97,7 @@ class TableStateRun:
         source = outer.args.get("from_") or outer.args.get("from")
         return source is not None and isinstance(source.this, exp.Table) and source.this.name == self.placeholder
 
-    def write_rows(self, spark, rows: pa.Table, batch_id: int, whole: bool = False) -> None:
+    def write_rows(self, spark, rows: pa.Table, batch_id: int, whole: bool = False, carry: tuple[str, ...] = ()) -> None:
         """The call's rows of this batch (Arrow data in the call's output columns) through the
         statement, as the batch's output files. Rows the statement passes on as they are, into
         Parquet, are written straight from the driver; anything else runs the statement in Spark."""
@@ -107,7 +107,7 @@ class TableStateRun:
             if whole:
                 forget_batch_files(self.output, batch_id + 1)
             return
-        self.write_statement(spark, spark.createDataFrame(rows), batch_id, whole=whole)
+        self.write_statement(spark, spark.createDataFrame(rows), batch_id, carry=carry, whole=whole)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = (),
                         whole: bool = False) -> None:

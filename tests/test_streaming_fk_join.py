@@ -192,13 +192,80 @@ def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, m
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
 
-def test_sequence_by_is_refused_incrementally():
-    from sqlext.catalog.fk_join import check_incremental, fk_join_spec
+SEQUENCED_LEFT = "id STRING, fk BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT"
+SEQUENCED_RIGHT = "rid BIGINT, name STRING, ts BIGINT, _change_type STRING, _commit_version BIGINT"
 
-    spec = fk_join_spec({"left_key": "id", "foreign_key": "fk", "right_key": "rid", "sequence_by": "ts"},
-                        ["id", "fk", "ts", "_commit_version"], ["rid", "name", "ts", "_commit_version"])
-    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\] FK_JOIN: sequence_by cannot run incrementally"):
-        check_incremental(spec)
+
+@st.composite
+def sequenced_events(draw):
+    """Changes of both inputs, one version each, whose ``ts`` runs out of order now and then
+    (a change older than its key's row is stale and ignored): inserts, updates, deletes."""
+    rows = {"left": [], "right": []}
+    current = {"left": {}, "right": {}}
+    for version in range(1, draw(st.integers(1, 16)) + 1):
+        side = draw(st.sampled_from(["left", "right"]))
+        key = draw(st.sampled_from(["a", "b", "c"]) if side == "left" else st.integers(1, 3))
+        ts = draw(st.integers(0, 12))
+        old = current[side].get(key)
+        value = None if old is not None and draw(st.integers(0, 3)) == 0 else \
+            draw(st.integers(1, 3)) if side == "left" else f"n{version}"
+        columns = ("fk" if side == "left" else "name")
+        key_column = "id" if side == "left" else "rid"
+        if value is None:
+            rows[side].append({key_column: key, columns: old, "ts": ts, "_change_type": "delete",
+                               "_commit_version": version})
+            current[side].pop(key)
+        elif old is None:
+            rows[side].append({key_column: key, columns: value, "ts": ts, "_change_type": "insert",
+                               "_commit_version": version})
+            current[side][key] = value
+        else:
+            rows[side].append({key_column: key, columns: old, "ts": ts, "_change_type": "update_preimage",
+                               "_commit_version": version})
+            rows[side].append({key_column: key, columns: value, "ts": ts, "_change_type": "update_postimage",
+                               "_commit_version": version})
+            current[side][key] = value
+    return rows
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=sequenced_events(), cuts=st.lists(st.integers(1, 16), max_size=3),
+       join_type=st.sampled_from(["inner", "left"]), emit=st.sampled_from(["changes", "records"]),
+       path=st.sampled_from(["driver", "spark"]))
+def test_sequence_by_increments_concatenate_to_the_batch_output(spark, tmp_path_factory, rows, cuts, join_type, emit,
+                                                                 path):
+    """Versioned inputs (KIP-914): a change older by ``ts`` than its key's latest applied one is
+    ignored, by the increments as by the batch function, wherever the runs are cut."""
+    import sqlext
+
+    root = tmp_path_factory.mktemp("sequenced")
+    sql = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+           "left_key => 'id', foreign_key => 'fk', right_key => 'rid', sequence_by => 'ts', "
+           f"join_type => '{join_type}', emit => '{emit}')")
+    schemas = {"orders": SEQUENCED_LEFT, "customers": SEQUENCED_RIGHT}
+    sides = {"orders": rows["left"], "customers": rows["right"]}
+    last = max(r["_commit_version"] for side in sides.values() for r in side)
+    bounds = sorted({min(c, last) for c in cuts} | {last})
+    out, done = [], 0
+    for bound in bounds:
+        for name, side in sides.items():
+            chosen = [r for r in side if done < r["_commit_version"] <= bound]
+            spark.createDataFrame(chosen, schemas[name]).coalesce(1).write.mode("append").parquet(str(root / name))
+        with computed_on(spark, path):
+            run_available_now(spark, sql, checkpoint=str(root / "cp"), output=str(root / "out"),
+                              sources={name: str(root / name) for name in sides})
+        done = bound
+    out = [r.asDict() for r in spark.read.parquet(str(root / "out")).collect()] \
+        if any((root / "out").glob("*.parquet")) else []
+    for name, side in sides.items():
+        spark.createDataFrame(side, schemas[name]).createOrReplaceTempView(name + "_all")
+    try:
+        batch = [r.asDict() for r in sqlext.sql(spark, sql.replace("STREAM(orders)", "orders_all")
+                                               .replace("STREAM(customers)", "customers_all")).collect()]
+    finally:
+        for name in sides:
+            spark.catalog.dropTempView(name + "_all")
+    assert multiset(out) == multiset(batch)
 
 
 def test_bench_incremental_fk_checks_rows_against_the_batch(spark, capsys):

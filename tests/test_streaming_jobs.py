@@ -56,3 +56,26 @@ def test_an_fk_join_run_stays_within_its_job_budget(spark, tmp_path, emit):
                    [[(orders, orders_schema, "orders"), (customers, customers_schema, "customers")],
                     [(increment[0], orders_schema, "orders"), (increment[1], customers_schema, "customers")]])
     assert counts[1] <= BUDGET, counts
+
+
+RECURSION = ("WITH RECURSIVE anc(node, ancestor, depth) AS (SELECT src, dst, 1 FROM STREAM(edges) UNION "
+             "SELECT a.node, f.dst, a.depth + 1 FROM anc AS a JOIN STREAM(edges) AS f ON a.ancestor = f.src) "
+             "SELECT * FROM anc")
+
+
+@pytest.mark.parametrize("feed", ["arrivals", "changes"])
+def test_a_recursion_run_stays_within_its_job_budget(spark, tmp_path, feed):
+    """A forest of 300 nodes; then 30 new leaves arrive, or (as a change feed) 30 nodes move
+    to another parent and 10 edges are deleted."""
+    tree = [(n, n // 4) for n in range(1, 300)]
+    if feed == "arrivals":
+        schema = "src BIGINT, dst BIGINT"
+        increments = [[(tree, schema, "edges")], [([(n, n // 9) for n in range(300, 330)], schema, "edges")]]
+    else:
+        schema = "src BIGINT, dst BIGINT, _change_type STRING, _commit_version BIGINT"
+        moves = [change for n in range(40, 70) for change in ((n, n // 4, "update_preimage", 2),
+                                                                (n, n // 5, "update_postimage", 2))]
+        increments = [[([(s, d, "insert", 1) for s, d in tree], schema, "edges")],
+                      [(moves + [(n, n // 4, "delete", 2) for n in range(290, 300)], schema, "edges")]]
+    counts = _runs(spark, tmp_path, RECURSION, ["edges"], increments)
+    assert counts[1] <= BUDGET, counts

@@ -106,17 +106,6 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 
 
-def check_incremental(spec: FkJoinSpec) -> None:
-    """What an incremental run supports (every emit mode, on the 'tables' engine, the only one
-    FK_JOIN runs on): no ``sequence_by``."""
-    if spec.left.sequence_by is not None:
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what="sequence_by",
-            reason="an incremental FK_JOIN needs every change above the highest ordering value of earlier runs, "
-                   "so it has no stale changes to drop",
-            fix="Leave sequence_by out of the streaming call, or run it as a batch query.")
-
-
 def check_foreign_key_type(spec: FkJoinSpec, fk_type: str | None, key_type: str | None) -> None:
     """The foreign key must compare with the right key without a lossy cast."""
     if fk_type is None or key_type is None:

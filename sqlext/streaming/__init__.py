@@ -27,7 +27,6 @@ from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
 from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
 from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
-from sqlext.catalog.fk_join import check_incremental as check_fk_join_incremental
 from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
@@ -224,7 +223,6 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         inputs[side] = sources.read(stream_call)
         check_source_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
     spec = fk_join_spec(call.literals, inputs["left"].columns, inputs["right"].columns)
-    check_fk_join_incremental(spec)
     call_node = table.copy()
     _replace(table, placeholder)
     from sqlext.streaming.fk_join import TableStateFkJoin, one_stream

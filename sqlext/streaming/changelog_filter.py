@@ -16,7 +16,7 @@ passes the predicate. A micro-batch:
 Small batches run on the driver over Arrow data with the function's reference logic
 (:mod:`sqlext.udfs.changelog_filter`); large ones in Spark, where each touched key's state row
 is put in front of its new changes as an insert and the batch function (the native rewrite)
-runs over that, the replayed inserts' own rows dropped. ``emit => 'final'`` rewrites the
+runs over that, the replayed rows' own output dropped. ``emit => 'final'`` rewrites the
 output as the whole filtered table (the state's passing rows).
 """
 
@@ -28,7 +28,7 @@ from sqlglot import exp
 from sqlext.catalog.arguments import quote
 
 from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, PASS_COLUMN, FilterSpec
-from sqlext.catalog.changes import CHANGE_TYPE, INSERT, PREIMAGE, SETS_VALUE, changes_by_key
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, PREIMAGE, SETS_VALUE, changes_by_key
 from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
 from sqlext.streaming.state import KeyedState
 
@@ -132,7 +132,7 @@ class TableStateFilter(TableStateRun):
                 touched = F.broadcast(changes.select(*[F.col(quote(k)) for k in keys]).distinct())
                 state = state.join(touched, key_match(state, touched, keys), "left_semi")
             old = state.localCheckpoint()
-            synthetic = as_inserts(old, shape, changes.columns)
+            synthetic = as_changes(old, shape, changes.columns)
             feed = synthetic.unionByName(self._in_order(changes, old)).localCheckpoint()
         with self.called(spark, {"input": feed}) as forwarded:
             if self.spec.emit == "final":
@@ -209,14 +209,17 @@ def present_column(shape):
     return present
 
 
-def as_inserts(state, shape, columns):
-    """The present rows of a state as changes that insert them at their own ordering value."""
+def as_changes(state, shape, columns):
+    """A state's rows as the changes that leave them, at their own ordering values: a present
+    row as an insert. With ``sequence_by``, an absent row is replayed too (as a delete, or the
+    tombstone an upsert log holds), so that a later change older than it is ignored as the
+    batch function ignores it."""
     from pyspark.sql import functions as F
 
-    present = state.where(F.col(PRESENT))
+    rows = state if shape.sequence_by is not None else state.where(F.col(PRESENT))
     if shape.has_change_type:
-        present = present.withColumn(CHANGE_TYPE, F.lit(INSERT))
-    return present.select(*[F.col(quote(c)) for c in columns])
+        rows = rows.withColumn(CHANGE_TYPE, F.when(F.col(PRESENT), F.lit(INSERT)).otherwise(F.lit(DELETE)))
+    return rows.select(*[F.col(quote(c)) for c in columns])
 
 
 def key_match(left, right, keys):

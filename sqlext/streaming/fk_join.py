@@ -11,7 +11,8 @@ right key. Each holds the key's last applied change, present or not. A micro-bat
    rows (old or new) point at and of the changed right keys: one probe of each state;
 2. replays the new changes over those rows in order (:mod:`sqlext.udfs.fk_join` on the
    driver for small batches; for large ones the batch function, the native rewrite, over those
-   rows as inserts and the new changes, the replayed inserts' own rows dropped);
+   rows as the changes that left them and the new changes, the replayed rows' own output
+   dropped);
 3. writes the statement's rows as the batch's output files (a replay replaces them), then the
    changed keys' last rows into the states and the highest ordering value processed.
 
@@ -32,7 +33,7 @@ from sqlglot import exp
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, late_change
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.streaming.changelog_filter import PRESENT, _present, as_inserts, key_match, present_column
+from sqlext.streaming.changelog_filter import PRESENT, _present, as_changes, key_match, present_column
 from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
 from sqlext.streaming.state import KeyedState
 
@@ -196,16 +197,21 @@ class TableStateFkJoin(TableStateRun):
             old_left, old_right = self._met_frames(spark, left_view, right_view, new_left, new_right)
             checked_left = self._in_order_frame(new_left, left_shape, highest, old_left)
             checked_right = self._in_order_frame(new_right, right_shape, highest, old_right)
-            feed_left = as_inserts(old_left, left_shape, left_columns) \
-                .unionByName(checked_left.select(*[quote(c) for c in left_columns])).localCheckpoint()
-            feed_right = as_inserts(old_right, right_shape, new_right.columns) \
-                .unionByName(checked_right).localCheckpoint()
-            left_last, right_last = checked_left, checked_right
+            # the met rows replayed in front of the new changes (the left ones with their foreign key)
+            left_last = as_changes(old_left, left_shape, new_left.columns).unionByName(checked_left).localCheckpoint()
+            right_last = as_changes(old_right, right_shape, new_right.columns).unionByName(checked_right) \
+                .localCheckpoint()
+            feed_left, feed_right = left_last.select(*[quote(c) for c in left_columns]), right_last
         if spec.emit != "final":
             with self.called(spark, {"left": feed_left, "right": feed_right}) as forwarded:
                 if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
                     forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
                 self.write_statement(spark, forwarded, batch_id)
+        changed_left = F.broadcast(new_left.select(*[quote(k) for k in left_shape.key]).distinct())
+        changed_right = F.broadcast(new_right.select(*[quote(k) for k in right_shape.key]).distinct())
+        left_last = left_last.join(changed_left, key_match(left_last, changed_left, list(left_shape.key)), "left_semi")
+        right_last = right_last.join(changed_right, key_match(right_last, changed_right, list(right_shape.key)),
+                                     "left_semi")
         self.left.write(left_view, _last_frame(left_last, left_shape, FOREIGN_KEY), batch_id)
         self.right.write(right_view, _last_frame(right_last, right_shape), batch_id)
         return max([v for v in newest if v is not None], default=None)

@@ -203,24 +203,113 @@ def message_text(error_class: str, function: str, **params) -> str:
 
 
 def find_in(exception: BaseException) -> SqlextError | None:
-    """Recover a sqlext error carried inside a Spark exception's text, if there is one."""
-    if isinstance(exception, SqlextError):
-        return exception
-    text = str(exception)
-    for line in text.splitlines():
-        start = line.find("[")
-        while start != -1:
-            match = _MESSAGE_START.match(line, start)
-            if match and match.group("cls") in MESSAGES:
-                message = line[start:]
-                # Spark appends its own context after our text; keep ours only.
-                message = re.split(r"\. SQLSTATE: |\s+SQLSTATE: |\n", message)[0]
-                message = message.rstrip()
-                if not message.endswith("."):
-                    message += "."
-                return SqlextSparkError(match.group("cls"), message, exception)
-            start = line.find("[", start + 1)
+    """The sqlext error an exception carries as its own message, if it carries one.
+
+    Only what was raised decides: a Spark ``raise_error`` (class USER_RAISED_EXCEPTION, the
+    text in its parameters), the exception a Python worker raised (the last line of its
+    traceback), or, through a wrapper (a failed job, a stopped stream), the error it was caused
+    by. The rest of an exception's text (the plan Spark prints, which holds the rewrite's own
+    ``raise_error`` literals) never does: an analysis error stays Spark's.
+
+    >>> class Worker(Exception): pass
+    >>> find_in(Worker("An exception was thrown from the Python worker:\\nTraceback (most recent "
+    ...                "call last):\\n  File \\"x.py\\", line 1\\nsqlext.errors.SqlextError: "
+    ...                "[NULL_ORDER_VALUE] FK_JOIN: a change of key id=1 has NULL ...")).error_class
+    'NULL_ORDER_VALUE'
+    >>> find_in(Worker("[UNRESOLVED_COLUMN] x; Project [raise_error('[AMBIGUOUS_ORDER] FK_JOIN: two ...')]")) is None
+    True
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exception]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, SqlextError):
+            return current
+        message = _own_message(current)
+        found = _parse(message, exception) if message is not None else None
+        if found is not None:
+            return found
+        pending.extend(_causes(current))
     return None
+
+
+# Spark's class for raise_error(...) in SQL; its text is the parameter errorMessage.
+_USER_RAISED = "USER_RAISED_EXCEPTION"
+# A Spark Connect error names the server's exception class first: "(org.apache...) ".
+_REASON_PREFIX = re.compile(r"^\([\w.$]+\) ")
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _own_message(exception: BaseException) -> str | None:
+    """The text an exception was raised with, without a plan or stack trace after it."""
+    condition, parameters = _condition(exception)
+    if condition == _USER_RAISED:
+        return parameters.get("errorMessage")
+    if condition is not None:
+        # a Python worker's error (PYTHON_EXCEPTION, a table function's analyze or eval)
+        # carries the worker's traceback as a parameter; any other class is Spark's own
+        tracebacks = [value for value in parameters.values() if _TRACEBACK in str(value)]
+        return _worker_message(tracebacks[0]) if tracebacks else None
+    java = getattr(exception, "java_exception", None)  # an unconverted Py4JJavaError
+    text = str(java.getMessage() or "") if java is not None else str(exception)
+    if _TRACEBACK in text:
+        return _worker_message(text)
+    return _REASON_PREFIX.sub("", text.strip()).split("\n", 1)[0]
+
+
+def _condition(exception: BaseException) -> tuple[str | None, dict]:
+    """A Spark error's class and message parameters (None, {} for any other exception)."""
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:  # pragma: no cover - sqlext always runs with PySpark
+        return None, {}
+    if not isinstance(exception, PySparkException):
+        return None, {}
+    try:
+        return exception.getCondition(), dict(exception.getMessageParameters() or {})
+    except Exception:  # noqa: BLE001 - a stopped JVM cannot tell; read the message instead
+        return None, {}
+
+
+def _worker_message(traceback: str) -> str | None:
+    """The message of the exception a Python traceback ends with (its last exception line)."""
+    lines = traceback.split(_TRACEBACK)[-1].splitlines()
+    for line in lines[1:] if len(lines) > 1 else lines:
+        if line and not line[0].isspace():
+            _, sep, message = line.partition(": ")
+            return message if sep else None
+    return None
+
+
+def _causes(exception: BaseException) -> list[BaseException | None]:
+    """What an exception wraps: PySpark's converted JVM cause, and Python's own chain."""
+    causes = [getattr(exception, "_cause", None), exception.__cause__]
+    java = getattr(exception, "java_exception", None)
+    if java is not None:
+        try:
+            from pyspark.errors.exceptions.captured import convert_exception
+
+            causes.append(convert_exception(java))
+        except Exception:  # noqa: BLE001 - no JVM to ask: nothing more to read
+            pass
+    return causes
+
+
+def _parse(message: str, exception: BaseException) -> SqlextError | None:
+    """A sqlext error if ``message`` starts as one ("[CLASS] FUNCTION: ...")."""
+    message = _REASON_PREFIX.sub("", message.strip())
+    message = re.sub(rf"^\[{_USER_RAISED}\] ", "", message)
+    match = _MESSAGE_START.match(message)
+    if not match or match.group("cls") not in MESSAGES:
+        return None
+    # Spark appends its own context after our text; keep ours only.
+    message = re.split(r"\. SQLSTATE: |\s+SQLSTATE: |\n", message)[0].rstrip()
+    if not message.endswith("."):
+        message += "."
+    return SqlextSparkError(match.group("cls"), message, exception)
 
 
 def spark_error_summary(exception: BaseException) -> str:

@@ -38,6 +38,12 @@ MESSAGES: dict[str, str] = {
         "{function}: {argument} => {value} is not a single SQL expression ({reason}). "
         "Pass one expression over the input's columns, such as {example}."
     ),
+    "ORDER_BY_TEXT": (
+        "{function}: the ordering column {order_by} of {side} has type {actual}, which sorts as text "
+        "('10' before '9'), so changes would be applied out of order. Cast it to a number or a timestamp "
+        "in the input (CAST({order_by} AS BIGINT) AS {order_by}), or name a numeric, DATE or TIMESTAMP "
+        "column with order_by => '...'."
+    ),
     "EXPRESSION_TYPE_MISMATCH": (
         "{function}: {argument} => {value} has type {actual}, but {expected} is needed. {fix}"
     ),
@@ -197,6 +203,22 @@ class SqlextSparkError(SqlextError):
         self.cause = cause
 
 
+def sql_value(value) -> str:
+    """A value for a message, written as in SQL: NULL, true, a number, or a string in single
+    quotes (a quote inside doubled, as Spark reads it).
+
+    >>> print(sql_value(None), sql_value(True), sql_value("status = 'open"), sql_value(3))
+    NULL true 'status = ''open' 3
+    """
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(value)
+
+
 def message_text(error_class: str, function: str, **params) -> str:
     """The full message of an error, for code that must carry it as text (SQL raise_error)."""
     return str(SqlextError(error_class, function=function, **params))
@@ -275,12 +297,17 @@ def _condition(exception: BaseException) -> tuple[str | None, dict]:
 
 
 def _worker_message(traceback: str) -> str | None:
-    """The message of the exception a Python traceback ends with (its last exception line)."""
+    """The message of the exception a Python traceback ends with."""
+    _, sep, message = (_worker_exception(traceback) or "").partition(": ")
+    return message if sep else None
+
+
+def _worker_exception(traceback: str) -> str | None:
+    """The line naming the exception a Python traceback ends with ("ValueError: ...")."""
     lines = traceback.split(_TRACEBACK)[-1].splitlines()
     for line in lines[1:] if len(lines) > 1 else lines:
         if line and not line[0].isspace():
-            _, sep, message = line.partition(": ")
-            return message if sep else None
+            return line
     return None
 
 
@@ -313,7 +340,41 @@ def _parse(message: str, exception: BaseException) -> SqlextError | None:
 
 
 def spark_error_summary(exception: BaseException) -> str:
-    """Spark's own first line of an error, without the JVM stack trace."""
+    """Spark's own message of an error on one line: its class and text, without the plan or
+    the JVM stack trace, and with the position Spark names only when it points into text the
+    user wrote (not into a statement sqlext rewrote: see :func:`note_rewritten`)."""
+    condition, parameters = _condition(exception)
     text = str(exception).strip()
+    tracebacks = [value for value in parameters.values() if _TRACEBACK in str(value)]
+    if condition is not None and tracebacks:  # a Python worker's error: the exception it raised
+        return f"[{condition}] {_worker_exception(tracebacks[0]) or text.splitlines()[0]}"
+    if condition is not None:
+        try:
+            message = exception.getMessage()  # built from class and parameters: no plan
+        except Exception:  # noqa: BLE001 - a stopped JVM: fall back to the text's first line
+            message = ""
+        if message:
+            message = " ".join(line.strip() for line in message.strip().splitlines())
+            position = _POSITION.search(text)
+            if position and not getattr(exception, _REWRITTEN, False):
+                message += f"; line {position.group('line')} pos {position.group('pos')}"
+            return message
     first = text.splitlines()[0] if text else type(exception).__name__
-    return first.split("\n\tat ")[0]
+    first = first.split("\n\tat ")[0]
+    if getattr(exception, _REWRITTEN, False):
+        first = _POSITION.sub("", first)
+    return first
+
+
+# Where Spark says an error is: "; line 1 pos 7", "(line 1, pos 0)", "== SQL (line 1, position 8) ==".
+_POSITION = re.compile(r";? ?\(?line (?P<line>\d+),? pos(?:ition)? (?P<pos>\d+)\)?;?")
+_REWRITTEN = "sqlext_rewritten"
+
+
+def note_rewritten(exception: BaseException) -> None:
+    """Mark a Spark error as raised by a statement sqlext rewrote, whose positions point into
+    text the user never wrote."""
+    try:
+        setattr(exception, _REWRITTEN, True)
+    except AttributeError:  # an exception type without attributes of its own
+        pass

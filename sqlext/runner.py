@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlext.errors import SqlextError, find_in, spark_error_summary
+from sqlext.errors import SqlextError, find_in, note_rewritten, spark_error_summary
 
 FUNCTION = "sqlext sql"
 
@@ -53,6 +53,8 @@ def run_statement(spark, text: str, on_plan=None):
         ours = find_in(error)
         if ours is not None:
             raise ours from None
+        if plan.changed:
+            note_rewritten(error)
         raise
     finally:
         if views and not _is_connect(spark):
@@ -92,12 +94,15 @@ class Outcome:
 def run_and_fetch(spark, text: str, limit: int) -> Outcome:
     """Run one statement and fetch up to ``limit`` rows of its result (none for a statement
     without columns); a statement's error becomes ``Outcome.error``."""
+    plans = []
     try:
-        frame = run_statement(spark, text)
+        frame = run_statement(spark, text, on_plan=plans.append)
         if not frame.columns:
             return Outcome(frame=frame, columns=[])
         rows = [tuple(r) for r in frame.limit(limit + 1).collect()]
     except Exception as error:  # noqa: BLE001 - only errors with a message are reported
+        if plans and plans[0].changed:
+            note_rewritten(error)
         message = error_message(error)
         if message is None:
             raise

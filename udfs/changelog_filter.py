@@ -19,7 +19,8 @@ from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, drop_stale, late_change,
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, check_order_type,
+    drop_stale, late_change,
 )
 
 
@@ -33,7 +34,7 @@ def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) ->
     records = rows.to_pylist()
     for record, passed in zip(records, passes):
         if passed is not None and not isinstance(passed, bool):
-            raise not_boolean(spec.predicate, type(passed).__name__)
+            raise not_boolean(spec.predicate, _sql_type(passed))
         record[PASS_COLUMN] = bool(passed)
     out: list[dict] = []
     for changes in changes_by_key(shape, records).values():
@@ -41,6 +42,18 @@ def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) ->
         if spec.emit == "final" and old_passes:
             out.append({c: old[c] for c in shape.data_columns})
     return pa.Table.from_pylist(out, schema=_output_schema(spec, rows.schema))
+
+
+def _sql_type(value: Any) -> str:
+    """The SQL type of a value a predicate gave, for the message (``str`` is STRING)."""
+    import datetime
+    import decimal
+
+    for python, sql in ((str, "STRING"), (int, "a number"), (float, "DOUBLE"), (decimal.Decimal, "DECIMAL"),
+                        (bytes, "BINARY"), (datetime.datetime, "TIMESTAMP"), (datetime.date, "DATE")):
+        if isinstance(value, python):
+            return sql
+    return type(value).__name__
 
 
 def apply_changes(spec: FilterSpec, changes, old: dict | None, old_passes: bool, out: list) -> tuple[dict | None, bool]:
@@ -163,6 +176,7 @@ class ChangelogFilterUDTF:
         schema: StructType = input.dataType
         spec = filter_spec(arguments, schema.fieldNames())
         by_name = {f.name: f for f in schema.fields}
+        check_order_type(spec.shape, by_name[spec.shape.order_by].dataType.simpleString())
         out_fields = [
             StructField(CHANGE_TYPE, StringType()) if c == CHANGE_TYPE else by_name[c]
             for c in spec.output_columns

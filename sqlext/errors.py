@@ -68,6 +68,25 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    "UNCLOSED_QUOTE": (
+        "{function}: the {what} that starts at line {line}, column {column} ({start}) is never closed, so "
+        "the statement there never ends. Close it with {quote} and end the statement with ;."
+    ),
+    "PATH_NOT_FOUND": "{function}: there is no {what} {path}. {fix}",
+    "NO_MODELS": (
+        "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "
+        "names the model), or give the folder that holds them."
+    ),
+    "SPARK_UNAVAILABLE": (
+        "{function}: Spark's JVM stopped answering ({reason}), so the command could not finish. It may "
+        "have run out of memory: run the command again, with more memory for the driver "
+        "(spark.driver.memory) if it happens again."
+    ),
+    "INTERNAL_ERROR": (
+        "{function}: sqlext failed on its own, not because of the SQL: {reason}. Please report it to the "
+        "sqlext project with the statement that ran and the traceback that SQLEXT_DEBUG=1 prints when "
+        "set before the command."
+    ),
     # models (sqlext build)
     "MODEL_NOT_FOUND": (
         "{function}: {what} {name!r} is not a model in {directory}; models there: {available}. "
@@ -92,7 +111,8 @@ MESSAGES: dict[str, str] = {
     "LATE_CHANGE": (
         "{function}: a change of key {key} has {order_by} = {value}, not above {last}, {earlier}, "
         "so applying it now would differ from the batch result. {fix} Nothing of this run was "
-        "written; the next run retries it."
+        "written, and every later run meets this change again: if the feed was re-seeded or rewritten "
+        "from its start, start over with a new checkpoint and output folder (dbt: dbt build --full-refresh)."
     ),
     "UNSUPPORTED_STREAM": "{function}: {what} cannot run incrementally: {reason}. {fix}",
     "STREAM_SCHEMA_CHANGED": (
@@ -114,9 +134,11 @@ MESSAGES: dict[str, str] = {
     "INCREMENTAL_MODEL_UNSUPPORTED": (
         "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
         "and is_incremental() is true), which sqlext does not support under dbt yet: {reason}, so "
-        "the result would be wrong without any error. Rebuild it with dbt build --full-refresh, "
-        "materialize it as a table (config(materialized='table')), or call the function in an "
-        "upstream model over the whole input and filter that model's output here."
+        "the result would be wrong without any error. Read its input as a stream instead, "
+        "TABLE(STREAM(name)) in the call (or FROM STREAM(name)): an incremental model over STREAM(...) "
+        "runs incrementally, with the function's state kept between runs. Or rebuild it with dbt build "
+        "--full-refresh, materialize it as a table (config(materialized='table')), or call the function "
+        "in an upstream model over the whole input and filter that model's output here."
     ),
     "STREAM_TABLE_NOT_INCREMENTAL": (
         "{function}: the table {table} exists, but its folder {folder} holds no checkpoint of "
@@ -343,6 +365,9 @@ def spark_error_summary(exception: BaseException) -> str:
     """Spark's own message of an error on one line: its class and text, without the plan or
     the JVM stack trace, and with the position Spark names only when it points into text the
     user wrote (not into a statement sqlext rewrote: see :func:`note_rewritten`)."""
+    java = getattr(exception, "java_exception", None)
+    if java is not None:  # a JVM error PySpark did not wrap (a Py4JJavaError): read it as PySpark would
+        return _java_error_summary(exception, java)
     condition, parameters = _condition(exception)
     text = str(exception).strip()
     tracebacks = [value for value in parameters.values() if _TRACEBACK in str(value)]
@@ -364,6 +389,22 @@ def spark_error_summary(exception: BaseException) -> str:
     if getattr(exception, _REWRITTEN, False):
         first = _POSITION.sub("", first)
     return first
+
+
+def _java_error_summary(exception: BaseException, java) -> str:
+    try:
+        from pyspark.errors.exceptions.captured import convert_exception
+
+        converted = convert_exception(java)
+        if converted.getCondition() is not None:
+            if getattr(exception, _REWRITTEN, False):
+                note_rewritten(converted)
+            return spark_error_summary(converted)
+        text = str(java.toString())
+    except Exception:  # noqa: BLE001 - no JVM to ask: Python's text of it
+        text = str(exception)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(exception).__name__
 
 
 # Where Spark says an error is: "; line 1 pos 7", "(line 1, pos 0)", "== SQL (line 1, position 8) ==".

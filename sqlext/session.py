@@ -64,7 +64,7 @@ def local_session(app_name: str = "sqlext", conf: dict[str, str] | None = None, 
         builder = builder.config(key, value)
     spark = quiet_start(builder)
     spark.sparkContext.setLogLevel("ERROR")
-    quiet_query_context_logs()
+    quiet_python_logs()
     return install(spark)
 
 
@@ -155,6 +155,18 @@ def quiet_query_context_logs() -> None:
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).disabled = True
+
+
+def quiet_python_logs() -> None:
+    """The Python side's loggers that print what sqlext reports itself: PySpark's failed-query
+    loggers (:func:`quiet_query_context_logs`), and py4j's, which logs the traceback of every
+    Python function the JVM calls back that raises (a streaming micro-batch that fails), before
+    the error reaches the caller as the run's error."""
+    import logging
+
+    quiet_query_context_logs()
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    logging.getLogger("py4j.java_gateway").setLevel(logging.CRITICAL)
 
 
 def register_table_functions(spark) -> None:

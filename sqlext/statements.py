@@ -49,17 +49,22 @@ def _semicolons(source: str) -> list[int]:
     return scan(source)[0]
 
 
-def unclosed_quote(source: str) -> tuple[int, int] | None:
-    r"""The line and column (1-based) of a string or quoted identifier that ``source`` opens
-    and never closes, or None.
+def unclosed_quote(source: str) -> Statement | None:
+    r"""A string or quoted identifier that ``source`` opens and never closes (its text from
+    the quote on, and where it starts), or None.
 
     >>> unclosed_quote("SELECT 1;\nSELECT 'it''s'")
     >>> unclosed_quote("SELECT 1;\nSELECT 'it''s; SELECT 2")
-    (2, 8)
+    Statement(text="'it''s; SELECT 2", line=2, column=8)
     """
     offset = scan(source)[1]
     if offset is None:
         return None
+    return Statement(source[offset:], *position(source, offset))
+
+
+def position(source: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of ``offset`` in ``source``."""
     return source.count("\n", 0, offset) + 1, offset - (source.rfind("\n", 0, offset) + 1) + 1
 
 
@@ -81,10 +86,7 @@ def _add(statements: list[Statement], source: str, start: int, end: int) -> None
         else:
             break
         offset += len(source[offset:end]) - len(source[offset:end].lstrip())
-    text = source[offset:end].strip()
-    line = source.count("\n", 0, offset) + 1
-    column = offset - (source.rfind("\n", 0, offset) + 1) + 1
-    statements.append(Statement(text, line, column))
+    statements.append(Statement(source[offset:end].strip(), *position(source, offset)))
 
 
 def _strip_comments_and_space(chunk: str) -> str:

@@ -218,8 +218,9 @@ def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_ru
                                               4: [(late, landing)]})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     *runs, late_run = runs
-    [failed] = late_run["results"]
-    assert failed["status"] == "error" and "[LATE_CHANGE]" in failed["message"], done.stdout[-4000:]
+    assert by_type(late_run, "model") == {"gold_customers_feed": "error"}, done.stdout[-4000:]
+    [message] = [r["message"] for r in late_run["results"] if r["unique_id"].endswith(".gold_customers_feed")]
+    assert "[LATE_CHANGE]" in message, message
     assert "py4j" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
     for run in runs:
         assert by_type(run, "model") == {"gold_customers_feed": "success"}, done.stdout[-4000:]

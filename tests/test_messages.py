@@ -140,9 +140,10 @@ def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_writte
 
 def test_explain_and_sql_take_the_session_first_and_still_read_the_old_order(spark, acc):
     text = cf()
-    first = [r.sql for r in sqlext.explain(spark, text)]
-    assert first == [r.sql for r in sqlext.explain(text, spark)] == [r.sql for r in sqlext.explain(text, spark=spark)]
-    assert "CHANGELOG_FILTER" not in first[0]  # the session told the rewrite the input's columns
+    [first] = sqlext.explain(spark, text)
+    assert first.changed  # the session told the rewrite the input's columns
+    assert [first.sql] == [r.sql for r in sqlext.explain(text, spark)] == [r.sql for r in sqlext.explain(text, spark=spark)]
+    assert not sqlext.explain(text)[0].changed  # without a session, the call is left as it is
     assert sorted(sqlext.sql(text, spark).collect()) == sorted(sqlext.sql(spark, text).collect())
     with pytest.raises(TypeError):
         sqlext.explain(text, text)

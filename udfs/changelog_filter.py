@@ -190,7 +190,7 @@ class ChangelogFilterUDTF:
             select=[SelectedColumn(quote(c)) for c in schema.fieldNames()]
             + [SelectedColumn(spec.predicate, PASS_COLUMN)],
             spec=spec,
-            input_arrow_schema=to_arrow_schema(schema),
+            input_arrow_schema=to_arrow_schema(_as_local_times(schema)),
         )
         return result
 
@@ -206,6 +206,17 @@ class ChangelogFilterUDTF:
         result = changelog_filter(self._spec, table, self._passes)
         for row in result.to_pylist():
             yield tuple(row.values())
+
+
+def _as_local_times(schema):
+    """``schema`` with TIMESTAMP columns as TIMESTAMP_NTZ, for the Arrow table the handler
+    builds from the rows Spark hands it: their timestamps arrive as datetimes without a time
+    zone (local time) and go back to Spark the same way, so Arrow keeps them as they are (it
+    needs a zone for TIMESTAMP, which the handler does not know)."""
+    from pyspark.sql.types import StructField, StructType, TimestampNTZType, TimestampType
+
+    return StructType([StructField(f.name, TimestampNTZType(), f.nullable, f.metadata)
+                       if isinstance(f.dataType, TimestampType) else f for f in schema.fields])
 
 
 @dataclass

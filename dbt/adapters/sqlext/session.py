@@ -63,16 +63,17 @@ def spark_session(parameters: Dict[str, str]):
 
 @contextmanager
 def as_dbt_errors():
-    """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as Spark
-    says it."""
+    """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as its
+    "[CLASS] message" (without the plan and the JVM stack trace, as sqlext's commands show it)."""
     from pyspark.errors import PySparkException
 
     from sqlext.errors import SqlextError
+    from sqlext.runner import error_message
 
     try:
         yield
     except (SqlextError, PySparkException) as error:
-        raise DbtRuntimeError(str(error)) from error
+        raise DbtRuntimeError(error_message(error, "sqlext dbt") or str(error)) from error
 
 
 class SqlextCursor(Cursor):

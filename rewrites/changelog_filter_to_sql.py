@@ -27,13 +27,14 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.rewrites.change_stream import checked_changes, minimal_changes, present, struct, window
+from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, table_inputs
 from sqlext.rewrites.sqltree import alias, halias, case, col, fragment, hcol, paren, select_from, string
 from sqlext.catalog.arguments import find_calls, read_call, replace_call
-from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, FilterSpec, filter_spec, not_boolean
+from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, TABLES, FilterSpec, filter_spec, not_boolean
 from sqlext.catalog.expressions import expression_tree
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
 
 RULE = "changelog_filter_to_sql"
 
@@ -43,7 +44,7 @@ def changelog_filter_to_sql(
 ) -> exp.Expression:
     notes = notes if notes is not None else Notes()
     for table in find_calls(expression, FUNCTION):
-        call = read_call(table, FUNCTION, ARGUMENTS)
+        call = read_call(table, FUNCTION, ARGUMENTS, TABLES)
         source = table_inputs(call, {"input": "key"}, relations)["input"]
         if source.columns is None:
             notes.skip(RULE, f"{FUNCTION}: the input's columns are unknown here, so the call is left "
@@ -51,6 +52,7 @@ def changelog_filter_to_sql(
             continue
         columns, query = source.columns, source.query
         spec = filter_spec(call.literals, columns)
+        check_order_type(spec.shape, relations.expression_type(query, to_sql(col(spec.shape.order_by))))
         actual = relations.expression_type(query, spec.predicate)
         if actual is not None and actual.lower() not in ("boolean", "void"):
             raise not_boolean(spec.predicate, actual.upper())

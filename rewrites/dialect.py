@@ -46,6 +46,11 @@ class TableArgument(exp.Expression):
 class SparkExt(Spark):
     """Spark dialect that also reads table arguments and ``MAX RECURSION LEVEL``."""
 
+    class Tokenizer(Spark.Tokenizer):
+        # Spark reads '' inside a string literal as one quote ('it''s' is "it's"), as standard
+        # SQL does; sqlglot's Spark dialect ended the string there and read a second literal
+        STRING_ESCAPES = [*Spark.Tokenizer.STRING_ESCAPES, "'"]
+
     class Parser(Spark.Parser):
         def _parse_function_call(self, functions=None, anonymous=False, optional_parens=True, any_token=False):
             if (
@@ -172,6 +177,46 @@ class SparkExt(Spark):
                 return sql
             alias = self.sql(expression, "alias")
             return f"{alias} MAX RECURSION LEVEL {self.sql(level)}{sql[len(alias):]}"
+
+
+def scan(source: str) -> tuple[list[int], int | None]:
+    r"""Read ``source`` as Spark's lexer does, as far as quotes and comments go: the offsets of
+    the semicolons outside strings, quoted identifiers and comments, and the offset of a quote
+    left open at the end (None if every one is closed).
+
+    >>> scan("SELECT 'a;''b' AS `c;`; -- ;\nSELECT 'd")
+    ([22], 36)
+    """
+    found: list[int] = []
+    i = 0
+    n = len(source)
+    quote: str | None = None
+    opened = 0
+    while i < n:
+        ch = source[i]
+        if quote:
+            if ch == "\\" and quote in "'\"":
+                i += 2
+                continue
+            if ch == quote and source.startswith(quote, i + 1):  # a quote written twice
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote, opened = ch, i
+        elif source.startswith("--", i):
+            end = source.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        elif source.startswith("/*", i):
+            end = source.find("*/", i + 2)
+            i = n if end == -1 else end + 2
+            continue
+        elif ch == ";":
+            found.append(i)
+        i += 1
+    return found, (opened if quote else None)
 
 
 def parse(sql: str) -> list[exp.Expression]:

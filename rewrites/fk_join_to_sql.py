@@ -41,9 +41,9 @@ from sqlext.rewrites.sqltree import (
     select_from, string, subquery, with_ctes,
 )
 from sqlext.catalog.arguments import find_calls, read_call, replace_call
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT
+from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
 from sqlext.catalog.expressions import expression_tree, over_columns_tree
-from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec, check_foreign_key_type, fk_join_spec
+from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, TABLES, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
 
@@ -60,7 +60,7 @@ def fk_join_to_sql(
 ) -> exp.Expression:
     notes = notes if notes is not None else Notes()
     for table in find_calls(expression, FUNCTION):
-        call = read_call(table, FUNCTION, ARGUMENTS)
+        call = read_call(table, FUNCTION, ARGUMENTS, TABLES)
         inputs = table_inputs(call, {"left": "left_key", "right": "right_key"}, relations)
         if inputs["left"].columns is None or inputs["right"].columns is None:
             notes.skip(RULE, f"{FUNCTION}: the inputs' columns are unknown here (FK_JOIN runs only "
@@ -68,6 +68,8 @@ def fk_join_to_sql(
             continue
         left, right = inputs["left"], inputs["right"]
         spec = fk_join_spec(call.literals, left.columns, right.columns)
+        for side, shape in ((left, spec.left), (right, spec.right)):
+            check_order_type(shape, relations.expression_type(side.query, to_sql(col(shape.order_by))))
         check_foreign_key_type(
             spec,
             relations.expression_type(left.query, spec.foreign_key),

@@ -27,12 +27,19 @@ def rewrite(text: str, schema: Mapping | None = None) -> str:
     return ";\n".join(parts)
 
 
-def explain(text: str, spark=None, schema: Mapping | None = None):
-    """Each statement of ``text`` before and after rewriting, with what every rule did."""
+def explain(*spark_and_text, spark=None, schema: Mapping | None = None):
+    """Each statement of the text before and after rewriting, with what every rule did.
+
+    ``explain(spark, text)``, in the order of ``sql(spark, text)``, asks the session about the
+    relations the text reads; ``explain(text)`` (with ``schema=`` as for :func:`rewrite`) needs
+    no Spark. The older order, ``explain(text, spark)`` or ``explain(text, spark=spark)``, is
+    read too: the text is the argument that is a string.
+    """
     from sqlext.rewrites.pipeline import MappingRelations, rewrite_statement
     from sqlext.session import SparkRelations
     from sqlext.statements import split_statements
 
+    spark, text = _session_and_text(spark_and_text, spark, "explain")
     relations = SparkRelations(spark) if spark is not None else MappingRelations(schema)
     results = []
     for statement in split_statements(text):
@@ -41,6 +48,26 @@ def explain(text: str, spark=None, schema: Mapping | None = None):
             # later statements of the file read it; a temporary view lives in this session only
             run_statement(spark, statement.text)
     return results
+
+
+def _session_and_text(given: tuple, spark, function: str) -> tuple:
+    """``(spark, text)`` from positional arguments in either order (the text is the string)
+    and an optional ``spark=`` keyword.
+
+    >>> _session_and_text(("SELECT 1",), None, "explain")
+    (None, 'SELECT 1')
+    >>> _session_and_text(("SELECT 1", "session"), None, "explain")
+    Traceback (most recent call last):
+    TypeError: sqlext.explain takes a Spark session and one SQL text, in either order; got 2 strings
+    """
+    texts = [g for g in given if isinstance(g, str)]
+    sessions = [g for g in given if not isinstance(g, str) and g is not None]
+    if spark is not None:
+        sessions.append(spark)
+    if len(texts) != 1 or len(sessions) > 1 or len(given) > 2:
+        got = f"{len(texts)} strings" if len(texts) != 1 else f"{len(sessions)} sessions"
+        raise TypeError(f"sqlext.{function} takes a Spark session and one SQL text, in either order; got {got}")
+    return (sessions[0] if sessions else None), texts[0]
 
 
 def _defines_temp_view(text: str) -> bool:
@@ -59,11 +86,13 @@ def _defines_temp_view(text: str) -> bool:
 def sql(spark, text: str):
     """Rewrite ``text`` and run it on ``spark``; returns the DataFrame of the last statement.
 
-    sqlext is installed on the session first if it is not yet.
+    sqlext is installed on the session first if it is not yet. ``sql(text, spark)`` is read
+    too (the text is the argument that is a string), as :func:`explain` reads either order.
     """
     from sqlext.session import ensure_installed
     from sqlext.statements import split_statements
 
+    spark, text = _session_and_text((spark, text), None, "sql")
     ensure_installed(spark)
     frame = None
     for statement in split_statements(text):

@@ -241,6 +241,10 @@ def _add_bench(commands) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    return run_command(args, _dispatch)
+
+
+def _dispatch(args) -> int:
     if args.command == "run":
         return _run(args.files, args.limit)
     if args.command == "sql":
@@ -303,6 +307,49 @@ def _bench(args) -> int:
     return 0
 
 
+def run_command(args, command) -> int:
+    """Run ``command(args)`` so that whatever it raises ends as one ``[CLASS] message`` line
+    on standard error and a non-zero exit, never a traceback (``SQLEXT_DEBUG=1`` prints it
+    too); output to a pipe that closed (``sqlext run x.sql | head -2``) ends quietly.
+
+    Standard output is written line by line, so that a reader (``| head``, ``| tee``) sees
+    each result as it comes rather than all of them at the end."""
+    from sqlext.runner import debug_traceback, report_line
+
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    try:
+        status = command(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as Python's complaint at exit
+        return status
+    except BrokenPipeError:
+        return _output_closed()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # noqa: BLE001 - every error ends as one line
+        debug_traceback(error)
+        print(report_line(error, f"sqlext {args.command}"), file=sys.stderr)
+        return 1
+
+
+# The exit status of a process that SIGPIPE ended (128 + 13), as a shell shows it for
+# a Unix tool whose reader went away.
+EXIT_OUTPUT_CLOSED = 141
+
+
+def _output_closed() -> int:
+    """Standard output's reader went away: write nothing more (Python would complain again
+    when it flushes standard output at exit) and stop, as Unix tools do."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind sys.stdout (tests)
+        pass
+    return EXIT_OUTPUT_CLOSED
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -312,17 +359,23 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, function: str = "sqlext") -> str:
     try:
         return path.read_text()
+    except FileNotFoundError:
+        raise SqlextError("PATH_NOT_FOUND", function=function, what="file", path=str(path),
+                          fix="Check the path, or run the command in the folder the path starts from.") from None
     except OSError as error:
-        raise SystemExit(f"sqlext: cannot read {path}: {error.strerror}") from None
+        raise SystemExit(f"{function}: cannot read {path}: {error.strerror}") from None
+
+
+FUNCTION_RUN = "sqlext run"
 
 
 def _run(files: list[Path], limit: int) -> int:
     from sqlext.session import local_session
 
-    sources = [(path, _read(path)) for path in files]
+    sources = [(path, _read(path, FUNCTION_RUN)) for path in files]
     spark = local_session()
     for path, source in sources:
         for statement in split_statements(source):
@@ -333,12 +386,16 @@ def _run(files: list[Path], limit: int) -> int:
 
 def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
     from sqlext.display import format_table
-    from sqlext.runner import run_and_fetch
+    from sqlext.runner import Outcome, debug_traceback, report_line, run_and_fetch
 
     first_line = statement.text.splitlines()[0][:100]
     print(f"-- {path}:{statement.line}: {first_line}")
     started = time.perf_counter()
-    outcome = run_and_fetch(spark, statement.text, limit)
+    try:
+        outcome = run_and_fetch(spark, statement.text, limit, FUNCTION_RUN)
+    except Exception as error:  # noqa: BLE001 - a bug in sqlext: one line, at its statement
+        debug_traceback(error)
+        outcome = Outcome(error=report_line(error, FUNCTION_RUN))
     if outcome.error is not None:
         _report(path, statement, outcome.error)
         return False
@@ -348,11 +405,11 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
 
 
 def _stream(args) -> int:
-    from sqlext.runner import error_message
+    from sqlext.runner import debug_traceback, report_line
     from sqlext.session import local_session
     from sqlext.streaming import run_available_now, stream
 
-    statements = split_statements(_read(args.file))
+    statements = split_statements(_read(args.file, "sqlext stream"))
     if len(statements) != 1:
         print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
               "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
@@ -376,11 +433,9 @@ def _stream(args) -> int:
                 query.stop()
             return 0
         run_available_now(spark, statement.text, **options)
-    except Exception as error:  # noqa: BLE001 - only errors with a message are reported
-        message = error_message(error)
-        if message is None:
-            raise
-        _report(args.file, statement, message)
+    except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
+        debug_traceback(error)
+        _report(args.file, statement, report_line(error, "sqlext stream"))
         return 1
     print(f"-- run complete in {time.perf_counter() - started:.2f} s; output in {args.output}")
     return 0
@@ -406,16 +461,19 @@ def _explain(path: Path, no_spark: bool) -> int:
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
-    source = _read(path)
+    source = _read(path, "sqlext explain")
     spark = None
     if not no_spark:
         from sqlext.session import local_session
 
         spark = local_session()
     try:
-        results = explain(source, spark=spark)
-    except SqlextError as error:
-        print(f"{path}: {error}", file=sys.stderr)
+        results = explain(spark, source)
+    except Exception as error:  # noqa: BLE001 - every error ends as one line
+        from sqlext.runner import debug_traceback, report_line
+
+        debug_traceback(error)
+        print(f"{path}: {report_line(error, 'sqlext explain')}", file=sys.stderr)
         return 1
     for statement, result in zip(split_statements(source), results):
         print(f"== {path}:{statement.line}")

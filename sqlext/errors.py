@@ -38,6 +38,12 @@ MESSAGES: dict[str, str] = {
         "{function}: {argument} => {value} is not a single SQL expression ({reason}). "
         "Pass one expression over the input's columns, such as {example}."
     ),
+    "ORDER_BY_TEXT": (
+        "{function}: the ordering column {order_by} of {side} has type {actual}, which sorts as text "
+        "('10' before '9'), so changes would be applied out of order. Cast it to a number or a timestamp "
+        "in the input (CAST({order_by} AS BIGINT) AS {order_by}), or name a numeric, DATE or TIMESTAMP "
+        "column with order_by => '...'."
+    ),
     "EXPRESSION_TYPE_MISMATCH": (
         "{function}: {argument} => {value} has type {actual}, but {expected} is needed. {fix}"
     ),
@@ -62,6 +68,25 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    "UNCLOSED_QUOTE": (
+        "{function}: the {what} that starts at line {line}, column {column} ({start}) is never closed, so "
+        "the statement there never ends. Close it with {quote} and end the statement with ;."
+    ),
+    "PATH_NOT_FOUND": "{function}: there is no {what} {path}. {fix}",
+    "NO_MODELS": (
+        "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "
+        "names the model), or give the folder that holds them."
+    ),
+    "SPARK_UNAVAILABLE": (
+        "{function}: Spark's JVM stopped answering ({reason}), so the command could not finish. It may "
+        "have run out of memory: run the command again, with more memory for the driver "
+        "(spark.driver.memory) if it happens again."
+    ),
+    "INTERNAL_ERROR": (
+        "{function}: sqlext failed on its own, not because of the SQL: {reason}. Please report it to the "
+        "sqlext project with the statement that ran and the traceback that SQLEXT_DEBUG=1 prints when "
+        "set before the command."
+    ),
     # models (sqlext build)
     "MODEL_NOT_FOUND": (
         "{function}: {what} {name!r} is not a model in {directory}; models there: {available}. "
@@ -86,7 +111,8 @@ MESSAGES: dict[str, str] = {
     "LATE_CHANGE": (
         "{function}: a change of key {key} has {order_by} = {value}, not above {last}, {earlier}, "
         "so applying it now would differ from the batch result. {fix} Nothing of this run was "
-        "written; the next run retries it."
+        "written, and every later run meets this change again: if the feed was re-seeded or rewritten "
+        "from its start, start over with a new checkpoint and output folder (dbt: dbt build --full-refresh)."
     ),
     "UNSUPPORTED_STREAM": "{function}: {what} cannot run incrementally: {reason}. {fix}",
     "STREAM_SCHEMA_CHANGED": (
@@ -108,9 +134,11 @@ MESSAGES: dict[str, str] = {
     "INCREMENTAL_MODEL_UNSUPPORTED": (
         "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
         "and is_incremental() is true), which sqlext does not support under dbt yet: {reason}, so "
-        "the result would be wrong without any error. Rebuild it with dbt build --full-refresh, "
-        "materialize it as a table (config(materialized='table')), or call the function in an "
-        "upstream model over the whole input and filter that model's output here."
+        "the result would be wrong without any error. Read its input as a stream instead, "
+        "TABLE(STREAM(name)) in the call (or FROM STREAM(name)): an incremental model over STREAM(...) "
+        "runs incrementally, with the function's state kept between runs. Or rebuild it with dbt build "
+        "--full-refresh, materialize it as a table (config(materialized='table')), or call the function "
+        "in an upstream model over the whole input and filter that model's output here."
     ),
     "STREAM_TABLE_NOT_INCREMENTAL": (
         "{function}: the table {table} exists, but its folder {folder} holds no checkpoint of "
@@ -197,34 +225,197 @@ class SqlextSparkError(SqlextError):
         self.cause = cause
 
 
+def sql_value(value) -> str:
+    """A value for a message, written as in SQL: NULL, true, a number, or a string in single
+    quotes (a quote inside doubled, as Spark reads it).
+
+    >>> print(sql_value(None), sql_value(True), sql_value("status = 'open"), sql_value(3))
+    NULL true 'status = ''open' 3
+    """
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(value)
+
+
 def message_text(error_class: str, function: str, **params) -> str:
     """The full message of an error, for code that must carry it as text (SQL raise_error)."""
     return str(SqlextError(error_class, function=function, **params))
 
 
 def find_in(exception: BaseException) -> SqlextError | None:
-    """Recover a sqlext error carried inside a Spark exception's text, if there is one."""
-    if isinstance(exception, SqlextError):
-        return exception
-    text = str(exception)
-    for line in text.splitlines():
-        start = line.find("[")
-        while start != -1:
-            match = _MESSAGE_START.match(line, start)
-            if match and match.group("cls") in MESSAGES:
-                message = line[start:]
-                # Spark appends its own context after our text; keep ours only.
-                message = re.split(r"\. SQLSTATE: |\s+SQLSTATE: |\n", message)[0]
-                message = message.rstrip()
-                if not message.endswith("."):
-                    message += "."
-                return SqlextSparkError(match.group("cls"), message, exception)
-            start = line.find("[", start + 1)
+    """The sqlext error an exception carries as its own message, if it carries one.
+
+    Only what was raised decides: a Spark ``raise_error`` (class USER_RAISED_EXCEPTION, the
+    text in its parameters), the exception a Python worker raised (the last line of its
+    traceback), or, through a wrapper (a failed job, a stopped stream), the error it was caused
+    by. The rest of an exception's text (the plan Spark prints, which holds the rewrite's own
+    ``raise_error`` literals) never does: an analysis error stays Spark's.
+
+    >>> class Worker(Exception): pass
+    >>> find_in(Worker("An exception was thrown from the Python worker:\\nTraceback (most recent "
+    ...                "call last):\\n  File \\"x.py\\", line 1\\nsqlext.errors.SqlextError: "
+    ...                "[NULL_ORDER_VALUE] FK_JOIN: a change of key id=1 has NULL ...")).error_class
+    'NULL_ORDER_VALUE'
+    >>> find_in(Worker("[UNRESOLVED_COLUMN] x; Project [raise_error('[AMBIGUOUS_ORDER] FK_JOIN: two ...')]")) is None
+    True
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exception]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, SqlextError):
+            return current
+        message = _own_message(current)
+        found = _parse(message, exception) if message is not None else None
+        if found is not None:
+            return found
+        pending.extend(_causes(current))
     return None
 
 
+# Spark's class for raise_error(...) in SQL; its text is the parameter errorMessage.
+_USER_RAISED = "USER_RAISED_EXCEPTION"
+# A Spark Connect error names the server's exception class first: "(org.apache...) ".
+_REASON_PREFIX = re.compile(r"^\([\w.$]+\) ")
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _own_message(exception: BaseException) -> str | None:
+    """The text an exception was raised with, without a plan or stack trace after it."""
+    condition, parameters = _condition(exception)
+    if condition == _USER_RAISED:
+        return parameters.get("errorMessage")
+    if condition is not None:
+        # a Python worker's error (PYTHON_EXCEPTION, a table function's analyze or eval)
+        # carries the worker's traceback as a parameter; any other class is Spark's own
+        tracebacks = [value for value in parameters.values() if _TRACEBACK in str(value)]
+        return _worker_message(tracebacks[0]) if tracebacks else None
+    java = getattr(exception, "java_exception", None)  # an unconverted Py4JJavaError
+    text = str(java.getMessage() or "") if java is not None else str(exception)
+    if _TRACEBACK in text:
+        return _worker_message(text)
+    return _REASON_PREFIX.sub("", text.strip()).split("\n", 1)[0]
+
+
+def _condition(exception: BaseException) -> tuple[str | None, dict]:
+    """A Spark error's class and message parameters (None, {} for any other exception)."""
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:  # pragma: no cover - sqlext always runs with PySpark
+        return None, {}
+    if not isinstance(exception, PySparkException):
+        return None, {}
+    try:
+        return exception.getCondition(), dict(exception.getMessageParameters() or {})
+    except Exception:  # noqa: BLE001 - a stopped JVM cannot tell; read the message instead
+        return None, {}
+
+
+def _worker_message(traceback: str) -> str | None:
+    """The message of the exception a Python traceback ends with."""
+    _, sep, message = (_worker_exception(traceback) or "").partition(": ")
+    return message if sep else None
+
+
+def _worker_exception(traceback: str) -> str | None:
+    """The line naming the exception a Python traceback ends with ("ValueError: ...")."""
+    lines = traceback.split(_TRACEBACK)[-1].splitlines()
+    for line in lines[1:] if len(lines) > 1 else lines:
+        if line and not line[0].isspace():
+            return line
+    return None
+
+
+def _causes(exception: BaseException) -> list[BaseException | None]:
+    """What an exception wraps: PySpark's converted JVM cause, and Python's own chain."""
+    causes = [getattr(exception, "_cause", None), exception.__cause__]
+    java = getattr(exception, "java_exception", None)
+    if java is not None:
+        try:
+            from pyspark.errors.exceptions.captured import convert_exception
+
+            causes.append(convert_exception(java))
+        except Exception:  # noqa: BLE001 - no JVM to ask: nothing more to read
+            pass
+    return causes
+
+
+def _parse(message: str, exception: BaseException) -> SqlextError | None:
+    """A sqlext error if ``message`` starts as one ("[CLASS] FUNCTION: ...")."""
+    message = _REASON_PREFIX.sub("", message.strip())
+    message = re.sub(rf"^\[{_USER_RAISED}\] ", "", message)
+    match = _MESSAGE_START.match(message)
+    if not match or match.group("cls") not in MESSAGES:
+        return None
+    # Spark appends its own context after our text; keep ours only.
+    message = re.split(r"\. SQLSTATE: |\s+SQLSTATE: |\n", message)[0].rstrip()
+    if not message.endswith("."):
+        message += "."
+    return SqlextSparkError(match.group("cls"), message, exception)
+
+
 def spark_error_summary(exception: BaseException) -> str:
-    """Spark's own first line of an error, without the JVM stack trace."""
+    """Spark's own message of an error on one line: its class and text, without the plan or
+    the JVM stack trace, and with the position Spark names only when it points into text the
+    user wrote (not into a statement sqlext rewrote: see :func:`note_rewritten`)."""
+    java = getattr(exception, "java_exception", None)
+    if java is not None:  # a JVM error PySpark did not wrap (a Py4JJavaError): read it as PySpark would
+        return _java_error_summary(exception, java)
+    condition, parameters = _condition(exception)
     text = str(exception).strip()
+    tracebacks = [value for value in parameters.values() if _TRACEBACK in str(value)]
+    if condition is not None and tracebacks:  # a Python worker's error: the exception it raised
+        return f"[{condition}] {_worker_exception(tracebacks[0]) or text.splitlines()[0]}"
+    if condition is not None:
+        try:
+            message = exception.getMessage()  # built from class and parameters: no plan
+        except Exception:  # noqa: BLE001 - a stopped JVM: fall back to the text's first line
+            message = ""
+        if message:
+            message = " ".join(line.strip() for line in message.strip().splitlines())
+            position = _POSITION.search(text)
+            if position and not getattr(exception, _REWRITTEN, False):
+                message += f"; line {position.group('line')} pos {position.group('pos')}"
+            return message
     first = text.splitlines()[0] if text else type(exception).__name__
-    return first.split("\n\tat ")[0]
+    first = first.split("\n\tat ")[0]
+    if getattr(exception, _REWRITTEN, False):
+        first = _POSITION.sub("", first)
+    return first
+
+
+def _java_error_summary(exception: BaseException, java) -> str:
+    try:
+        from pyspark.errors.exceptions.captured import convert_exception
+
+        converted = convert_exception(java)
+        if converted.getCondition() is not None:
+            if getattr(exception, _REWRITTEN, False):
+                note_rewritten(converted)
+            return spark_error_summary(converted)
+        text = str(java.toString())
+    except Exception:  # noqa: BLE001 - no JVM to ask: Python's text of it
+        text = str(exception)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(exception).__name__
+
+
+# Where Spark says an error is: "; line 1 pos 7", "(line 1, pos 0)", "== SQL (line 1, position 8) ==".
+_POSITION = re.compile(r";? ?\(?line (?P<line>\d+),? pos(?:ition)? (?P<pos>\d+)\)?;?")
+_REWRITTEN = "sqlext_rewritten"
+
+
+def note_rewritten(exception: BaseException) -> None:
+    """Mark a Spark error as raised by a statement sqlext rewrote, whose positions point into
+    text the user never wrote."""
+    try:
+        setattr(exception, _REWRITTEN, True)
+    except AttributeError:  # an exception type without attributes of its own
+        pass

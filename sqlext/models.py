@@ -491,8 +491,12 @@ def main(args) -> int:
     if (args.models / "dbt_project.yml").exists():
         return _hand_to_dbt(args)
     folder = models_folder(args.models)
-    if not folder.is_dir() or not any(folder.rglob("*.sql")):
-        print(f"sqlext: no *.sql models in {args.models}", file=sys.stderr)
+    if not folder.is_dir():
+        print(SqlextError("PATH_NOT_FOUND", function=FUNCTION, what="folder", path=str(args.models),
+                          fix="Give the folder that holds the *.sql models (or a dbt project)."), file=sys.stderr)
+        return 1
+    if not any(folder.rglob("*.sql")):
+        print(SqlextError("NO_MODELS", function=FUNCTION, path=str(args.models)), file=sys.stderr)
         return 1
     try:
         discover(args.models, parse_vars(args.vars))  # report template errors before Spark starts

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlext.errors import SqlextError, find_in, spark_error_summary
+from sqlext.errors import SqlextError, find_in, note_rewritten, spark_error_summary
 
 FUNCTION = "sqlext sql"
 
@@ -53,6 +53,8 @@ def run_statement(spark, text: str, on_plan=None):
         ours = find_in(error)
         if ours is not None:
             raise ours from None
+        if plan.changed:
+            note_rewritten(error)
         raise
     finally:
         if views and not _is_connect(spark):
@@ -64,17 +66,54 @@ def _is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def error_message(error: BaseException) -> str | None:
+def error_message(error: BaseException, function: str = FUNCTION) -> str | None:
     """The ``[CLASS] message`` line to show a user for an error a statement raised, or None
     when the error is not one a statement reports (a bug: let it propagate)."""
+    from py4j.protocol import Py4JJavaError, Py4JNetworkError
     from pyspark.errors import PySparkException
 
     if isinstance(error, SqlextError):
         return str(error)
-    if isinstance(error, PySparkException):
+    if isinstance(error, (PySparkException, Py4JJavaError)):  # the latter: a JVM call PySpark did not wrap
         ours = find_in(error)
-        return str(ours) if ours else spark_error_summary(error)
+        if ours is not None:
+            return str(ours)
+        summary = spark_error_summary(error)
+        if summary.startswith("["):  # Spark's own error class
+            return summary
+        return str(SqlextError("SPARK_ERROR", function=function, reason=summary))
+    if isinstance(error, Py4JNetworkError):
+        return str(SqlextError("SPARK_UNAVAILABLE", function=function, reason=_first_line(error)))
     return None
+
+
+def report_line(error: BaseException, function: str = FUNCTION) -> str:
+    """The one line a command shows for any error: :func:`error_message`'s, or for anything
+    else an ``[INTERNAL_ERROR]`` that says how to report it."""
+    message = error_message(error, function)
+    if message is not None:
+        return message
+    reason = f"{type(error).__name__}: {_first_line(error)}" if str(error).strip() else type(error).__name__
+    return str(SqlextError("INTERNAL_ERROR", function=function, reason=reason))
+
+
+DEBUG_ENV = "SQLEXT_DEBUG"
+
+
+def debug_traceback(error: BaseException) -> None:
+    """Print the error's traceback to standard error when ``SQLEXT_DEBUG`` is set (to anything
+    but empty or 0): commands show one line per error, and this is how to see the rest."""
+    import os
+    import sys
+    import traceback
+
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @dataclass
@@ -89,16 +128,20 @@ class Outcome:
     error: str | None = None
 
 
-def run_and_fetch(spark, text: str, limit: int) -> Outcome:
+def run_and_fetch(spark, text: str, limit: int, function: str = FUNCTION) -> Outcome:
     """Run one statement and fetch up to ``limit`` rows of its result (none for a statement
-    without columns); a statement's error becomes ``Outcome.error``."""
+    without columns); a statement's error becomes ``Outcome.error`` (``function`` names the
+    command in a message of sqlext's own)."""
+    plans = []
     try:
-        frame = run_statement(spark, text)
+        frame = run_statement(spark, text, on_plan=plans.append)
         if not frame.columns:
             return Outcome(frame=frame, columns=[])
         rows = [tuple(r) for r in frame.limit(limit + 1).collect()]
     except Exception as error:  # noqa: BLE001 - only errors with a message are reported
-        message = error_message(error)
+        if plans and plans[0].changed:
+            note_rewritten(error)
+        message = error_message(error, function)
         if message is None:
             raise
         return Outcome(error=message)

@@ -62,10 +62,76 @@ def local_session(app_name: str = "sqlext", conf: dict[str, str] | None = None, 
     builder = local_builder(app_name, **options)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = quiet_start(builder)
     spark.sparkContext.setLogLevel("ERROR")
-    quiet_query_context_logs()
+    quiet_python_logs()
     return install(spark)
+
+
+# What the JVM prints on its standard error as it starts, whatever the log configuration:
+# Spark's launcher adds the incubator module jdk.incubator.vector, and the JVM warns of it.
+JVM_START_NOISE = ("WARNING: Using incubator modules: ",)
+
+
+def quiet_start(builder):
+    """``builder.getOrCreate()``, with the lines of :data:`JVM_START_NOISE` kept off the
+    terminal when this starts the JVM (log4j2.properties quiets Spark's own logs).
+
+    The JVM inherits the process's standard error when PySpark launches it, so for the launch
+    the descriptor points at a pipe; a daemon thread copies what arrives there to the real
+    standard error, all but those lines, for as long as the process runs (the JVM and the
+    Python workers it starts keep writing there).
+    """
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return builder.getOrCreate()  # no JVM starts here
+    try:
+        sys.stderr.flush()
+        terminal = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:  # no standard error to filter
+        return builder.getOrCreate()
+    import threading
+
+    threading.Thread(target=_copy_without_noise, args=(read_end, terminal), name="sqlext-jvm-stderr",
+                     daemon=True).start()
+    os.dup2(write_end, 2)
+    try:
+        return builder.getOrCreate()
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        os.close(write_end)
+
+
+def _copy_without_noise(source: int, target: int) -> None:
+    """Copy ``source`` to ``target`` line by line, leaving out the JVM's start-up noise; never
+    stop reading while the pipe is open (a full pipe would block the JVM)."""
+    pending = b""
+    noise = tuple(line.encode() for line in JVM_START_NOISE)
+    while True:
+        try:
+            chunk = os.read(source, 65536)
+        except OSError:
+            return
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        kept = b"".join(line + b"\n" for line in lines if not line.startswith(noise))
+        if pending and not any(n.startswith(pending) or pending.startswith(n) for n in noise):
+            kept, pending = kept + pending, b""  # a partial line that is not noise: show it now
+        if kept:
+            try:
+                os.write(target, kept)
+            except OSError:  # the terminal went away: keep draining the pipe
+                pass
+    if pending and not pending.startswith(noise):
+        try:
+            os.write(target, pending)
+        except OSError:
+            pass
 
 
 def install(spark):
@@ -89,6 +155,18 @@ def quiet_query_context_logs() -> None:
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).disabled = True
+
+
+def quiet_python_logs() -> None:
+    """The Python side's loggers that print what sqlext reports itself: PySpark's failed-query
+    loggers (:func:`quiet_query_context_logs`), and py4j's, which logs the traceback of every
+    Python function the JVM calls back that raises (a streaming micro-batch that fails), before
+    the error reaches the caller as the run's error."""
+    import logging
+
+    quiet_query_context_logs()
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    logging.getLogger("py4j.java_gateway").setLevel(logging.CRITICAL)
 
 
 def register_table_functions(spark) -> None:

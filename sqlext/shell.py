@@ -18,7 +18,10 @@ typed (and an unfinished statement). Results are printed as tables on standard o
 as ``[CLASS] message`` on standard error, each followed (unless ``-S``) by the time it took.
 
 ``-e`` and ``-f`` stop at the first failing statement and exit with status 1 (130 if Ctrl-C
-cancelled a statement); the interactive shell reports the error and reads on.
+cancelled a statement); the interactive shell reports the error and reads on. Statements piped
+in (standard input not a terminal) all run, the last one also without ``;``, and the exit
+status is 1 if any failed. Input that ends inside a string or quoted name is an error
+(``[UNCLOSED_QUOTE]``), never a statement dropped in silence.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from sqlext.statements import Statement, complete_statements, split_statements
+from sqlext.statements import Statement, complete_statements, position, split_statements, unclosed_quote
 
+FUNCTION = "sqlext sql"
 PROMPT = "sqlext> "
 CONTINUATION = "      > "
 CANCELLED = "Query cancelled."
@@ -139,7 +143,7 @@ class Shell:
         from sqlext.runner import run_and_fetch
 
         self.spark.sparkContext.setJobGroup(group, text[:200], interruptOnCancel=True)
-        return run_and_fetch(self.spark, text, self.limit)
+        return run_and_fetch(self.spark, text, self.limit, FUNCTION)
 
     def _cancel(self, group: str, future) -> None:
         """Cancel the group's jobs until the statement has stopped: a statement may start
@@ -165,10 +169,11 @@ class Shell:
         except Cancelled:
             print(CANCELLED, file=sys.stderr, flush=True)
             raise
-        except Exception:  # noqa: BLE001 - a bug in sqlext: show it, keep the shell
-            import traceback
+        except Exception as error:  # noqa: BLE001 - a bug in sqlext: one line, keep the shell
+            from sqlext.runner import debug_traceback, report_line
 
-            traceback.print_exc()
+            debug_traceback(error)
+            print(report_line(error, FUNCTION), file=sys.stderr, flush=True)
             return False
         seconds = time.perf_counter() - started
         if outcome.error is not None:
@@ -187,45 +192,71 @@ class Shell:
 
     def run_script(self, text: str, source: Path | None) -> int:
         """Run every statement of ``text`` (``-e`` or ``-f``); stop at the first failure."""
+        statements = split_statements(text)
+        unclosed = unclosed_quote(text)
         try:
-            for statement in split_statements(text):
+            for index, statement in enumerate(statements):
                 if _is_exit(statement.text):
                     return 0
+                if unclosed is not None and index == len(statements) - 1:  # the open quote is in it
+                    report_unclosed(unclosed, source)
+                    return 1
                 if not self.run_statement(statement, source, show_source=source is not None):
                     return 1
         except (Cancelled, KeyboardInterrupt):
             return 130
         return 0
 
+    def run_rest(self, read: str, rest: str) -> bool:
+        """At the end of piped input: run the statement ``rest`` holds without a ``;`` (``read``
+        is all the input, ``rest`` its end); False if it failed or never ends."""
+        unclosed = unclosed_quote(rest)
+        if unclosed is not None:  # its text runs to the end of the input: place it there
+            report_unclosed(Statement(unclosed.text, *position(read, len(read) - len(unclosed.text))), None)
+            return False
+        return all(_is_exit(statement.text) or self.run_statement(statement) for statement in split_statements(rest))
+
     # the prompt
 
     def interactive(self, history: Path) -> int:
+        """The prompt; on piped input (not a terminal), the exit status says whether every
+        statement succeeded."""
         readline = _load_history(history)
         prompts = sys.stdin.isatty()
         pending = ""
+        read = ""  # piped input so far, to place an error in it
+        failed = False
         try:
             while True:
                 prompt = (CONTINUATION if pending else PROMPT) if prompts else ""
                 try:
                     line = input(prompt)
-                except EOFError:  # Ctrl-D
+                except EOFError:  # Ctrl-D, or the end of piped input
                     if prompts:
                         print()
-                    return 0
+                        return 0
+                    try:
+                        failed = not self.run_rest(read, pending) or failed
+                    except (Cancelled, KeyboardInterrupt):
+                        return 130
+                    return 1 if failed else 0
                 except KeyboardInterrupt:  # Ctrl-C at the prompt drops what is being typed
                     print()
                     pending = ""
                     continue
                 if not pending and line.strip().rstrip(";").strip().lower() in EXIT_WORDS:
-                    return 0
+                    return 1 if failed else 0
                 pending += line + "\n"
+                if not prompts:
+                    read += line + "\n"
                 statements, rest = complete_statements(pending)
                 pending = rest if rest.strip() else ""
                 try:
                     for statement in statements:
                         if _is_exit(statement.text):
-                            return 0
-                        self.run_statement(statement)
+                            return 1 if failed else 0
+                        if not self.run_statement(statement) and not prompts:
+                            failed = True
                 except (Cancelled, KeyboardInterrupt):
                     # Ctrl-C while a statement ran (or its result was printed): the statements
                     # typed after it are dropped too
@@ -236,6 +267,18 @@ class Shell:
                     readline.write_history_file(str(history))
                 except OSError as error:
                     print(f"sqlext sql: cannot write the history to {history}: {error.strerror}", file=sys.stderr)
+
+
+def report_unclosed(quote: Statement, source: Path | None) -> None:
+    """Report input that ends inside the string or quoted name ``quote`` starts."""
+    from sqlext.errors import SqlextError
+
+    first = quote.text.splitlines()[0]
+    start = first[:30] + ("..." if len(first) > 30 or len(quote.text) > len(first) else "")
+    where = f"{source}:{quote.line}:{quote.column}: " if source is not None else ""
+    error = SqlextError("UNCLOSED_QUOTE", function=FUNCTION, what="name" if quote.text[0] == "`" else "string",
+                        line=quote.line, column=quote.column, start=start, quote=quote.text[0])
+    print(f"{where}{error}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

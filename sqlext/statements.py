@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlext.rewrites.dialect import scan
+
 
 @dataclass(frozen=True)
 class Statement:
@@ -44,32 +46,26 @@ def complete_statements(source: str) -> tuple[list[Statement], str]:
 def _semicolons(source: str) -> list[int]:
     """Offsets of the semicolons that end statements: not inside a string, a quoted
     identifier or a comment."""
-    found: list[int] = []
-    i = 0
-    n = len(source)
-    quote: str | None = None
-    while i < n:
-        ch = source[i]
-        if quote:
-            if ch == "\\" and quote in "'\"":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in "'\"`":
-            quote = ch
-        elif source.startswith("--", i):
-            end = source.find("\n", i)
-            i = n if end == -1 else end
-            continue
-        elif source.startswith("/*", i):
-            end = source.find("*/", i + 2)
-            i = n if end == -1 else end + 2
-            continue
-        elif ch == ";":
-            found.append(i)
-        i += 1
-    return found
+    return scan(source)[0]
+
+
+def unclosed_quote(source: str) -> Statement | None:
+    r"""A string or quoted identifier that ``source`` opens and never closes (its text from
+    the quote on, and where it starts), or None.
+
+    >>> unclosed_quote("SELECT 1;\nSELECT 'it''s'")
+    >>> unclosed_quote("SELECT 1;\nSELECT 'it''s; SELECT 2")
+    Statement(text="'it''s; SELECT 2", line=2, column=8)
+    """
+    offset = scan(source)[1]
+    if offset is None:
+        return None
+    return Statement(source[offset:], *position(source, offset))
+
+
+def position(source: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of ``offset`` in ``source``."""
+    return source.count("\n", 0, offset) + 1, offset - (source.rfind("\n", 0, offset) + 1) + 1
 
 
 def _add(statements: list[Statement], source: str, start: int, end: int) -> None:
@@ -90,10 +86,7 @@ def _add(statements: list[Statement], source: str, start: int, end: int) -> None
         else:
             break
         offset += len(source[offset:end]) - len(source[offset:end].lstrip())
-    text = source[offset:end].strip()
-    line = source.count("\n", 0, offset) + 1
-    column = offset - (source.rfind("\n", 0, offset) + 1) + 1
-    statements.append(Statement(text, line, column))
+    statements.append(Statement(source[offset:end].strip(), *position(source, offset)))
 
 
 def _strip_comments_and_space(chunk: str) -> str:

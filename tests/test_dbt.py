@@ -199,7 +199,9 @@ def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_ru
     CHANGELOG_FILTER over the whole feed (the singular data test checks it after every run).
     Ada's update at version 3, whose earlier version an earlier run saw, comes out as her
     leaving the gold tier (a delete), not as a new row; a run with nothing new adds nothing;
-    a full refresh rebuilds the same rows from the whole feed."""
+    a full refresh rebuilds the same rows from the whole feed. A change landing late (a version
+    the runs already passed) then fails the run with its classed error alone: no py4j
+    traceback of the failed micro-batch before it, and the table is left as it was."""
     project, first, results = built
     assert first.returncode == 0
     assert table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"]) == Counter([
@@ -208,10 +210,18 @@ def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_ru
     version_3 = feed_file(tmp_path, "changes-3.parquet", [
         (1, "Ada", "gold", "update_preimage", 3), (1, "Ada", "silver", "update_postimage", 3)])
     version_4 = feed_file(tmp_path, "changes-4.parquet", [(3, "Cy", "gold", "delete", 4)])
+    late = feed_file(tmp_path, "changes-late.parquet", [(1, "Ada", "gold", "update_postimage", 2)])
     select = ["build", "--select", "gold_customers_feed+"]
     done, runs = dbt_in_one_process(project, select, select, select, ["build", "--full-refresh", *select[1:]],
-                                    landings={0: [(version_3, landing)], 1: [(version_4, landing)]})
+                                    ["run", "--select", "gold_customers_feed"],
+                                    landings={0: [(version_3, landing)], 1: [(version_4, landing)],
+                                              4: [(late, landing)]})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    *runs, late_run = runs
+    assert by_type(late_run, "model") == {"gold_customers_feed": "error"}, done.stdout[-4000:]
+    [message] = [r["message"] for r in late_run["results"] if r["unique_id"].endswith(".gold_customers_feed")]
+    assert "[LATE_CHANGE]" in message, message
+    assert "py4j" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
     for run in runs:
         assert by_type(run, "model") == {"gold_customers_feed": "success"}, done.stdout[-4000:]
         assert by_type(run, "test")["gold_customers_feed_equals_batch"] == "pass"

@@ -19,7 +19,8 @@ def test_unknown_class_is_a_programming_error():
 
 
 def test_find_in_recovers_our_error_from_spark_text():
-    spark_text = ("An exception was thrown from the Python worker:\nTraceback...\n"
+    spark_text = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+                  '  File "udfs/changelog_filter.py", line 116, in eval\n    raise SqlextError(\n'
                   "sqlext.errors.SqlextError: [AMBIGUOUS_ORDER] CHANGELOG_FILTER: two changes of key id=1 "
                   "share _commit_version = 3, so their order is unknown. SQLSTATE: P0001")
     found = find_in(RuntimeError(spark_text))

@@ -261,7 +261,7 @@ def test_statements_piped_into_the_shell_run_without_prompts(spark, shuffle_part
     monkeypatch.setenv("SQLEXT_HISTORY", str(tmp_path / "history"))
     monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT nope;\nSELECT 1 AS x;\nSELECT 'a;b'\n  AS y;\nquit;\n"
                                                   "SELECT 'after quit' AS z;\n"))
-    assert main(["sql", "-S"]) == 0
+    assert main(["sql", "-S"]) == 1  # a statement failed (as spark-sql, a script's status says so)
     captured = capsys.readouterr()
     assert "sqlext>" not in captured.out
     assert "| x |" in captured.out and "| a;b |" in captured.out and "after quit" not in captured.out

@@ -19,7 +19,8 @@ from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, drop_stale, late_change,
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, check_order_type,
+    drop_stale, late_change,
 )
 
 
@@ -33,7 +34,7 @@ def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) ->
     records = rows.to_pylist()
     for record, passed in zip(records, passes):
         if passed is not None and not isinstance(passed, bool):
-            raise not_boolean(spec.predicate, type(passed).__name__)
+            raise not_boolean(spec.predicate, _sql_type(passed))
         record[PASS_COLUMN] = bool(passed)
     out: list[dict] = []
     for changes in changes_by_key(shape, records).values():
@@ -41,6 +42,18 @@ def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) ->
         if spec.emit == "final" and old_passes:
             out.append({c: old[c] for c in shape.data_columns})
     return pa.Table.from_pylist(out, schema=_output_schema(spec, rows.schema))
+
+
+def _sql_type(value: Any) -> str:
+    """The SQL type of a value a predicate gave, for the message (``str`` is STRING)."""
+    import datetime
+    import decimal
+
+    for python, sql in ((str, "STRING"), (int, "a number"), (float, "DOUBLE"), (decimal.Decimal, "DECIMAL"),
+                        (bytes, "BINARY"), (datetime.datetime, "TIMESTAMP"), (datetime.date, "DATE")):
+        if isinstance(value, python):
+            return sql
+    return type(value).__name__
 
 
 def apply_changes(spec: FilterSpec, changes, old: dict | None, old_passes: bool, out: list) -> tuple[dict | None, bool]:
@@ -163,6 +176,7 @@ class ChangelogFilterUDTF:
         schema: StructType = input.dataType
         spec = filter_spec(arguments, schema.fieldNames())
         by_name = {f.name: f for f in schema.fields}
+        check_order_type(spec.shape, by_name[spec.shape.order_by].dataType.simpleString())
         out_fields = [
             StructField(CHANGE_TYPE, StringType()) if c == CHANGE_TYPE else by_name[c]
             for c in spec.output_columns
@@ -176,7 +190,7 @@ class ChangelogFilterUDTF:
             select=[SelectedColumn(quote(c)) for c in schema.fieldNames()]
             + [SelectedColumn(spec.predicate, PASS_COLUMN)],
             spec=spec,
-            input_arrow_schema=to_arrow_schema(schema),
+            input_arrow_schema=to_arrow_schema(_as_local_times(schema)),
         )
         return result
 
@@ -192,6 +206,17 @@ class ChangelogFilterUDTF:
         result = changelog_filter(self._spec, table, self._passes)
         for row in result.to_pylist():
             yield tuple(row.values())
+
+
+def _as_local_times(schema):
+    """``schema`` with TIMESTAMP columns as TIMESTAMP_NTZ, for the Arrow table the handler
+    builds from the rows Spark hands it: their timestamps arrive as datetimes without a time
+    zone (local time) and go back to Spark the same way, so Arrow keeps them as they are (it
+    needs a zone for TIMESTAMP, which the handler does not know)."""
+    from pyspark.sql.types import StructField, StructType, TimestampNTZType, TimestampType
+
+    return StructType([StructField(f.name, TimestampNTZType(), f.nullable, f.metadata)
+                       if isinstance(f.dataType, TimestampType) else f for f in schema.fields])
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, check_incremental, not_boolean
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key
+from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, check_order_type
 from sqlext.udfs.changelog_filter import apply_increment
 
 PASSED = "__sx_passed"  # in the state: whether the key's row passed the predicate
@@ -39,6 +39,7 @@ def filter_stream(source, spec: FilterSpec):
     with the columns ``spec`` was checked against): a streaming DataFrame in append mode."""
     check_incremental(spec)
     shape = spec.shape
+    check_order_type(shape, source.schema[shape.order_by].dataType.simpleString())
     predicate = checked_predicate(source, spec)
     rows = source
     if shape.has_change_type:  # preimages carry nothing the filter needs

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from sqlext.rewrites.dialect import TableArgument, to_sql
 from sqlext.rewrites.sqltree import identifier_list, read_identifier_list
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, sql_value
 
 
 @dataclass
@@ -61,9 +61,10 @@ def bind_arguments(function: str, given: Sequence[tuple[str | None, Any]], argum
     return bound
 
 
-def read_call(table: exp.Table, function: str, arguments: Sequence[str]) -> Call:
+def read_call(table: exp.Table, function: str, arguments: Sequence[str], tables: Sequence[str] = ()) -> Call:
     """The arguments of the call in FROM item ``table``, named (:func:`bind_arguments`) and
-    split into table arguments and constant values."""
+    split into table arguments and constant values. ``tables`` names the arguments that take
+    a table, for the error about one written without ``TABLE(...)``."""
     node = table.this
     call = Call(function, node, table)
     given = [(arg.this.name, arg.expression) if isinstance(arg, (exp.Kwarg, exp.PropertyEQ)) else (None, arg)
@@ -72,20 +73,32 @@ def read_call(table: exp.Table, function: str, arguments: Sequence[str]) -> Call
         if isinstance(value, TableArgument):
             call.tables[name] = value
         else:
-            call.literals[name] = literal_value(function, name, value)
+            call.literals[name] = literal_value(function, name, value, table=name in tables)
     return call
 
 
-def literal_value(function: str, name: str, value: exp.Expression) -> Any:
+def literal_value(function: str, name: str, value: exp.Expression, table: bool = False) -> Any:
+    """The constant an argument holds (a string, a number's text, a boolean, or None for NULL).
+
+    >>> literal_value("F", "input", exp.column("acc"), table=True)
+    Traceback (most recent call last):
+    sqlext.errors.SqlextError: [INVALID_ARGUMENT_TYPE] F: input must be a table argument; got acc. Write input => TABLE(acc).
+    """
     if isinstance(value, exp.Literal):
         return value.this if value.is_string else to_sql(value)
     if isinstance(value, exp.Null):
         return None
     if isinstance(value, exp.Boolean):
         return value.this
+    if table:
+        raise SqlextError(
+            "INVALID_ARGUMENT_TYPE", function=function, argument=name, expected="a table argument",
+            value=to_sql(value), fix=f"Write {name} => TABLE({to_sql(value)}).",
+        )
+    example = f"'{value.name}'" if isinstance(value, exp.Column) and not value.table else "'...'"
     raise SqlextError(
         "INVALID_ARGUMENT_TYPE", function=function, argument=name,
-        expected="a constant string", value=to_sql(value), fix=f"Write {name} => '...'.",
+        expected="a constant string", value=to_sql(value), fix=f"Write {name} => {example}.",
     )
 
 
@@ -118,7 +131,7 @@ def partitioning_defaults(function: str, argument: TableArgument, literals: dict
                 raise SqlextError(
                     "CONFLICTING_PARTITIONING", function=function, clause="PARTITION BY",
                     value=", ".join(names), argument=key_argument,
-                    expected=repr(literals[key_argument]),
+                    expected=sql_value(literals[key_argument]),
                 )
     if order:
         ordered = order[0]
@@ -134,7 +147,7 @@ def partitioning_defaults(function: str, argument: TableArgument, literals: dict
         elif [n.lower() for n in _names_or_none(literals["order_by"]) or []] != [column.name.lower()]:
             raise SqlextError(
                 "CONFLICTING_PARTITIONING", function=function, clause="ORDER BY",
-                value=column.name, argument="order_by", expected=repr(literals["order_by"]),
+                value=column.name, argument="order_by", expected=sql_value(literals["order_by"]),
             )
 
 
@@ -236,7 +249,7 @@ def check_table_arguments(call: Call, keys: dict[str, str]) -> None:
             if name in call.literals:
                 raise SqlextError(
                     "INVALID_ARGUMENT_TYPE", function=function, argument=name, expected="a table argument",
-                    value=repr(call.literals[name]), fix=f"Write {name} => TABLE(my_changes).",
+                    value=sql_value(call.literals[name]), fix=f"Write {name} => TABLE(my_changes).",
                 )
             raise SqlextError("MISSING_ARGUMENT", function=function, argument=name,
                               example=f"TABLE({name}_changes)" if name != "input" else "TABLE(my_changes)")

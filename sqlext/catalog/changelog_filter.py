@@ -35,13 +35,14 @@ from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
 )
 from sqlext.catalog.expressions import check_columns, parse_expression
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import helper
 
 FUNCTION = "CHANGELOG_FILTER"
 ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
 REQUIRED = ("input", "key", "predicate")
+TABLES = ("input",)  # the arguments that take a table
 PASS_COLUMN = helper("pass")
 
 
@@ -81,7 +82,7 @@ def filter_spec(arguments: Mapping[str, Any], columns: Sequence[str]) -> FilterS
 def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
     return SqlextError(
         "EXPRESSION_TYPE_MISMATCH", function=FUNCTION, argument="predicate",
-        value=repr(spec_predicate), actual=actual, expected="BOOLEAN",
+        value=sql_value(spec_predicate), actual=actual, expected="BOOLEAN",
         fix="Write a condition, for example 'balance >= 0' or 'status = ''open'''.",
     )
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, sql_value
 
 CHANGE_TYPE = "_change_type"
 DEFAULT_ORDER_BY = "_commit_version"
@@ -48,11 +48,11 @@ def split_columns(function: str, argument: str, text: Any) -> list[str]:
         raise SqlextError(
             "INVALID_ARGUMENT_TYPE", function=function, argument=argument,
             expected="a string naming one column or several separated by commas",
-            value=repr(text), fix=f"Write {argument} => 'id' or {argument} => 'id, region'.",
+            value=sql_value(text), fix=f"Write {argument} => 'id' or {argument} => 'id, region'.",
         )
     not_names = SqlextError(
         "INVALID_ARGUMENT_TYPE", function=function, argument=argument,
-        expected="column names", value=repr(text),
+        expected="column names", value=sql_value(text),
         fix="Name columns only (quote unusual names with backticks); use an expression "
         "argument where the function has one.",
     )
@@ -102,7 +102,7 @@ def check_option(function: str, argument: str, value: Any, allowed: Sequence[str
     if not isinstance(value, str) or value.lower() not in allowed:
         raise SqlextError(
             "INVALID_OPTION_VALUE", function=function, argument=argument,
-            value=repr(value), allowed=quoted_list(allowed),
+            value=sql_value(value), allowed=quoted_list(allowed),
         )
     return value.lower()
 
@@ -183,7 +183,7 @@ def change_shape(function: str, side: str, columns: Sequence[str], key: Any, ord
         if len(order_name) != 1:
             raise SqlextError(
                 "INVALID_ARGUMENT_TYPE", function=function, argument="order_by",
-                expected="one column", value=repr(order_by), fix="Name a single ordering column.",
+                expected="one column", value=sql_value(order_by), fix="Name a single ordering column.",
             )
         order_name = order_name[0]
     order = resolve_column(
@@ -192,7 +192,7 @@ def change_shape(function: str, side: str, columns: Sequence[str], key: Any, ord
     if order in keys:
         raise SqlextError(
             "INVALID_ARGUMENT_TYPE", function=function, argument="order_by",
-            expected="a column that is not part of the key", value=repr(order),
+            expected="a column that is not part of the key", value=sql_value(order),
             fix="Order changes by a version or time column.",
         )
     sequence = None
@@ -201,12 +201,31 @@ def change_shape(function: str, side: str, columns: Sequence[str], key: Any, ord
         if len(names) != 1:
             raise SqlextError(
                 "INVALID_ARGUMENT_TYPE", function=function, argument="sequence_by",
-                expected="one column", value=repr(sequence_by), fix="Name a single timestamp column.",
+                expected="one column", value=sql_value(sequence_by), fix="Name a single timestamp column.",
             )
         sequence = resolve_column(
             function, side, columns, names[0], "Name a column the input has with sequence_by => '...'."
         )
     return ChangeShape(function, side, columns, keys, order, sequence)
+
+
+TEXT_TYPES = ("string", "varchar", "char")
+
+
+def check_order_type(shape: ChangeShape, data_type: str | None) -> None:
+    """An ordering column must sort as its values do: one of a text type sorts '10' before
+    '9', and changes would be applied out of order without any error. ``data_type`` is the
+    column's type as Spark writes it (None: unknown here).
+
+    >>> shape = ChangeShape("F", "input", ("id", "v"), ("id",), "v", None)
+    >>> check_order_type(shape, "bigint"); check_order_type(shape, "timestamp")
+    >>> check_order_type(shape, "varchar(8)")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    sqlext.errors.SqlextError: [ORDER_BY_TEXT] F: the ordering column v of input has type VARCHAR(8), ...
+    """
+    if data_type is not None and data_type.lower().split("(")[0] in TEXT_TYPES:
+        raise SqlextError("ORDER_BY_TEXT", function=shape.function, side=shape.side, order_by=shape.order_by,
+                          actual=data_type.upper())
 
 
 @dataclass
@@ -234,7 +253,7 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
             if kind not in CHANGE_TYPES:
                 raise SqlextError(
                     "UNKNOWN_CHANGE_TYPE", function=shape.function, key=shape.key_text(row),
-                    value=repr(kind),
+                    value=sql_value(kind),
                 )
             if kind == PREIMAGE:
                 continue
@@ -255,7 +274,7 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
             if before.order == after.order:
                 raise SqlextError(
                     "AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(after.row),
-                    order_by=shape.order_by, value=repr(after.order),
+                    order_by=shape.order_by, value=sql_value(after.order),
                 )
         if shape.sequence_by is not None:
             grouped[key] = drop_stale(shape, changes)

@@ -12,23 +12,23 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sqlext.rewrites.dialect import SparkExt, to_sql
-from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import SparkExt, scan, to_sql
+from sqlext.errors import SqlextError, sql_value
 
 
 def parse_expression(function: str, argument: str, text: Any, example: str) -> exp.Expression:
     def invalid(reason: str) -> SqlextError:
         return SqlextError(
-            "INVALID_SQL_EXPRESSION", function=function, argument=argument, value=repr(text),
+            "INVALID_SQL_EXPRESSION", function=function, argument=argument, value=sql_value(text),
             reason=reason, example=example,
         )
 
     if not isinstance(text, str) or not text.strip():
         raise invalid("it must be a non-empty string")
     try:
-        statements = SparkExt().parse(f"SELECT {text}")
+        statements = SparkExt().parse(f"{_PREFIX}{text}")
     except (ParseError, TokenError) as error:
-        raise invalid(str(error).splitlines()[0]) from None
+        raise invalid(_problem(text, error)) from None
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise invalid("it reads as more than one statement")
     select = statements[0]
@@ -47,6 +47,39 @@ def parse_expression(function: str, argument: str, text: Any, example: str) -> e
             raise invalid("* is not allowed")
         node.comments = None  # a comment in an argument is not carried into the generated SQL
     return expression
+
+
+_PREFIX = "SELECT "  # an expression argument is read as the one item of a select list
+
+
+def _problem(text: str, error: Exception) -> str:
+    """Why sqlglot cannot read an expression argument, in terms of the text the user wrote
+    (not the SELECT it was read in, nor sqlglot's class names).
+
+    >>> _problem("status = 'open", TokenError("Error tokenizing 'SELECT status = 'ope'"))
+    "the string 'open has no closing quote"
+    >>> _problem("balance >=", ParseError.new("", "Required keyword: 'expression' missing for <class 'GTE'>",
+    ...                                       start_context="SELECT balance ", highlight=">="))
+    '">=" lacks its right operand'
+    """
+    opened = scan(text)[1]
+    if opened is not None:
+        quote = text[opened]
+        what = "string" if quote != "`" else "name"
+        mark = "quote" if quote != "`" else "backtick"
+        return f"the {what} {text[opened:]} has no closing {mark}"
+    details = error.errors[0] if isinstance(error, ParseError) and error.errors else {}
+    near = (details.get("highlight") or "").strip()
+    before = (details.get("start_context") or "").removeprefix(_PREFIX).strip()
+    description = details.get("description") or ""
+    if not near:
+        return "it cannot be read as SQL"
+    if description.startswith("Required keyword"):
+        return f'"{near}" lacks its right operand'
+    if description.startswith("Expecting "):
+        return f'"{description.removeprefix("Expecting ")}" is missing after "{before}{near}"'
+    return f'"{near}" is unexpected after "{before}"' if before else f'"{near}" is unexpected'
+
 
 
 def expression_tree(expression_sql: str) -> exp.Expression:
@@ -87,7 +120,7 @@ def check_columns(function: str, side: str, expression: exp.Expression, columns:
         if column.table:
             raise SqlextError(
                 "INVALID_SQL_EXPRESSION", function=function, argument=argument,
-                value=repr(to_sql(expression)), reason=f"column {to_sql(column)} is qualified",
+                value=sql_value(to_sql(expression)), reason=f"column {to_sql(column)} is qualified",
                 example="'balance >= 0'",
             )
         if column.name.lower() not in lowered:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.dialect import is_numeric
 from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
@@ -41,6 +41,7 @@ FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",
              "sequence_by")
 REQUIRED = ("left", "right", "left_key", "foreign_key", "right_key")
+TABLES = ("left", "right")  # the arguments that take a table
 JOIN_TYPES = ("inner", "left")
 RIGHT_SUFFIX = "_right"
 
@@ -94,7 +95,7 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     if len(right.key) != 1:
         raise SqlextError(
             "INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="right_key", expected="one column",
-            value=repr(args.get("right_key")),
+            value=sql_value(args.get("right_key")),
             fix="Name the right table's key column; combine several into one expression on both sides.",
         )
     foreign_key = parse_expression(FUNCTION, "foreign_key", args.get("foreign_key"), "'customer_id'")
@@ -124,7 +125,7 @@ def check_foreign_key_type(spec: FkJoinSpec, fk_type: str | None, key_type: str 
     if family(fk_t) != family(key_t):
         raise SqlextError(
             "EXPRESSION_TYPE_MISMATCH", function=FUNCTION, argument="foreign_key",
-            value=repr(spec.foreign_key), actual=fk_type.upper(),
+            value=sql_value(spec.foreign_key), actual=fk_type.upper(),
             expected=f"the type of right_key {spec.right_key!r} ({key_type.upper()})",
             fix=f"Cast it in the expression, for example 'CAST(... AS {key_type.upper()})'.",
         )

@@ -21,7 +21,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.catalog.arguments import find_calls, read_call
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, check_order_type
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
@@ -206,6 +206,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         check_source_columns(checkpoint, name, source.schema)
         spec = filter_spec(call.literals, source.columns)
         check_incremental(spec, rewrites_output=True)
+        check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
         from sqlext.udfs.changelog_stream import checked_predicate
 
         checked_predicate(source, spec)
@@ -223,6 +224,8 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         inputs[side] = sources.read(stream_call)
         check_source_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
     spec = fk_join_spec(call.literals, inputs["left"].columns, inputs["right"].columns)
+    for side, shape in (("left", spec.left), ("right", spec.right)):
+        check_order_type(shape, inputs[side].schema[shape.order_by].dataType.simpleString())
     call_node = table.copy()
     _replace(table, placeholder)
     from sqlext.streaming.fk_join import TableStateFkJoin, one_stream

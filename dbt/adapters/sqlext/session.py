@@ -41,7 +41,7 @@ def spark_session(parameters: Dict[str, str]):
             from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
-            from sqlext.session import ensure_installed, local_builder, quiet_query_context_logs
+            from sqlext.session import ensure_installed, local_builder, quiet_python_logs, quiet_start
 
             existing = SparkContext._active_spark_context is not None
             if existing:
@@ -50,10 +50,10 @@ def spark_session(parameters: Dict[str, str]):
                 builder = local_builder("sqlext-dbt", cores=os.cpu_count() or 1).enableHiveSupport()
             for key, value in parameters.items():
                 builder = builder.config(key, value)
-            session = builder.getOrCreate()
+            session = quiet_start(builder)
             if not existing:
                 session.sparkContext.setLogLevel("ERROR")
-                quiet_query_context_logs()
+                quiet_python_logs()
             # dbt sends statements sqlglot reads only as commands (SHOW TABLE EXTENDED ...);
             # sqlext passes them to Spark unchanged, so sqlglot's warning about each is noise
             logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -63,16 +63,17 @@ def spark_session(parameters: Dict[str, str]):
 
 @contextmanager
 def as_dbt_errors():
-    """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as Spark
-    says it."""
+    """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as its
+    "[CLASS] message" (without the plan and the JVM stack trace, as sqlext's commands show it)."""
     from pyspark.errors import PySparkException
 
     from sqlext.errors import SqlextError
+    from sqlext.runner import error_message
 
     try:
         yield
     except (SqlextError, PySparkException) as error:
-        raise DbtRuntimeError(str(error)) from error
+        raise DbtRuntimeError(error_message(error, "sqlext dbt") or str(error)) from error
 
 
 class SqlextCursor(Cursor):

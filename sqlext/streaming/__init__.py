@@ -196,6 +196,14 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         check_source_columns(checkpoint, to_sql(shape.stream.this), source.schema)
         return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema)
     _refuse_recursion(tree)
+    from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
+
+    if not filters and not joins and is_self_join(tree):
+        source = sources.read(streams[0].this)
+        check_source_columns(checkpoint, to_sql(streams[0].this), source.schema)
+        shape = SelfJoinShape(spark, tree, source.schema)
+        return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
+                                          source.schema)
     _refuse_shape(filters, joins, streams)
     placeholder = f"__sx_result_{next(_views)}"
     if filters:

@@ -83,7 +83,7 @@ class TableStateFkJoin(TableStateRun):
     def __call__(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
         left_view, right_view = self.left.before(batch_id), self.right.before(batch_id)
-        highest = self._highest(batch_id)
+        highest = self.recorded("highest", batch_id)  # the highest ordering value processed
         STEPS.clear()
         if on_driver(batch):
             newest = self._on_driver(spark, batch, left_view, right_view, highest, batch_id)
@@ -93,7 +93,7 @@ class TableStateFkJoin(TableStateRun):
         if self.spec.emit == "final":
             with step("write the final table"):
                 self._write_final(spark, batch_id)
-        self._record_highest(batch_id, max([v for v in (highest, newest) if v is not None], default=None))
+        self.record("highest", batch_id, max([v for v in (highest, newest) if v is not None], default=None))
 
     # -- small batches: the replay on the driver over Arrow data
 
@@ -260,30 +260,6 @@ class TableStateFkJoin(TableStateRun):
                 (F.col(quote(shape.sequence_by)) < F.col("__sx_seq"))
         refused = late_refusal(late & ~stale, FUNCTION, shape, checked.schema, across_inputs=True)
         return checked.where(refused & ~stale).select(*[F.col(quote(c)) for c in changes.columns])
-
-    # -- the highest ordering value processed
-
-    def _highest(self, batch_id: int):
-        """The highest ordering value the batches before ``batch_id`` processed, as the last of
-        them recorded it (a file per batch: a replayed batch reads what it read before)."""
-        import pickle
-
-        recorded = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob("highest-*")
-                          if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
-        return pickle.loads(recorded[-1][1].read_bytes()) if recorded else None
-
-    def _record_highest(self, batch_id: int, highest) -> None:
-        import os
-        import pickle
-
-        temporary = self.state / f"_highest-{batch_id}"
-        temporary.write_bytes(pickle.dumps(highest))
-        os.replace(temporary, self.state / f"highest-{batch_id}")
-        for path in self.state.glob("highest-*"):  # only the last two batches' can be read again
-            number = path.name.split("-")[1]
-            if number.isdigit() and int(number) < batch_id - 1:
-                path.unlink(missing_ok=True)
-
 
 def _side(rows: pa.Table, column: str, extra: str | None = None) -> pa.Table:
     """One input's rows of the batch, as a flat table (with ``extra`` beside its columns)."""

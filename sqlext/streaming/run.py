@@ -137,6 +137,28 @@ class TableStateRun:
         finally:
             spark.catalog.dropTempView(out_view)
 
+    def recorded(self, name: str, batch_id: int):
+        """The value the last batch before ``batch_id`` recorded under ``name`` (a file per
+        batch, so a replayed batch reads what it read before); None before any."""
+        import pickle
+
+        found = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob(f"{name}-*")
+                       if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
+        return pickle.loads(found[-1][1].read_bytes()) if found else None
+
+    def record(self, name: str, batch_id: int, value) -> None:
+        """Record ``value`` under ``name`` for this batch; the records no replay reads go."""
+        import pickle
+
+        self.state.mkdir(parents=True, exist_ok=True)
+        temporary = self.state / f"_{name}-{batch_id}"
+        temporary.write_bytes(pickle.dumps(value))
+        os.replace(temporary, self.state / f"{name}-{batch_id}")
+        for path in self.state.glob(f"{name}-*"):  # a replay of this batch reads the one before it
+            number = path.name.split("-")[1]
+            if number.isdigit() and int(number) < batch_id - 1:
+                path.unlink(missing_ok=True)
+
     @contextmanager
     def called(self, spark, feeds: dict):
         """The batch call over ``feeds`` (a frame for each table argument, by name), each read

@@ -47,8 +47,9 @@ class KeyedState:
     """One keyed state in ``folder``: rows of the columns ``schema`` (a Spark ``StructType``),
     one per value of the ``keys`` columns."""
 
-    def __init__(self, folder: Path, keys: Sequence[str]):
+    def __init__(self, folder: Path, keys: Sequence[str], share: float | None = None):
         self.folder, self.keys = Path(folder), list(keys)
+        self.share = share  # this state's compaction share (None: COMPACT_SHARE)
         self._schema = None
 
     # -- the columns
@@ -99,15 +100,21 @@ class KeyedState:
     def path(self, kind: str, batch_id: int) -> Path:
         return self.folder / f"{kind}-{batch_id}"
 
-    def write(self, view: "StateView", changed, batch_id: int) -> None:
+    def write(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
         """Batch ``batch_id``'s layer: the rows of the keys it changed (``changed``: an Arrow
         table or a Spark frame of the state's columns, one row per key) on top of ``view``.
-        Then the layers no replay reads are forgotten."""
+        ``keep`` (a Spark column, for frames) says which rows a new base keeps: rows that can no
+        longer matter are dropped when the state is compacted. Then the layers no replay reads
+        are forgotten."""
         if isinstance(changed, pa.Table):
             self._write_arrow(view, changed, batch_id)
         else:
-            self._write_frame(view, changed, batch_id)
+            self._write_frame(view, changed, batch_id, keep)
         self._forget(view)
+
+    @property
+    def _share(self) -> float:
+        return COMPACT_SHARE if self.share is None else self.share
 
     def _write_arrow(self, view: "StateView", changed: pa.Table, batch_id: int) -> None:
         changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
@@ -118,33 +125,39 @@ class KeyedState:
         if view.delta is not None:
             old = view.read_layer(view.delta)
             delta = pa.concat_tables([exclude(old, changed, self.keys), changed])
-        if delta.num_rows >= COMPACT_SHARE * view.base_rows():
+        if delta.num_rows >= self._share * view.base_rows():
             base = view.read_layer(view.base)
             self._put("base", batch_id, pa.concat_tables([exclude(base, delta, self.keys), delta]))
         else:
             self._put("delta", batch_id, delta)
 
-    def _write_frame(self, view: "StateView", changed, batch_id: int) -> None:
+    def _write_frame(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
         from pyspark.sql import functions as F
 
         spark = changed.sparkSession
         changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in self.schema.fields])
         if view.base is None:
-            self._put_frame("base", batch_id, changed)
+            self._put_frame("base", batch_id, changed if keep is None else changed.where(keep))
             return
         delta = changed
         if view.delta is not None:
             old = view.frame_of(spark, view.delta)
             delta = old.join(changed.select(*[quote(k) for k in self.keys]), _same(old, changed, self.keys),
                              "left_anti").unionByName(changed)
+        if self._share == 0:  # compacted every batch: straight into a new base
+            base = view.frame_of(spark, view.base)
+            rows = base.join(delta.select(*[quote(k) for k in self.keys]), _same(base, delta, self.keys),
+                             "left_anti").unionByName(delta)
+            self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
+            return
         delta = delta.localCheckpoint()
         temporary = self._put_frame("delta", batch_id, delta, rename=False)
-        if _rows(temporary) >= COMPACT_SHARE * view.base_rows():
+        if _rows(temporary) >= self._share * view.base_rows():
             base = view.frame_of(spark, view.base)
             rows = base.join(delta.select(*[quote(k) for k in self.keys]), _same(base, delta, self.keys),
                              "left_anti").unionByName(delta)
             shutil.rmtree(temporary, ignore_errors=True)
-            self._put_frame("base", batch_id, rows)
+            self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
         else:
             self._rename(temporary, self.path("delta", batch_id))
 

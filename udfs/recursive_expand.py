@@ -14,6 +14,7 @@ Three executions give the same rows:
   alone or joins it with one relation on an integer equality, and computes its columns in a
   small vocabulary
   (column references, integer ``+``/``-``/``*``, string ``||``/``concat``, ``CAST(.. AS STRING)``,
+  ``CAST(.. AS BIGINT)`` of an integer,
   comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``). The relation is collected once,
   sorted by the join key (CSR adjacency), shipped to the workers, and each partition of seeds
   runs the whole fixpoint in one pass of vectorised code (``mapInArrow``): one Spark job in
@@ -274,6 +275,8 @@ def evaluate(node: tuple, context: _Context) -> pa.Array:
             return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
         if kind == "to_string":
             return evaluate(node[1], context).cast(pa.large_string())
+        if kind == "cast":
+            return evaluate(node[1], context).cast(node[2])
         if kind in _COMPARE:
             return _COMPARE[kind](evaluate(node[1], context), evaluate(node[2], context))
         if kind == "and":
@@ -358,13 +361,19 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
 
 def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
     """The recursion run by Spark's native ``WITH RECURSIVE`` with sqlext's limits, or None
-    when Spark refuses its shape."""
+    when Spark refuses its shape.
+
+    The step's values are cast to the anchor's types, as the other paths cast them (Spark
+    refuses a step of another type). Any failure to plan the statement (Spark raises some of
+    them as a bare ``Py4JJavaError``, not as a ``PySparkException``) hands the recursion to
+    sqlext's own loop, which reports whatever is wrong in it with the user's own text."""
     from pyspark.errors import PySparkException
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one, to_sql
 
-    union = exp.Union(this=parse_one(spec.anchor_sql), expression=parse_one(spec.step_sql), distinct=False)
+    step = cast_projections(parse_one(spec.step_sql), anchor.schema)
+    union = exp.Union(this=parse_one(spec.anchor_sql), expression=step, distinct=False)
     alias = exp.TableAlias(this=exp.to_identifier(spec.name),
                            columns=[exp.to_identifier(c) for c in spec.columns])
     cte = exp.CTE(this=union, alias=alias)
@@ -373,7 +382,7 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
     query.set("with_", exp.With(expressions=[cte], recursive=True))
     try:
         frame = spark.sql(scoped(to_sql(query)))
-    except PySparkException:  # a shape Spark's recursion refuses: sqlext's own loop runs it
+    except Exception:  # noqa: BLE001 - a shape Spark's recursion refuses: sqlext's own loop runs it
         return None
     if [f.dataType for f in frame.schema.fields] != [f.dataType for f in anchor.schema.fields]:
         return None
@@ -386,7 +395,45 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
             raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
         if "RECURSION_ROW_LIMIT_EXCEEDED" in text:
             raise row_limit_error(spec.name, spec.max_level, spec.row_limit) from None
-        raise
+        if isinstance(error, PySparkException):
+            raise  # a classed error of the statement itself (an overflow): the user's to see
+        return None  # Spark's recursion failed without an error class: sqlext's own loop runs it
+
+
+def cast_projections(step, schema):
+    """``step`` (a parsed SELECT) with each column cast to the type of the schema's field in
+    its position; ``step`` unchanged when that cannot be written (a ``*``, another number of
+    columns, a type sqlglot does not read back).
+
+    >>> from pyspark.sql.types import IntegerType, StructField, StructType
+    >>> from sqlext.rewrites.dialect import parse_one, to_sql
+    >>> to_sql(cast_projections(parse_one("SELECT n + 1L AS m FROM r"), StructType([StructField("n", IntegerType())])))
+    'SELECT CAST(n + CAST(1 AS BIGINT) AS INT) AS m FROM r'
+    """
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from sqlext.rewrites.dialect import SparkExt
+
+    projections = step.expressions if isinstance(step, exp.Select) else []
+    if len(projections) != len(schema.fields) or any(p.is_star for p in projections):
+        return step
+    types = []
+    for field in schema.fields:
+        text = field.dataType.simpleString()
+        try:
+            to = exp.DataType.build(text, dialect=SparkExt)
+        except (ParseError, ValueError):
+            return step
+        # only a type that reads back as written (a field name with a space, a collation: not)
+        if "".join(to.sql(dialect=SparkExt).split()).lower() != "".join(text.split()).lower():
+            return step
+        types.append(to)
+    step = step.copy()
+    for projection, to in zip(step.expressions, types):
+        target = projection if not isinstance(projection, exp.Alias) else projection.this
+        target.replace(exp.Cast(this=target.copy(), to=to))
+    return step
 
 
 def _levels(spec: RecursiveSpec, anchor, run_step):
@@ -529,22 +576,39 @@ def _union_all(frames):
     return result
 
 
+def reads_recurring(table, name: str) -> bool:
+    """Whether ``table`` is ``recurring.<name>``: the keyed recursion's result so far, which
+    exists only while the recursion runs (it is no relation of the catalogue)."""
+    from sqlglot import exp
+
+    return (isinstance(table, exp.Table) and isinstance(table.this, exp.Identifier)
+            and (table.db or "").lower() == "recurring" and not table.args.get("catalog")
+            and table.name.lower() == name.lower())
+
+
 def substitute_step(step_sql: str, name: str, working_view: str, union_view: str) -> str:
-    """The step reading ``working_view`` where it read ``name`` (keeping ``name`` as the
-    alias, so qualified columns still resolve) and ``union_view`` for ``recurring.name``."""
+    """The step reading ``working_view`` where it read ``name`` (keeping the alias as written,
+    its column list included, or ``name`` itself, so qualified and renamed columns still
+    resolve) and ``union_view`` for ``recurring.name``.
+
+    >>> substitute_step("SELECT zzz + 1 FROM t AS t1(zzz) WHERE zzz < 3", "t", "w", "u")
+    'SELECT zzz + 1 FROM w AS t1(zzz) WHERE zzz < 3'
+    """
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     tree = parse_one(step_sql)
     for table in list(tree.find_all(exp.Table)):
-        if not isinstance(table.this, exp.Identifier) or table.name.lower() != name.lower():
+        reads_result = reads_recurring(table, name)
+        if not reads_result and not (isinstance(table.this, exp.Identifier) and not table.db
+                                     and table.name.lower() == name.lower()):
             continue
-        db = table.db.lower() if table.db else ""
-        if db not in ("", "recurring"):
-            continue
-        alias = table.alias or name
-        replacement = exp.Table(this=exp.to_identifier(working_view if not db else union_view),
-                                alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        alias = table.args.get("alias")
+        if alias is None or alias.this is None:
+            alias = exp.TableAlias(this=exp.to_identifier(table.alias or name),
+                                   columns=alias.args.get("columns") if alias is not None else None)
+        replacement = exp.Table(this=exp.to_identifier(union_view if reads_result else working_view),
+                                alias=alias.copy())
         table.replace(replacement)
     return to_sql(tree)

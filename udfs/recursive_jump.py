@@ -225,6 +225,9 @@ def _split_step(spec):
         source = e_table.this.copy().subquery("__sx_e")
     else:
         raise _NoJump("the joined relation is not a table or a subquery")
+    r_alias = r_table.args.get("alias")
+    if r_alias is not None and r_alias.args.get("columns"):
+        raise _NoJump("the step renames the CTE's columns")
     if r_table.alias_or_name.lower() == e_table.alias_or_name.lower():
         raise _NoJump("both sides have one alias")
     return step, r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), to_sql(exp.select("*").from_(source))

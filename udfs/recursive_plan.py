@@ -15,7 +15,9 @@ from sqlglot import exp
 from sqlext.errors import SqlextError
 from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
 from sqlext.rewrites.dialect import INTEGRAL, conjuncts
-from sqlext.udfs.recursive_expand import WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, walk
+from sqlext.udfs.recursive_expand import (
+    WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,
+)
 
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
@@ -131,6 +133,9 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         join, r_table, e_table = split_join(step, spec.name)
     except ValueError as why:
         raise _NoWalk(str(why)) from None
+    if any(reads_recurring(t, spec.name) for t in e_table.find_all(exp.Table)):
+        # the result so far changes at every level: nothing to collect once
+        raise _NoWalk(f"the joined relation reads recurring.{spec.name}, the recursion's own result")
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
@@ -142,8 +147,11 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         e_source = exp.Subquery(this=e_table.this.copy())
     else:
         raise _NoWalk("the joined relation is not a table or a subquery")
-    e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
-    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    r_types = _cte_columns(r_table, anchor)
+    try:
+        e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
+    except Exception as error:  # noqa: BLE001 - the level path runs the step and reports it as written
+        raise _NoWalk(f"the joined relation cannot be read on its own ({type(error).__name__})") from None
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
 
@@ -164,7 +172,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     if key is None:
         raise _NoWalk("no integer equality between the CTE and the relation")
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
-                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    projections=_projections(step, spec, compiler, anchor), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
                     row_limit=spec.row_limit)
     edge_columns = sorted(compiler.e_used | {key[1]})
@@ -199,21 +207,33 @@ def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):
     source = step.args["from_"].this
     if not (isinstance(source, exp.Table) and not source.db and source.name.lower() == spec.name.lower()):
         raise _NoWalk("the step does not read the CTE")
-    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    r_types = _cte_columns(source, anchor)
     compiler = _Compiler(source.alias_or_name.lower(), None, r_types, {})
     filters = [compiler.boolean(c) for c in conjuncts((step.args.get("where") or exp.Where()).this)]
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=None, key_e=None,
-                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    projections=_projections(step, spec, compiler, anchor), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
                     row_limit=spec.row_limit)
     return plan, None, []
 
 
-def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", r_types: dict) -> list:
+def _cte_columns(r_table: exp.Table, anchor) -> dict:
+    """The CTE's columns as the step names them (``r AS r1(a, b)`` renames them by position):
+    name -> (the level's column name, its type)."""
+    fields = anchor.schema.fields
+    alias = r_table.args.get("alias")
+    names = [c.name for c in alias.args.get("columns") or []] if alias is not None else []
+    if names and len(names) != len(fields):
+        raise _NoWalk(f"{r_table.sql()} names {len(names)} columns, the CTE has {len(fields)}")
+    return {(names[i] if names else f.name).lower(): (f.name, f.dataType.simpleString())
+            for i, f in enumerate(fields)}
+
+
+def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", anchor) -> list:
     selects = step.selects
     if len(selects) != len(spec.columns) or any(isinstance(s, exp.Star) for s in selects):
         raise _NoWalk("the step's columns are not listed one by one")
-    targets = [r_types[c.lower()][1] for c in spec.columns]
+    targets = [f.dataType.simpleString() for f in anchor.schema.fields]
     projections = []
     for select, target in zip(selects, targets):
         node, kind = compiler.value(select.this if isinstance(select, exp.Alias) else select)
@@ -296,6 +316,11 @@ class _Compiler:
                     raise _NoWalk("concat of a non-string")
                 compiled.append(value if kind == "str" else ("to_string", value))
             return ("concat", compiled), "str"
+        if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.BIGINT:
+            value, kind = self.value(node.this)  # any integer fits a BIGINT: the cast never fails
+            if kind != "int":
+                raise _NoWalk("cast of a non-integer to BIGINT")
+            return ("cast", value, pa.int64()), "int"
         if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT) \
                 and not node.to.expressions:
             value, kind = self.value(node.this)

@@ -21,7 +21,7 @@ Three executions give the same rows:
   all, not one per level.
 * **path doubling** (:mod:`sqlext.udfs.recursive_jump`, on request): one parent per node, in
   ``log2(depth) + 1`` Spark joins.
-* **levels** (:func:`run_levels`): anything else; under ``UNION ALL`` Spark's own recursion
+* **levels** (:func:`plan_levels`): anything else; under ``UNION ALL`` Spark's own recursion
   where it accepts the shape, else one Spark query per level over the previous level
   (checkpointed, so the plan does not grow).
 
@@ -36,7 +36,7 @@ Three executions give the same rows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -314,18 +314,52 @@ def _null_first_key(row: tuple) -> tuple:
 # the Spark adapter
 
 
-def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
-    """Semi-naive iteration, one Spark query per level.
+@dataclass
+class Levels:
+    """How the level path will run a recursion (``why``, in words) and the call that runs it."""
+
+    why: str
+    run: Callable[[], object]
+
+
+OWN_LOOP = "sqlext's loop runs one Spark query per level, each level checkpointed"
+
+
+def plan_levels(spark, spec: RecursiveSpec, anchor, scoped) -> Levels:
+    """Semi-naive iteration, level by level.
 
     A ``UNION ALL`` recursion that Spark's own recursion accepts runs there, with sqlext's
     level and row limits (Spark iterates in one plan, with no query to plan per level);
-    ``UNION``, ``USING KEY`` and the shapes Spark refuses run in sqlext's own loop."""
+    ``UNION``, ``USING KEY`` and the shapes Spark refuses run in sqlext's own loop, one Spark
+    query per level. Deciding which runs only Spark's analysis of the native statement."""
+
+    def own_loop():
+        return _own_levels(spark, spec, anchor, scoped)
+
+    if spec.distinct or spec.key:
+        kind = "USING KEY" if spec.key else "UNION (distinct)"
+        return Levels(f"{kind}, which Spark's own recursion does not run: {OWN_LOOP}", own_loop)
+    native = _native_frame(spark, spec, anchor, scoped)
+    if isinstance(native, str):
+        return Levels(f"Spark's own recursion refuses this step ({native}): {OWN_LOOP}", own_loop)
+
+    def native_then_own_loop():
+        frame = _run_native(native, spec)
+        return frame if frame is not None else own_loop()
+
+    return Levels("UNION ALL in a shape Spark's own recursion accepts: Spark iterates the levels in one "
+                  "plan, with sqlext's level and row limits", native_then_own_loop)
+
+
+def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
+    """The recursion run level by level (see :func:`plan_levels`)."""
+    return plan_levels(spark, spec, anchor, scoped).run()
+
+
+def _own_levels(spark, spec: RecursiveSpec, anchor, scoped):
+    """sqlext's own loop: one Spark query per level over the previous level."""
     from pyspark.sql import functions as F
 
-    if not spec.distinct and not spec.key:
-        native = _native_levels(spark, spec, anchor, scoped)
-        if native is not None:
-            return native
     from sqlext.rewrites.sqltree import fresh, helper
 
     working_view, union_view = fresh("rec_working_"), fresh("rec_union_")
@@ -359,15 +393,14 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
         spark.catalog.dropTempView(union_view)
 
 
-def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
-    """The recursion run by Spark's native ``WITH RECURSIVE`` with sqlext's limits, or None
-    when Spark refuses its shape.
+def _native_frame(spark, spec: RecursiveSpec, anchor, scoped):
+    """The recursion as Spark's native ``WITH RECURSIVE`` (analysed, not run), or the error
+    class with which Spark refuses its shape.
 
     The step's values are cast to the anchor's types, as the other paths cast them (Spark
     refuses a step of another type). Any failure to plan the statement (Spark raises some of
     them as a bare ``Py4JJavaError``, not as a ``PySparkException``) hands the recursion to
     sqlext's own loop, which reports whatever is wrong in it with the user's own text."""
-    from pyspark.errors import PySparkException
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one, to_sql
@@ -382,18 +415,43 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
     query.set("with_", exp.With(expressions=[cte], recursive=True))
     try:
         frame = spark.sql(scoped(to_sql(query)))
-    except Exception:  # noqa: BLE001 - a shape Spark's recursion refuses: sqlext's own loop runs it
-        return None
+    except Exception as error:  # noqa: BLE001 - a shape Spark's recursion refuses: sqlext's own loop runs it
+        return _error_class(error)
     if [f.dataType for f in frame.schema.fields] != [f.dataType for f in anchor.schema.fields]:
-        return None
+        return "its column types differ from the anchor's"
+    return frame
+
+
+def _error_class(error: BaseException) -> str:
+    """The class Spark gave an error (``UNRESOLVED_COLUMN``), from the error itself: PySpark's
+    condition, or the first bracketed word of the JVM exception's own message."""
+    import re
+
+    condition = getattr(error, "getCondition", None)
+    if callable(condition) and condition():
+        return condition()
+    java = getattr(error, "java_exception", None)
+    try:
+        message = java.getMessage() if java is not None else ""
+    except Exception:  # noqa: BLE001 - the JVM is gone: no class to read
+        message = ""
+    found = re.match(r"\s*\[([A-Z][A-Z0-9_.]*)\]", message or "")
+    return found.group(1) if found else type(error).__name__
+
+
+def _run_native(frame, spec: RecursiveSpec):
+    """Run Spark's native recursion with sqlext's limits; None when it fails without an error
+    class (sqlext's own loop runs it then)."""
+    from pyspark.errors import PySparkException
+
     limits = {"spark.sql.cteRecursionRowLimit": str(spec.row_limit)}
     try:
         return _cut(frame, limits, measure=False)[0]
     except Exception as error:  # noqa: BLE001 - a Spark error (PySpark's or py4j's), mapped below
-        text = str(error)
-        if "RECURSION_LEVEL_LIMIT_EXCEEDED" in text:
+        error_class = _error_class(error)
+        if error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED":
             raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
-        if "RECURSION_ROW_LIMIT_EXCEEDED" in text:
+        if error_class == "RECURSION_ROW_LIMIT_EXCEEDED":
             raise row_limit_error(spec.name, spec.max_level, spec.row_limit) from None
         if isinstance(error, PySparkException):
             raise  # a classed error of the statement itself (an overflow): the user's to see

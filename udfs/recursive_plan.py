@@ -3,11 +3,13 @@
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
 condition is in the vocabulary of :func:`sqlext.udfs.recursive_expand.evaluate`, and ``e`` is small
-enough to collect. Anything else returns ``None`` and runs level by level.
+enough to collect (:func:`plan_walk`, which says why when it is not: then the recursion runs
+level by level); :func:`run_walk` runs it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot import exp
@@ -26,38 +28,79 @@ class _NoWalk(Exception):
     pass
 
 
-def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
-    """The recursion run as one graph walk, or ``None`` when the step is not one."""
-    from pyspark.sql.pandas.types import to_arrow_type
+@dataclass
+class Walk:
+    """A recursion the graph walk will run: its compiled step and, when the step joins the CTE
+    with a relation, that relation's columns to collect (``edges``, a DataFrame) and Spark's
+    estimate of their size; ``why`` says so in words."""
 
-    try:
-        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
-    except _NoWalk:
-        if force:
-            raise
-        return None
-    index = None if edge_source is None else _collect_edges(spark, scoped, edge_source, edge_columns, plan, force)
-    if edge_source is not None and index is None:
-        return None
-    plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
-    return _walk_frame(spark, spec, anchor, index, plan)
+    plan: WalkPlan
+    edges: object | None
+    why: str
 
 
-def _collect_edges(spark, scoped, edge_source: exp.Expression, edge_columns: list[str], plan: WalkPlan,
-                   force: bool):
-    """The joined relation (a FROM item), collected and indexed by its join key; None when it
-    is too large."""
+def plan_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False) -> Walk | str:
+    """The graph walk the recursion takes, or why it takes none (``force``: raise instead).
+
+    Nothing runs but Spark's analysis and size estimate of the joined relation (and a count
+    of its rows when Spark has no estimate), so ``sqlext explain`` asks this too."""
     from sqlext.rewrites.dialect import to_sql
     from sqlext.rewrites.sqltree import col
 
+    try:
+        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
+    except _NoWalk as why:
+        if force:
+            raise
+        return str(why)
+    vocabulary = "every column and condition is in the vocabulary the walk computes exactly"
+    tasks = ("one task walks all anchor rows to the end (UNION and USING KEY need them together)"
+             if spec.distinct or spec.key else "each task walks its anchor rows to the end")
+    if edge_source is None:
+        return Walk(plan, None, f"the step reads {spec.name} alone and {vocabulary}; {tasks}, one Spark job in all")
     query = exp.select(*[col(c) for c in edge_columns], copy=False).from_(edge_source.copy(), copy=False)
     edge_frame = spark.sql(scoped(to_sql(query)))
+    relation = to_sql(edge_source)
+    size = None
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
             size = edge_frame.count() * 16 * len(edge_columns)
         if size is None or size > WALK_MAX_BYTES:
+            estimate = "has no size estimate" if size is None else f"is about {_size(size)}"
+            return (f"the joined relation {relation} {estimate}, over the {_size(WALK_MAX_BYTES)} "
+                    "the walk collects into the driver")
+    held = "" if size is None else f" (about {_size(size)}, under {_size(WALK_MAX_BYTES)})"
+    return Walk(plan, edge_frame,
+                f"the step joins {spec.name} with {relation} on an integer key and {vocabulary}; "
+                f"{relation}{held} is collected once and {tasks}, one Spark job in all")
+
+
+def _size(size: int) -> str:
+    """A size in bytes as a person reads it: ``512 bytes``, ``1.5 KB``, ``64 MB``."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def run_walk(spark, spec: RecursiveSpec, anchor, chosen: Walk, force: bool = False):
+    """The walk's result, lazy like any Spark query; ``None`` when the joined relation turns out
+    too large to collect (then the recursion runs level by level)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    index = None
+    if chosen.edges is not None:
+        index = _collect_edges(chosen.edges, chosen.plan, force)
+        if index is None:
             return None
+    chosen.plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
+    return _walk_frame(spark, spec, anchor, index, chosen.plan)
+
+
+def _collect_edges(edge_frame, plan: WalkPlan, force: bool):
+    """The joined relation's columns, collected and indexed by the join key; None when the
+    driver cannot hold them."""
     try:
         table = edge_frame.toArrow()
     except Exception:  # noqa: BLE001 - the driver could not hold the edges: walk level by level

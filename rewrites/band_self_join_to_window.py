@@ -84,7 +84,7 @@ def band_self_join_to_window(
             _rewrite_pair(select, join, kept)
         notes.fire(RULE, f"self-join of {join.source_sql()} on {join.partition_sql()} within a band of "
                          f"{to_sql(col(join.band.column))} now reads it once: window frame "
-                         f"{join.band.frame_sql()}, unfolded with LATERAL VIEW")
+                         f"{join.band.frame_sql()}, unfolded with LATERAL VIEW{join.others_note()}")
     return expression
 
 

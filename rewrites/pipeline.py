@@ -105,6 +105,9 @@ class Rewritten:
     notes: Notes
     recursions: list[Recursion] = field(default_factory=list)
     runnable_sql: str = ""
+    # the path each recursion will take and why, one line each (``sqlext.explain`` with a
+    # session fills it in: deciding needs Spark)
+    paths: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.runnable_sql = self.runnable_sql or self.sql

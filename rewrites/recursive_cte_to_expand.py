@@ -51,14 +51,14 @@ _GENERATORS = {"explode", "explode_outer", "posexplode", "posexplode_outer", "in
 def recursive_cte_to_expand(expression: exp.Expression, notes: Notes | None = None) -> exp.Expression:
     notes = notes if notes is not None else Notes()
     for with_ in list(expression.find_all(exp.With)):
-        if not with_.args.get("recursive"):
-            continue
+        if not with_.args.get("recursive") or with_.root() is not expression:
+            continue  # not recursive, or inside a recursion already expanded (its text is in the call)
         expanded = False
         for cte in with_.expressions:
             name = cte.alias_or_name
             if not _reads(cte.this, name):
                 continue
-            why = _unsupported(cte, name) or _in_view(with_)
+            why = _unsupported(cte, name) or _in_view(with_) or _in_recursion(with_)
             if why:
                 notes.skip(RULE, f"recursive CTE {name}: {why}; Spark runs it natively")
                 continue
@@ -95,6 +95,21 @@ def _in_view(with_: exp.With) -> str | None:
     create = with_.find_ancestor(exp.Create)
     if create is not None and (create.kind or "").upper() == "VIEW":
         return "it is part of a view, which must recompute it each time it is read"
+    return None
+
+
+def _in_recursion(with_: exp.With) -> str | None:
+    """A recursion written inside the anchor or step of another one that Spark runs natively
+    may read that recursion's current level, which exists only inside Spark's iteration: it
+    cannot be computed once, before the statement, so it stays with the outer one."""
+    outer = with_.find_ancestor(exp.CTE)
+    while outer is not None:
+        outer_with = outer.parent
+        if isinstance(outer_with, exp.With) and outer_with.args.get("recursive") \
+                and _reads(outer.this, outer.alias_or_name):
+            return (f"it is written inside the recursive CTE {outer.alias_or_name}, whose levels it may "
+                    f"read, so it runs with {outer.alias_or_name}")
+        outer = outer.find_ancestor(exp.CTE)
     return None
 
 
@@ -173,7 +188,7 @@ def _check_terminates(name: str, step: exp.Select, columns: list[str], distinct:
         return
     if step.args.get("where") or _has_generator(step):
         return
-    if any(_join_can_drop_rows(join, name) for join in step.args.get("joins") or []):
+    if any(_join_can_drop_rows(join, name, _cte_alias(step, name)) for join in step.args.get("joins") or []):
         return
     joins = step.args.get("joins") or []
     if not joins and _is_identity(step.selects, columns):
@@ -209,7 +224,15 @@ def _is_identity(selects: list[exp.Expression], columns: list[str]) -> bool:
     return True
 
 
-def _join_can_drop_rows(join: exp.Join, name: str) -> bool:
+def _cte_alias(step: exp.Select, name: str) -> str:
+    """The name the step reads the CTE under (its alias, or its own name)."""
+    for table in step.find_all(exp.Table):
+        if _is_ref(table, name):
+            return table.alias_or_name.lower()
+    return name.lower()
+
+
+def _join_can_drop_rows(join: exp.Join, name: str, alias: str) -> bool:
     """Whether this join can leave a row of the CTE without any output row."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
@@ -218,11 +241,28 @@ def _join_can_drop_rows(join: exp.Join, name: str) -> bool:
     has_condition = bool((on is not None and not trivially_true) or join.args.get("using"))
     if side in ("LEFT", "RIGHT", "FULL") and kind not in ("SEMI", "ANTI"):
         return False  # outer joins keep every row of their preserved side
+    if kind not in ("SEMI", "ANTI") and _filters_each_row(join.this, alias):
+        return True  # a correlated LATERAL subquery: no rows for a CTE row its filter rejects
     if kind == "CROSS" or not has_condition:
         return False
     if kind == "ANTI":
         return not _is_ref(join.this, name)  # r ANTI JOIN x drops r's matched rows
     return True  # inner and semi joins with a condition
+
+
+def _filters_each_row(item: exp.Expression, alias: str) -> bool:
+    """Whether ``item`` is ``LATERAL (SELECT ... WHERE <reads alias.col>)``: a subquery run once
+    per row of the CTE whose filter reads that row, so it returns no row at all for the rows it
+    rejects (as an inner join's condition does). An aggregate without GROUP BY returns one row
+    whatever it filters, so it does not count."""
+    if not isinstance(item, exp.Lateral) or item.args.get("view") or not isinstance(item.this, exp.Subquery):
+        return False
+    query = item.this.unnest()
+    if not isinstance(query, exp.Select) or not query.args.get("where"):
+        return False
+    if not query.args.get("group") and any(f.find_ancestor(exp.Select) is query for f in query.find_all(exp.AggFunc)):
+        return False
+    return any(c.table.lower() == alias for c in query.args["where"].find_all(exp.Column))
 
 
 def _expand_call(cte: exp.CTE, anchor: exp.Expression, step: exp.Select, distinct: bool) -> exp.Select:

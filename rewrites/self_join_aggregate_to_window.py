@@ -75,7 +75,7 @@ def self_join_aggregate_to_window(
         _keep_output_names(select, relations)
         _rewrite(select, join, [f for f in select.find_all(exp.AggFunc) if _in_scope(f, select)])
         notes.fire(RULE, f"self-join of {join.source_sql()} feeding {len(aggregates)} aggregate(s) "
-                         f"is now a window aggregate over {join.window_sql()}")
+                         f"is now a window aggregate over {join.window_sql()}{join.others_note()}")
     return expression
 
 

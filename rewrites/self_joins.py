@@ -163,6 +163,16 @@ class SelfJoin:
     outside: list[exp.Expression] = field(default_factory=list)
     # every condition on the pair alone (keys, band, one side, the rest), wherever written
     pair_conditions: list[exp.Expression] = field(default_factory=list)
+    # the chain's later self-joins (``b/c``), left as written
+    other_pairs: list[str] = field(default_factory=list)
+
+    def others_note(self) -> str:
+        """What a note adds about the chain's other self-joins ('' when there are none)."""
+        if not self.other_pairs:
+            return ""
+        many = len(self.other_pairs) > 1
+        return (f"; the chain's later self-join{'s' if many else ''} {', '.join(self.other_pairs)} "
+                f"{'are' if many else 'is'} left as written (Kafka's optimizer rewrites the first one only)")
 
     @property
     def in_chain(self) -> bool:
@@ -216,8 +226,9 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     """The self-join read off ``select``, or the reason it is not one a rule may touch.
 
     The FROM clause is either the pair alone (``FROM t a JOIN t b ON ...``) or a flat chain of
-    inner joins holding exactly one such pair (``FROM t a JOIN t b ON ... JOIN d ON ...``, the
-    shape Kafka's optimizer also rewrites inside a chain, KIP-862). In a chain, the conditions
+    inner joins holding such a pair (``FROM t a JOIN t b ON ... JOIN d ON ...``, the shape
+    Kafka's optimizer also rewrites inside a chain, KIP-862); of several pairs (``t a JOIN t b
+    ON ... JOIN t c ON ...``) the first, as Kafka's optimizer does. In a chain, the conditions
     that name a relation other than the pair are kept apart (:attr:`SelfJoin.outside`): the
     rules leave them where they are and rewrite only the pair.
     """
@@ -241,8 +252,9 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
         found = _chain_pair(select, items)
         if isinstance(found, str):
             return found
-        left, right = found
+        left, right, others = found
     else:
+        others = []
         left, right = items
         if not isinstance(left, exp.Table) or not isinstance(right, exp.Table):
             return "the two sides are not the same relation (different subqueries)"
@@ -326,7 +338,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     return SelfJoin(
         select, a, b, source, list(columns), query, keys, band,
         left_only=left_only, right_only=right_only, rest=_unique(rest),
-        left_item=left, right_item=right, outside=outside, pair_conditions=terms,
+        left_item=left, right_item=right, outside=outside, pair_conditions=terms, other_pairs=others,
     )
 
 
@@ -334,9 +346,15 @@ def _is_function(item: exp.Expression) -> bool:
     return isinstance(item, exp.Table) and isinstance(item.this, (exp.Anonymous, exp.Func))
 
 
-def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Table, exp.Table] | str:
-    """The one pair of FROM items of a chain that read the same relation and are joined on an
-    equal key column, earlier item first; or why there is not exactly one."""
+def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Table, exp.Table, list[str]] | str:
+    """The first pair of FROM items of a chain that read the same relation and are joined on
+    an equal key column, earlier item first, and the other such pairs (named ``a/b``); or why
+    there is none.
+
+    Kafka's optimizer (KIP-862) rewrites a join whose two inputs are one source; in a chain
+    ``a.join(b).join(c)`` of one stream that is the first join alone, since the second joins
+    the first one's result with the source. Read left to right, the first self-join of a flat
+    chain is the pair whose join comes first; the others stay joins, as written."""
     names = []
     for item in items:
         if not isinstance(item, (exp.Table, exp.Subquery)) or _is_function(item):
@@ -364,10 +382,11 @@ def _chain_pair(select: exp.Select, items: list[exp.Expression]) -> tuple[exp.Ta
     ]
     if not pairs:
         return "the two sides are not joined on equal key columns"
-    if len(pairs) > 1:
-        named = ", ".join(f"{x.alias_or_name}/{y.alias_or_name}" for x, y in pairs)
-        return f"the chain of joins holds more than one self-join ({named}); which one to rewrite is not clear"
-    return pairs[0]
+    # the first self-join of the chain, read left to right: the pair its earliest join closes
+    position = {id(item): i for i, item in enumerate(items)}
+    pairs.sort(key=lambda pair: (position[id(pair[1])], position[id(pair[0])]))
+    first, *others = pairs
+    return first[0], first[1], [f"{x.alias_or_name}/{y.alias_or_name}" for x, y in others]
 
 
 def _chain_sides(node: exp.Expression, aliases: set[str]) -> set[str] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from sqlext.errors import SqlextError
-from sqlext.runner import run_statement
+from sqlext.runner import recursion_paths, run_statement
 from sqlext.session import install
 
 __all__ = ["install", "rewrite", "explain", "sql"]
@@ -28,7 +28,8 @@ def rewrite(text: str, schema: Mapping | None = None) -> str:
 
 
 def explain(*spark_and_text, spark=None, schema: Mapping | None = None):
-    """Each statement of the text before and after rewriting, with what every rule did.
+    """Each statement of the text before and after rewriting, with what every rule did and,
+    given a session, the path each recursion will take (``paths``).
 
     ``explain(spark, text)``, in the order of ``sql(spark, text)``, asks the session about the
     relations the text reads; ``explain(text)`` (with ``schema=`` as for :func:`rewrite`) needs
@@ -43,7 +44,10 @@ def explain(*spark_and_text, spark=None, schema: Mapping | None = None):
     relations = SparkRelations(spark) if spark is not None else MappingRelations(schema)
     results = []
     for statement in split_statements(text):
-        results.append(rewrite_statement(statement.text, relations))
+        result = rewrite_statement(statement.text, relations)
+        if spark is not None:
+            result.paths = recursion_paths(spark, result)
+        results.append(result)
         if spark is not None and _defines_temp_view(statement.text):
             # later statements of the file read it; a temporary view lives in this session only
             run_statement(spark, statement.text)

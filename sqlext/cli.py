@@ -3,7 +3,8 @@
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
     sqlext sql [-e SQL | -f FILE] [--conf KEY=VALUE] [--master URL]
                                          a spark-sql style shell (see sqlext.shell)
-    sqlext explain FILE.sql              each statement before and after rewriting, and why
+    sqlext explain FILE.sql [--verbose]  each statement before and after rewriting, the rules that
+                                         fired (--verbose: why the others did not), each recursion's path
     sqlext build MODELS_DIR              dbt-style models (one SELECT per file) in dependency order
     sqlext stream FILE.sql --checkpoint DIR --output DIR [--source NAME=DIR] [--every INTERVAL]
                                          the statement over STREAM(...) as an incremental run
@@ -90,12 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(sql)
 
     explain = _command(commands, "explain", "show each statement before and after rewriting",
-                       "For each statement of the file: the SQL as written, the SQL Spark runs instead, what "
-                       "each rule did (or why it did not fire), and Spark's plans as topologies.",
+                       "For each statement of the file: the SQL as written, the SQL Spark runs instead, the "
+                       "rules that fired (--verbose: why each other one did not), the path each recursion "
+                       "takes and why, and Spark's plans as topologies.",
                        "  sqlext explain sql_examples/self_join.sql\n  sqlext explain --no-spark query.sql")
     explain.add_argument("file", type=Path, metavar="FILE.sql", help="the SQL file to explain")
     explain.add_argument("--no-spark", action="store_true",
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
+    explain.add_argument("--verbose", "-v", action="store_true",
+                         help="say why each rule that did not fire did not (default: their names on one line)")
 
     build = _command(commands, "build", "build a folder of dbt-style models in dependency order",
                      "Build models in dependency order. A dbt project (a folder with dbt_project.yml) runs "
@@ -252,7 +256,7 @@ def _dispatch(args) -> int:
 
         return shell_main(args)
     if args.command == "explain":
-        return _explain(args.file, args.no_spark)
+        return _explain(args.file, args.no_spark, args.verbose)
     if args.command == "stream":
         return _stream(args)
     if args.command == "build":
@@ -457,7 +461,7 @@ def _report(path: Path, statement: Statement, message: str) -> None:
     print(f"{path}:{statement.line}:{statement.column}: {message}", file=sys.stderr)
 
 
-def _explain(path: Path, no_spark: bool) -> int:
+def _explain(path: Path, no_spark: bool, verbose: bool = False) -> int:
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
@@ -485,10 +489,14 @@ def _explain(path: Path, no_spark: bool) -> int:
         else:
             print("(unchanged)")
         print("-- rules")
-        for note in result.notes:
-            print(f"   {note}")
+        for line in result.notes.lines(verbose, more="" if verbose else " (--verbose says why)"):
+            print(f"   {line}")
         if not list(result.notes):
             print("   no rule applies")
+        if result.paths:
+            print("-- recursion")
+            for line in result.paths:
+                print(f"   {line}")
         if spark is not None:
             _print_topologies(spark, result)
         print()
@@ -509,8 +517,13 @@ def _print_topologies(spark, result) -> None:
     except Exception:  # noqa: BLE001 - sqlglot cannot read it; nothing to plan here
         return
     plans = [("plan as written", result.original)]
-    if result.changed:
+    if result.changed and not result.recursions:
         plans.append(("plan as rewritten", result.sql))
+    elif result.changed:
+        # RECURSIVE_EXPAND is no function Spark knows: each recursion runs first (on the path
+        # said above) and the statement reads its result as a temporary view
+        print("-- plan as rewritten: each recursion runs first, as said above; the statement then "
+              "reads its result as a temporary view")
     for title, text in plans:
         print(f"-- {title}")
         try:

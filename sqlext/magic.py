@@ -64,15 +64,17 @@ def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
 
 
 def explain_text(spark, text: str) -> str:
-    """Each statement of ``text`` before and after rewriting, and what every rule did."""
+    """Each statement of ``text`` before and after rewriting, what every rule did, and the path
+    each recursion will take."""
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     parts = []
     for result in explain(text, spark=spark):
         after = to_sql(parse_one(result.sql), pretty=True) if result.changed else "(unchanged)"
-        notes = [f"   {note}" for note in result.notes] or ["   no rule applies"]
-        parts.append("\n".join(["-- before", result.original, "-- after", after, "-- rules", *notes]))
+        notes = [f"   {line}" for line in result.notes.lines(verbose=True)] or ["   no rule applies"]
+        paths = ["-- recursion", *[f"   {line}" for line in result.paths]] if result.paths else []
+        parts.append("\n".join(["-- before", result.original, "-- after", after, "-- rules", *notes, *paths]))
     return "\n\n".join(parts)
 
 

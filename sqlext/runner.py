@@ -62,6 +62,40 @@ def run_statement(spark, text: str, on_plan=None):
                 spark.catalog.dropTempView(view)
 
 
+def recursion_paths(spark, plan) -> list[str]:
+    """The path each recursion of ``plan`` will take and why, one line each, decided by the code
+    that runs it (:func:`sqlext.udfs.recursion.choose_path`): only Spark's analysis runs. A
+    recursion that reads another one's result is decided when it runs, after that one."""
+    from dataclasses import replace
+
+    from sqlglot import exp
+
+    from sqlext.rewrites.dialect import parse_one
+    from sqlext.udfs.recursion import choose_path
+
+    lines = []
+    earlier: dict[str, str] = {}  # view -> the recursion it holds
+    for recursion in plan.recursions:
+        spec = recursion.spec
+        read = {t.name for text in (spec.anchor_sql, spec.step_sql)
+                for t in parse_one(recursion.scoped(text)).find_all(exp.Table)}
+        first = next((earlier[view] for view in earlier if view in read), None)
+        if first is not None:
+            lines.append(f"recursion {spec.name}: its path is chosen when it runs, after {first}, whose "
+                         "result it reads")
+        else:
+            try:
+                lines.append(choose_path(spark, replace(spec, columns=list(spec.columns)),
+                                         recursion.scoped).describe())
+            except Exception as error:  # noqa: BLE001 - only errors with a message are reported
+                message = error_message(error)
+                if message is None:
+                    raise
+                lines.append(f"recursion {spec.name} cannot be planned here: {message}")
+        earlier[recursion.view] = spec.name
+    return lines
+
+
 def _is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 

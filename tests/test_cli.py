@@ -23,14 +23,16 @@ def test_explain_shows_before_after_and_rules(spark, capsys):
     assert "-- before" in out and "-- after" in out
     assert "fired  changelog_filter_to_sql: CHANGELOG_FILTER (emit => 'changes')" in out
     assert "LAG(" in out
-    # the CREATE VIEW statement has nothing to rewrite and says so
-    assert "(unchanged)" in out and "nothing in this statement for it to rewrite" in out
+    # the CREATE VIEW statement has nothing to rewrite: its rules are named on one line
+    assert "(unchanged)" in out and "not fired: changelog_filter_to_sql, fk_join_to_sql" in out
+    assert main(["explain", "--verbose", str(EXAMPLE)]) == 0
+    assert "nothing in this statement for it to rewrite" in capsys.readouterr().out
 
 
 def test_explain_without_spark_keeps_calls_for_the_registered_function(capsys, tmp_path):
     sql = tmp_path / "q.sql"
     sql.write_text("SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
-    assert main(["explain", "--no-spark", str(sql)]) == 0
+    assert main(["explain", "--no-spark", "--verbose", str(sql)]) == 0
     out = capsys.readouterr().out
     assert "skipped  changelog_filter_to_sql" in out and "columns are unknown" in out
 
@@ -95,7 +97,7 @@ SELF_JOIN = EXAMPLE.parent / "self_join.sql"
 
 
 def test_explain_shows_rules_and_both_plans_as_topologies(spark, capsys):
-    assert main(["explain", str(SELF_JOIN)]) == 0
+    assert main(["explain", "--verbose", str(SELF_JOIN)]) == 0
     out = capsys.readouterr().out
     statements = out.split("\n== ")
     band = next(s for s in statements if "b.ts BETWEEN a.ts - INTERVAL 10 MINUTES" in s.split("-- after")[0])

@@ -20,6 +20,12 @@ NON_TERMINATING = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r CROSS JOIN e) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + e.w FROM r JOIN e) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e ANTI JOIN r ON r.n = e.src) SELECT * FROM r",
+    # a LATERAL subquery that does not filter on the CTE's row, or that keeps it (LEFT), ends nothing
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r, LATERAL (SELECT 1 FROM e WHERE e.src = 1) AS f) "
+    "SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r LEFT JOIN LATERAL "
+    "(SELECT 1 FROM e WHERE e.src = r.n) AS f ON TRUE) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r, LATERAL (SELECT r.n FROM e) AS f) SELECT * FROM r",
 ]
 
 TERMINATING = [
@@ -32,6 +38,11 @@ TERMINATING = [
     "WITH RECURSIVE r(n) USING KEY (n) AS (SELECT 1 UNION ALL SELECT n FROM r) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT e.dst FROM e LEFT SEMI JOIN r ON r.n = e.src) SELECT * FROM r",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r CROSS JOIN e WHERE r.n < 3) SELECT * FROM r",
+    # a correlated LATERAL subquery returns no row for a row of the CTE its filter rejects
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT a.n + 1 FROM r AS a, LATERAL "
+    "(SELECT 1 FROM e WHERE e.src = a.n) AS f) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT r.n + 1 FROM r CROSS JOIN LATERAL "
+    "(SELECT 1 FROM e WHERE e.src = r.n) AS f) SELECT * FROM r",
 ]
 
 

@@ -121,3 +121,23 @@ def test_keyed_recursion_on_a_rotating_cycle_hits_the_level_limit(spark, view):
     with pytest.raises(Exception) as error:
         sqlext.sql(spark, query).collect()
     assert find_in(error.value).error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED"
+
+
+@pytest.mark.parametrize("union", ["UNION ALL", "UNION"])
+@pytest.mark.parametrize("name", ["auto", "levels"])
+def test_a_step_joining_the_result_so_far_directly(spark, path, union, name):
+    # the CTE joined with recurring.t and nothing else: recurring.t is no relation to collect
+    # for a graph walk (it changes at every level), so the level path runs it
+    query = f"""
+    WITH RECURSIVE t(k, v) USING KEY (k) AS (VALUES (1, 0) {union}
+      SELECT n.k, r.v + 1 FROM t AS n JOIN recurring.t AS r ON r.k = n.k WHERE n.v < 2)
+    SELECT k, v FROM t"""
+
+    def step(working, union_rows):
+        current = {row[0]: row for row in union_rows}
+        return [(k, current[k][1] + 1) for (k, v) in working if k in current and v < 2]
+
+    expected = keyed_reference([(1, 0)], step, [0], 100)
+    assert expected == [(1, 2)]
+    path(name)
+    assert multiset(sqlext.sql(spark, query).collect()) == multiset(expected)

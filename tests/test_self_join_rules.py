@@ -86,8 +86,9 @@ def test_frames(condition, frame):
 @pytest.mark.parametrize("query, reason", [
     ("SELECT a.id, b.id FROM events a JOIN events b ON a.user_id = b.user_id AND b.n <= a.n "
      "LEFT JOIN users u ON u.user_id = a.user_id", "LEFT JOIN in the chain of joins"),
-    ("SELECT a.id FROM events a JOIN events b ON a.user_id = b.user_id AND b.n <= a.n "
-     "JOIN events c ON c.user_id = b.user_id", "more than one self-join (a/b, b/c)"),
+    # the first self-join of the chain (a/b) has no band; the later one (b/c) is not rewritten
+    ("SELECT a.id, c.id FROM events a JOIN events b ON a.id = b.id "
+     "JOIN events c ON c.user_id = b.user_id AND c.n <= b.n", "no band of its own"),
     ("SELECT a.id FROM events a JOIN users u ON u.user_id = a.user_id JOIN events b "
      "ON a.user_id = b.user_id AND b.n BETWEEN a.n AND u.tier", "no band of its own"),
     ("SELECT a.id FROM events a JOIN events b ON a.user_id = b.user_id AND b.n <= a.n "
@@ -110,3 +111,13 @@ def test_chain_aggregate_with_a_condition_through_b_takes_the_band_form():
     assert out.notes.fired == ["band_self_join_to_window"]
     assert any("p.page = b.page relates b with another relation" in n.text
                for n in out.notes if n.rule == "self_join_aggregate_to_window")
+
+
+def test_a_chain_of_two_self_joins_rewrites_the_first_and_names_the_other():
+    query = ("SELECT a.id, c.id FROM events a JOIN events b ON a.user_id = b.user_id AND b.n <= a.n "
+             "JOIN events c ON c.user_id = b.user_id AND c.n >= b.n")
+    out = rewrite_statement(query, MappingRelations(SCHEMA))
+    assert out.notes.fired == ["band_self_join_to_window"]
+    [note] = [n for n in out.notes if n.fired]
+    assert "b/c" in note.text
+    assert "JOIN events AS c ON c.user_id = a.`__sx_pair_" in out.sql  # c still joins b's columns

@@ -14,13 +14,14 @@ Three executions give the same rows:
   alone or joins it with one relation on an integer equality, and computes its columns in a
   small vocabulary
   (column references, integer ``+``/``-``/``*``, string ``||``/``concat``, ``CAST(.. AS STRING)``,
+  ``CAST(.. AS BIGINT)`` of an integer,
   comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``). The relation is collected once,
   sorted by the join key (CSR adjacency), shipped to the workers, and each partition of seeds
   runs the whole fixpoint in one pass of vectorised code (``mapInArrow``): one Spark job in
   all, not one per level.
 * **path doubling** (:mod:`sqlext.udfs.recursive_jump`, on request): one parent per node, in
   ``log2(depth) + 1`` Spark joins.
-* **levels** (:func:`run_levels`): anything else; under ``UNION ALL`` Spark's own recursion
+* **levels** (:func:`plan_levels`): anything else; under ``UNION ALL`` Spark's own recursion
   where it accepts the shape, else one Spark query per level over the previous level
   (checkpointed, so the plan does not grow).
 
@@ -35,7 +36,7 @@ Three executions give the same rows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -274,6 +275,8 @@ def evaluate(node: tuple, context: _Context) -> pa.Array:
             return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
         if kind == "to_string":
             return evaluate(node[1], context).cast(pa.large_string())
+        if kind == "cast":
+            return evaluate(node[1], context).cast(node[2])
         if kind in _COMPARE:
             return _COMPARE[kind](evaluate(node[1], context), evaluate(node[2], context))
         if kind == "and":
@@ -311,18 +314,52 @@ def _null_first_key(row: tuple) -> tuple:
 # the Spark adapter
 
 
-def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
-    """Semi-naive iteration, one Spark query per level.
+@dataclass
+class Levels:
+    """How the level path will run a recursion (``why``, in words) and the call that runs it."""
+
+    why: str
+    run: Callable[[], object]
+
+
+OWN_LOOP = "sqlext's loop runs one Spark query per level, each level checkpointed"
+
+
+def plan_levels(spark, spec: RecursiveSpec, anchor, scoped) -> Levels:
+    """Semi-naive iteration, level by level.
 
     A ``UNION ALL`` recursion that Spark's own recursion accepts runs there, with sqlext's
     level and row limits (Spark iterates in one plan, with no query to plan per level);
-    ``UNION``, ``USING KEY`` and the shapes Spark refuses run in sqlext's own loop."""
+    ``UNION``, ``USING KEY`` and the shapes Spark refuses run in sqlext's own loop, one Spark
+    query per level. Deciding which runs only Spark's analysis of the native statement."""
+
+    def own_loop():
+        return _own_levels(spark, spec, anchor, scoped)
+
+    if spec.distinct or spec.key:
+        kind = "USING KEY" if spec.key else "UNION (distinct)"
+        return Levels(f"{kind}, which Spark's own recursion does not run: {OWN_LOOP}", own_loop)
+    native = _native_frame(spark, spec, anchor, scoped)
+    if isinstance(native, str):
+        return Levels(f"Spark's own recursion refuses this step ({native}): {OWN_LOOP}", own_loop)
+
+    def native_then_own_loop():
+        frame = _run_native(native, spec)
+        return frame if frame is not None else own_loop()
+
+    return Levels("UNION ALL in a shape Spark's own recursion accepts: Spark iterates the levels in one "
+                  "plan, with sqlext's level and row limits", native_then_own_loop)
+
+
+def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
+    """The recursion run level by level (see :func:`plan_levels`)."""
+    return plan_levels(spark, spec, anchor, scoped).run()
+
+
+def _own_levels(spark, spec: RecursiveSpec, anchor, scoped):
+    """sqlext's own loop: one Spark query per level over the previous level."""
     from pyspark.sql import functions as F
 
-    if not spec.distinct and not spec.key:
-        native = _native_levels(spark, spec, anchor, scoped)
-        if native is not None:
-            return native
     from sqlext.rewrites.sqltree import fresh, helper
 
     working_view, union_view = fresh("rec_working_"), fresh("rec_union_")
@@ -356,15 +393,20 @@ def run_levels(spark, spec: RecursiveSpec, anchor, scoped):
         spark.catalog.dropTempView(union_view)
 
 
-def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
-    """The recursion run by Spark's native ``WITH RECURSIVE`` with sqlext's limits, or None
-    when Spark refuses its shape."""
-    from pyspark.errors import PySparkException
+def _native_frame(spark, spec: RecursiveSpec, anchor, scoped):
+    """The recursion as Spark's native ``WITH RECURSIVE`` (analysed, not run), or the error
+    class with which Spark refuses its shape.
+
+    The step's values are cast to the anchor's types, as the other paths cast them (Spark
+    refuses a step of another type). Any failure to plan the statement (Spark raises some of
+    them as a bare ``Py4JJavaError``, not as a ``PySparkException``) hands the recursion to
+    sqlext's own loop, which reports whatever is wrong in it with the user's own text."""
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one, to_sql
 
-    union = exp.Union(this=parse_one(spec.anchor_sql), expression=parse_one(spec.step_sql), distinct=False)
+    step = cast_projections(parse_one(spec.step_sql), anchor.schema)
+    union = exp.Union(this=parse_one(spec.anchor_sql), expression=step, distinct=False)
     alias = exp.TableAlias(this=exp.to_identifier(spec.name),
                            columns=[exp.to_identifier(c) for c in spec.columns])
     cte = exp.CTE(this=union, alias=alias)
@@ -373,20 +415,83 @@ def _native_levels(spark, spec: RecursiveSpec, anchor, scoped):
     query.set("with_", exp.With(expressions=[cte], recursive=True))
     try:
         frame = spark.sql(scoped(to_sql(query)))
-    except PySparkException:  # a shape Spark's recursion refuses: sqlext's own loop runs it
-        return None
+    except Exception as error:  # noqa: BLE001 - a shape Spark's recursion refuses: sqlext's own loop runs it
+        return _error_class(error)
     if [f.dataType for f in frame.schema.fields] != [f.dataType for f in anchor.schema.fields]:
-        return None
+        return "its column types differ from the anchor's"
+    return frame
+
+
+def _error_class(error: BaseException) -> str:
+    """The class Spark gave an error (``UNRESOLVED_COLUMN``), from the error itself: PySpark's
+    condition, or the first bracketed word of the JVM exception's own message."""
+    import re
+
+    condition = getattr(error, "getCondition", None)
+    if callable(condition) and condition():
+        return condition()
+    java = getattr(error, "java_exception", None)
+    try:
+        message = java.getMessage() if java is not None else ""
+    except Exception:  # noqa: BLE001 - the JVM is gone: no class to read
+        message = ""
+    found = re.match(r"\s*\[([A-Z][A-Z0-9_.]*)\]", message or "")
+    return found.group(1) if found else type(error).__name__
+
+
+def _run_native(frame, spec: RecursiveSpec):
+    """Run Spark's native recursion with sqlext's limits; None when it fails without an error
+    class (sqlext's own loop runs it then)."""
+    from pyspark.errors import PySparkException
+
     limits = {"spark.sql.cteRecursionRowLimit": str(spec.row_limit)}
     try:
         return _cut(frame, limits, measure=False)[0]
     except Exception as error:  # noqa: BLE001 - a Spark error (PySpark's or py4j's), mapped below
-        text = str(error)
-        if "RECURSION_LEVEL_LIMIT_EXCEEDED" in text:
+        error_class = _error_class(error)
+        if error_class == "RECURSION_LEVEL_LIMIT_EXCEEDED":
             raise level_limit_error(spec.name, spec.max_level, spec.max_level) from None
-        if "RECURSION_ROW_LIMIT_EXCEEDED" in text:
+        if error_class == "RECURSION_ROW_LIMIT_EXCEEDED":
             raise row_limit_error(spec.name, spec.max_level, spec.row_limit) from None
-        raise
+        if isinstance(error, PySparkException):
+            raise  # a classed error of the statement itself (an overflow): the user's to see
+        return None  # Spark's recursion failed without an error class: sqlext's own loop runs it
+
+
+def cast_projections(step, schema):
+    """``step`` (a parsed SELECT) with each column cast to the type of the schema's field in
+    its position; ``step`` unchanged when that cannot be written (a ``*``, another number of
+    columns, a type sqlglot does not read back).
+
+    >>> from pyspark.sql.types import IntegerType, StructField, StructType
+    >>> from sqlext.rewrites.dialect import parse_one, to_sql
+    >>> to_sql(cast_projections(parse_one("SELECT n + 1L AS m FROM r"), StructType([StructField("n", IntegerType())])))
+    'SELECT CAST(n + CAST(1 AS BIGINT) AS INT) AS m FROM r'
+    """
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from sqlext.rewrites.dialect import SparkExt
+
+    projections = step.expressions if isinstance(step, exp.Select) else []
+    if len(projections) != len(schema.fields) or any(p.is_star for p in projections):
+        return step
+    types = []
+    for field in schema.fields:
+        text = field.dataType.simpleString()
+        try:
+            to = exp.DataType.build(text, dialect=SparkExt)
+        except (ParseError, ValueError):
+            return step
+        # only a type that reads back as written (a field name with a space, a collation: not)
+        if "".join(to.sql(dialect=SparkExt).split()).lower() != "".join(text.split()).lower():
+            return step
+        types.append(to)
+    step = step.copy()
+    for projection, to in zip(step.expressions, types):
+        target = projection if not isinstance(projection, exp.Alias) else projection.this
+        target.replace(exp.Cast(this=target.copy(), to=to))
+    return step
 
 
 def _levels(spec: RecursiveSpec, anchor, run_step):
@@ -529,22 +634,39 @@ def _union_all(frames):
     return result
 
 
+def reads_recurring(table, name: str) -> bool:
+    """Whether ``table`` is ``recurring.<name>``: the keyed recursion's result so far, which
+    exists only while the recursion runs (it is no relation of the catalogue)."""
+    from sqlglot import exp
+
+    return (isinstance(table, exp.Table) and isinstance(table.this, exp.Identifier)
+            and (table.db or "").lower() == "recurring" and not table.args.get("catalog")
+            and table.name.lower() == name.lower())
+
+
 def substitute_step(step_sql: str, name: str, working_view: str, union_view: str) -> str:
-    """The step reading ``working_view`` where it read ``name`` (keeping ``name`` as the
-    alias, so qualified columns still resolve) and ``union_view`` for ``recurring.name``."""
+    """The step reading ``working_view`` where it read ``name`` (keeping the alias as written,
+    its column list included, or ``name`` itself, so qualified and renamed columns still
+    resolve) and ``union_view`` for ``recurring.name``.
+
+    >>> substitute_step("SELECT zzz + 1 FROM t AS t1(zzz) WHERE zzz < 3", "t", "w", "u")
+    'SELECT zzz + 1 FROM w AS t1(zzz) WHERE zzz < 3'
+    """
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     tree = parse_one(step_sql)
     for table in list(tree.find_all(exp.Table)):
-        if not isinstance(table.this, exp.Identifier) or table.name.lower() != name.lower():
+        reads_result = reads_recurring(table, name)
+        if not reads_result and not (isinstance(table.this, exp.Identifier) and not table.db
+                                     and table.name.lower() == name.lower()):
             continue
-        db = table.db.lower() if table.db else ""
-        if db not in ("", "recurring"):
-            continue
-        alias = table.alias or name
-        replacement = exp.Table(this=exp.to_identifier(working_view if not db else union_view),
-                                alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        alias = table.args.get("alias")
+        if alias is None or alias.this is None:
+            alias = exp.TableAlias(this=exp.to_identifier(table.alias or name),
+                                   columns=alias.args.get("columns") if alias is not None else None)
+        replacement = exp.Table(this=exp.to_identifier(union_view if reads_result else working_view),
+                                alias=alias.copy())
         table.replace(replacement)
     return to_sql(tree)

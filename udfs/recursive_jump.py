@@ -225,6 +225,9 @@ def _split_step(spec):
         source = e_table.this.copy().subquery("__sx_e")
     else:
         raise _NoJump("the joined relation is not a table or a subquery")
+    r_alias = r_table.args.get("alias")
+    if r_alias is not None and r_alias.args.get("columns"):
+        raise _NoJump("the step renames the CTE's columns")
     if r_table.alias_or_name.lower() == e_table.alias_or_name.lower():
         raise _NoJump("both sides have one alias")
     return step, r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), to_sql(exp.select("*").from_(source))
@@ -234,11 +237,12 @@ def _split_step(spec):
 # running it
 
 
-def try_jump(spark, spec, anchor, scoped):
-    """The recursion by path doubling, or ``None`` when the step is not of that shape or its
-    key is not unique (then another path runs)."""
+def plan_jump(spark, spec, anchor, scoped):
+    """``(plan, joined relation)`` when the step has the shape path doubling follows, or why
+    not (a string). Only Spark's analysis runs: whether the key is unique is checked on the
+    data by :func:`run_jump`."""
     if spec.distinct or spec.key or spec.max_level < 1:
-        return None
+        return "it follows UNION ALL only" if spec.max_level >= 1 else "the level limit is below 1"
     try:
         step, r_alias, e_alias, e_sql = _split_step(spec)
         e_frame = spark.sql(scoped(e_sql))
@@ -248,8 +252,8 @@ def try_jump(spark, spec, anchor, scoped):
     except _NoJump as why:
         last_run.clear()
         last_run.update(path=None, why=str(why))
-        return None
-    return run_jump(spark, spec, plan, anchor, e_frame)
+        return str(why)
+    return plan, e_frame
 
 
 def _cut(frame):

@@ -3,11 +3,13 @@
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
 condition is in the vocabulary of :func:`sqlext.udfs.recursive_expand.evaluate`, and ``e`` is small
-enough to collect. Anything else returns ``None`` and runs level by level.
+enough to collect (:func:`plan_walk`, which says why when it is not: then the recursion runs
+level by level); :func:`run_walk` runs it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot import exp
@@ -15,7 +17,9 @@ from sqlglot import exp
 from sqlext.errors import SqlextError
 from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
 from sqlext.rewrites.dialect import INTEGRAL, conjuncts
-from sqlext.udfs.recursive_expand import WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, walk
+from sqlext.udfs.recursive_expand import (
+    WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,
+)
 
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
@@ -24,38 +28,79 @@ class _NoWalk(Exception):
     pass
 
 
-def try_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False):
-    """The recursion run as one graph walk, or ``None`` when the step is not one."""
-    from pyspark.sql.pandas.types import to_arrow_type
+@dataclass
+class Walk:
+    """A recursion the graph walk will run: its compiled step and, when the step joins the CTE
+    with a relation, that relation's columns to collect (``edges``, a DataFrame) and Spark's
+    estimate of their size; ``why`` says so in words."""
 
-    try:
-        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
-    except _NoWalk:
-        if force:
-            raise
-        return None
-    index = None if edge_source is None else _collect_edges(spark, scoped, edge_source, edge_columns, plan, force)
-    if edge_source is not None and index is None:
-        return None
-    plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
-    return _walk_frame(spark, spec, anchor, index, plan)
+    plan: WalkPlan
+    edges: object | None
+    why: str
 
 
-def _collect_edges(spark, scoped, edge_source: exp.Expression, edge_columns: list[str], plan: WalkPlan,
-                   force: bool):
-    """The joined relation (a FROM item), collected and indexed by its join key; None when it
-    is too large."""
+def plan_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False) -> Walk | str:
+    """The graph walk the recursion takes, or why it takes none (``force``: raise instead).
+
+    Nothing runs but Spark's analysis and size estimate of the joined relation (and a count
+    of its rows when Spark has no estimate), so ``sqlext explain`` asks this too."""
     from sqlext.rewrites.dialect import to_sql
     from sqlext.rewrites.sqltree import col
 
+    try:
+        plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
+    except _NoWalk as why:
+        if force:
+            raise
+        return str(why)
+    vocabulary = "every column and condition is in the vocabulary the walk computes exactly"
+    tasks = ("one task walks all anchor rows to the end (UNION and USING KEY need them together)"
+             if spec.distinct or spec.key else "each task walks its anchor rows to the end")
+    if edge_source is None:
+        return Walk(plan, None, f"the step reads {spec.name} alone and {vocabulary}; {tasks}, one Spark job in all")
     query = exp.select(*[col(c) for c in edge_columns], copy=False).from_(edge_source.copy(), copy=False)
     edge_frame = spark.sql(scoped(to_sql(query)))
+    relation = to_sql(edge_source)
+    size = None
     if not force:
         size = _size_in_bytes(edge_frame)
         if size is not None and size >= _UNKNOWN_SIZE:  # no estimate (an RDD, a Python source): count
             size = edge_frame.count() * 16 * len(edge_columns)
         if size is None or size > WALK_MAX_BYTES:
+            estimate = "has no size estimate" if size is None else f"is about {_size(size)}"
+            return (f"the joined relation {relation} {estimate}, over the {_size(WALK_MAX_BYTES)} "
+                    "the walk collects into the driver")
+    held = "" if size is None else f" (about {_size(size)}, under {_size(WALK_MAX_BYTES)})"
+    return Walk(plan, edge_frame,
+                f"the step joins {spec.name} with {relation} on an integer key and {vocabulary}; "
+                f"{relation}{held} is collected once and {tasks}, one Spark job in all")
+
+
+def _size(size: int) -> str:
+    """A size in bytes as a person reads it: ``512 bytes``, ``1.5 KB``, ``64 MB``."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def run_walk(spark, spec: RecursiveSpec, anchor, chosen: Walk, force: bool = False):
+    """The walk's result, lazy like any Spark query; ``None`` when the joined relation turns out
+    too large to collect (then the recursion runs level by level)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    index = None
+    if chosen.edges is not None:
+        index = _collect_edges(chosen.edges, chosen.plan, force)
+        if index is None:
             return None
+    chosen.plan.types = [to_arrow_type(f.dataType) for f in anchor.schema.fields]
+    return _walk_frame(spark, spec, anchor, index, chosen.plan)
+
+
+def _collect_edges(edge_frame, plan: WalkPlan, force: bool):
+    """The joined relation's columns, collected and indexed by the join key; None when the
+    driver cannot hold them."""
     try:
         table = edge_frame.toArrow()
     except Exception:  # noqa: BLE001 - the driver could not hold the edges: walk level by level
@@ -131,6 +176,9 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         join, r_table, e_table = split_join(step, spec.name)
     except ValueError as why:
         raise _NoWalk(str(why)) from None
+    if any(reads_recurring(t, spec.name) for t in e_table.find_all(exp.Table)):
+        # the result so far changes at every level: nothing to collect once
+        raise _NoWalk(f"the joined relation reads recurring.{spec.name}, the recursion's own result")
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
@@ -142,8 +190,11 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
         e_source = exp.Subquery(this=e_table.this.copy())
     else:
         raise _NoWalk("the joined relation is not a table or a subquery")
-    e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
-    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    r_types = _cte_columns(r_table, anchor)
+    try:
+        e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
+    except Exception as error:  # noqa: BLE001 - the level path runs the step and reports it as written
+        raise _NoWalk(f"the joined relation cannot be read on its own ({type(error).__name__})") from None
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
 
@@ -164,7 +215,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     if key is None:
         raise _NoWalk("no integer equality between the CTE and the relation")
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
-                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    projections=_projections(step, spec, compiler, anchor), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
                     row_limit=spec.row_limit)
     edge_columns = sorted(compiler.e_used | {key[1]})
@@ -199,21 +250,33 @@ def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):
     source = step.args["from_"].this
     if not (isinstance(source, exp.Table) and not source.db and source.name.lower() == spec.name.lower()):
         raise _NoWalk("the step does not read the CTE")
-    r_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in anchor.schema.fields}
+    r_types = _cte_columns(source, anchor)
     compiler = _Compiler(source.alias_or_name.lower(), None, r_types, {})
     filters = [compiler.boolean(c) for c in conjuncts((step.args.get("where") or exp.Where()).this)]
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=None, key_e=None,
-                    projections=_projections(step, spec, compiler, r_types), filters=filters,
+                    projections=_projections(step, spec, compiler, anchor), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
                     row_limit=spec.row_limit)
     return plan, None, []
 
 
-def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", r_types: dict) -> list:
+def _cte_columns(r_table: exp.Table, anchor) -> dict:
+    """The CTE's columns as the step names them (``r AS r1(a, b)`` renames them by position):
+    name -> (the level's column name, its type)."""
+    fields = anchor.schema.fields
+    alias = r_table.args.get("alias")
+    names = [c.name for c in alias.args.get("columns") or []] if alias is not None else []
+    if names and len(names) != len(fields):
+        raise _NoWalk(f"{r_table.sql()} names {len(names)} columns, the CTE has {len(fields)}")
+    return {(names[i] if names else f.name).lower(): (f.name, f.dataType.simpleString())
+            for i, f in enumerate(fields)}
+
+
+def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", anchor) -> list:
     selects = step.selects
     if len(selects) != len(spec.columns) or any(isinstance(s, exp.Star) for s in selects):
         raise _NoWalk("the step's columns are not listed one by one")
-    targets = [r_types[c.lower()][1] for c in spec.columns]
+    targets = [f.dataType.simpleString() for f in anchor.schema.fields]
     projections = []
     for select, target in zip(selects, targets):
         node, kind = compiler.value(select.this if isinstance(select, exp.Alias) else select)
@@ -296,6 +359,11 @@ class _Compiler:
                     raise _NoWalk("concat of a non-string")
                 compiled.append(value if kind == "str" else ("to_string", value))
             return ("concat", compiled), "str"
+        if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.BIGINT:
+            value, kind = self.value(node.this)  # any integer fits a BIGINT: the cast never fails
+            if kind != "int":
+                raise _NoWalk("cast of a non-integer to BIGINT")
+            return ("cast", value, pa.int64()), "int"
         if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT) \
                 and not node.to.expressions:
             value, kind = self.value(node.this)

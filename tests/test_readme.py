@@ -44,6 +44,7 @@ UNMARKED = {
     "STREAM(edges)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
     "STREAM(parents)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
     "STREAM(orders)": "a shape, over streams the page does not build; tests/test_streaming_fk_join.py runs it",
+    "STREAM(clicks)": "a shape, over a stream the page does not build; tests/test_streaming_self_join.py runs it",
     ".venv/bin/pytest": "the test command itself (CI runs it)",
     '.[dbt]"': "installs the dbt extra, which the quick start's dev extra already holds",
     "--8<--": "includes a file that other tests run (sql_examples/ by test_examples_golden.py)",

@@ -6,8 +6,8 @@ while it runs one of the run's tasks (Spark re-runs the lost work; never wrong o
 rows). The kill waits for that task, not for a time, so the test does not depend on how fast
 the machine is.
 
-The cluster costs about a minute; the test is marked ``cluster`` (run by default, skipped
-with ``-m "not cluster"``)."""
+The cluster starts once for the module and its job costs minutes (about 5 on two busy
+cores); the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
 
 import json
 import os

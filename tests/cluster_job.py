@@ -6,7 +6,8 @@ process holds one Spark driver, and the test process already holds the local one
 Writes WORK_DIR/result.json: the examples rendered as in their golden files, each self-join
 fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
 function (executors run it) and through the native rewrite, and incrementally in two
-streaming runs, and an FK_JOIN run twice, the second time while the test kills a worker.
+streaming runs, and an FK_JOIN run twice, the second time while the test kills a worker;
+and WORK_DIR/events/, the driver's event log, where the test reads what the second run lost.
 """
 
 from __future__ import annotations
@@ -24,6 +25,37 @@ sys.path.insert(0, str(TESTS))
 from rows import portable  # noqa: E402 - found through the path set above
 
 
+# The second FK_JOIN run and the test meet here: each task of the run that reads the customers
+# leaves a file in GATE naming its executor's folder and waits; the test kills the worker
+# that runs that executor and then writes LOST. The run's jobs carry the group RUN_GROUP.
+GATE, LOST, RUN_GROUP = "gate", "worker-lost.json", "fk-join-while-a-worker-is-lost"
+
+
+def held_until_a_worker_is_lost(work: Path):
+    """A ``mapInArrow`` function that passes its batches through unchanged, once a worker has
+    been lost: a task announces its executor (a Python worker runs in its executor's folder,
+    ``<worker folder>/<application>/<executor>``) and waits for the kill. The run cannot end
+    before the kill, however fast the machine, and the executor killed is running its task."""
+    gate, lost = work / GATE, work / LOST
+
+    def hold(batches):
+        import os
+        import time
+        import uuid
+
+        if not lost.exists():
+            gate.mkdir(exist_ok=True)
+            announced = gate / uuid.uuid4().hex
+            announced.write_text(os.getcwd())
+            announced.rename(announced.with_suffix(".held"))  # whole, or not there
+            deadline = time.monotonic() + 300  # no kill: the test fails on what the run lost
+            while not lost.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        yield from batches
+
+    return hold
+
+
 def rows(frame) -> list[str]:
     return portable(frame.collect())
 
@@ -38,15 +70,19 @@ def main(master: str, work: Path) -> None:
     from sqlext.bench.common import fingerprint
     from sqlext.session import local_builder, quiet_query_context_logs
 
+    (work / "events").mkdir()
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \
-        .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4").getOrCreate()
+        .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4") \
+        .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(work / "events")) \
+        .config("spark.eventLog.compress", "false").config("spark.eventLog.rolling.enabled", "false") \
+        .getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     sqlext.install(spark)
     deadline = time.monotonic() + 90
     while executors(spark) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
-    result: dict = {"executors": executors(spark)}
+    result: dict = {"executors": executors(spark), "application": spark.sparkContext.applicationId}
 
     from test_examples_golden import EXAMPLES, render
 
@@ -135,12 +171,15 @@ def main(master: str, work: Path) -> None:
     make_fk_inputs(spark, 400_000, 40_000, directory)
     query = FK_SQLEXT.format(emit="changes")
     result["fk_first"] = list(fingerprint(spark, sqlext.sql(spark, query)))
-    (work / "kill-now").write_text(str(time.time()))
+    # the second run reads the customers through the gate, so a worker is lost while it runs
+    customers = spark.table("bench_customers")
+    customers.mapInArrow(held_until_a_worker_is_lost(work), customers.schema) \
+        .createOrReplaceTempView("bench_customers")
+    spark.sparkContext.setJobGroup(RUN_GROUP, "FK_JOIN while a worker is lost")
     try:
         result["fk_second"] = list(fingerprint(spark, sqlext.sql(spark, query)))
     except Exception as error:  # noqa: BLE001 - reported to the test, which judges it
         result["fk_second_error"] = str(error).splitlines()[0][:500]
-    result["fk_second_finished"] = time.time()
     result["executors_after"] = executors(spark)
     (work / "result.json").write_text(json.dumps(result))
     spark.stop()

@@ -40,6 +40,7 @@ class Cluster:
         self.url = f"spark://127.0.0.1:{self.port}"
         self.master: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
+        self.worker_folders: list[Path] = []
 
     def _start(self, name: str, *arguments: str) -> subprocess.Popen:
         env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
@@ -57,6 +58,7 @@ class Cluster:
         for i in range(workers):
             work = self.directory / f"worker-{i}"
             work.mkdir(exist_ok=True)
+            self.worker_folders.append(work)
             self.workers.append(self._start(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
                 "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", str(free_port())))
@@ -71,6 +73,13 @@ class Cluster:
                 return
             time.sleep(0.3)
         raise TimeoutError(f"{count} workers did not register with the master in {seconds} s:\n{log.read_text()[-2000:]}")
+
+    def worker_running(self, folder: Path) -> int:
+        """The worker whose work folder holds ``folder`` (an executor's: ``<application>/<id>``)."""
+        for index, work in enumerate(self.worker_folders):
+            if folder.resolve().is_relative_to(work.resolve()):
+                return index
+        raise ValueError(f"{folder} is in no worker's folder {self.worker_folders}")
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL a worker and the executor it runs, as when a machine is lost."""

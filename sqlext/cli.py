@@ -226,11 +226,14 @@ def _add_bench(commands) -> None:
                            "  sqlext bench incremental --rows 10000000 --runs 3 --engine tables\n"
                            "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
                            "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3")
-    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves"], default="filter",
+    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin"],
+                             default="filter",
                              help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
                                   "over a forest growing new leaves (--nodes), or over a forest whose nodes move "
-                                  "to new parents (moves)")
-    incremental.add_argument("--rows", type=int, metavar="N", default=1_000_000, help="filter: changes in the history")
+                                  "to new parents (moves), or a self-join of a stream in a time band (--rows "
+                                  "events), against Spark's own stream-stream join too")
+    incremental.add_argument("--rows", type=int, metavar="N", default=1_000_000,
+                             help="filter: changes in the history; selfjoin: events")
     incremental.add_argument("--keys", type=int, metavar="N", default=None,
                              help="filter: accounts in the history (default rows/8; fix it to grow the history alone)")
     incremental.add_argument("--left", type=int, metavar="N", default=1_000_000, help="fk: left (order) changes in the history")

@@ -54,6 +54,12 @@ SELECT * FROM anc"""
 REC_BATCH = REC_STREAMED.replace("STREAM(bench_edges)", "bench_edges_all")
 
 
+SELF_JOIN_WIDTH = 60  # seconds either side of an event: the band of the self-join benchmark
+SELF_STREAMED = """SELECT a.id AS a_id, b.id AS b_id, a.k FROM STREAM(bench_events) AS a JOIN STREAM(bench_events) AS b
+  ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL 60 SECONDS AND a.ts + INTERVAL 60 SECONDS"""
+SELF_BATCH = SELF_STREAMED.replace("STREAM(bench_events)", "bench_events_all")
+
+
 @dataclass(frozen=True)
 class Workload:
     """One function's history, its increments and its two formulations."""
@@ -71,6 +77,8 @@ class Workload:
     batch_view: Callable[[Any], Any] = lambda frame: frame
     # the runs' output is a change feed: its inserts less its deletes are the batch rows
     change_feed: bool = False
+    # Spark's own streaming formulation, where it has one: (spark, sources, checkpoint, output) -> query
+    native_stream: Callable[[Any, dict, str, str], Any] | None = None
 
 
 def filter_workload(rows: int, percent: float, keys: int) -> Workload:
@@ -191,6 +199,43 @@ def moves_workload(nodes: int, percent: float) -> Workload:
                     batch_view=present, change_feed=True)
 
 
+def self_join_workload(events: int, percent: float) -> Workload:
+    """Events of 1,000 keys, one a second (so a key meets about 0.12 others in the band of
+    +-60 s), then increments of ``percent`` % more, later in time. Spark's own formulation is a
+    stream-stream join of the stream with itself, with a watermark of the band's width on both
+    sides (the lateness sqlext allows), so that its state is bounded too."""
+    size = max(1, int(events * percent / 100))
+
+    def rows(spark, first: int, count: int):
+        return spark.range(first, first + count).selectExpr(
+            "id", "CAST(pmod(hash(id, 7), 1000) AS INT) AS k",
+            "CAST(TIMESTAMP'2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS TIMESTAMP) AS ts",
+            "CAST(pmod(hash(id, 11), 100) AS INT) AS v")
+
+    def history(spark, directory):
+        rows(spark, 0, events).write.parquet(f"{directory}/bench_events")
+
+    def increment(spark, directory, run):
+        rows(spark, events + run * size, size).write.mode("append").parquet(f"{directory}/bench_events")
+
+    def native(spark, sources, checkpoint, output):
+        from pyspark.sql import functions as F
+
+        source = spark.read.parquet(sources["bench_events"]).schema
+        side = spark.readStream.schema(source).parquet(sources["bench_events"]) \
+            .withWatermark("ts", f"{SELF_JOIN_WIDTH} seconds")
+        a, b = side.alias("a"), side.alias("b")
+        band = F.expr(f"a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL {SELF_JOIN_WIDTH} SECONDS "
+                      f"AND a.ts + INTERVAL {SELF_JOIN_WIDTH} SECONDS")
+        joined = a.join(b, band).select(F.col("a.id").alias("a_id"), F.col("b.id").alias("b_id"), F.col("a.k"))
+        return joined.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint) \
+            .outputMode("append").trigger(availableNow=True).start()
+
+    return Workload("self-join of a stream (KIP-862)", SELF_STREAMED, SELF_BATCH, {"bench_events": "bench_events_all"},
+                    history, increment, events, size, f"{events:,} events of 1,000 keys, one a second",
+                    native_stream=native)
+
+
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000) -> dict:
@@ -203,6 +248,9 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         engines = tuple(e for e in engines if e == "tables")
     elif function in ("recursion", "moves"):
         workload = (recursion_workload if function == "recursion" else moves_workload)(nodes, percent)
+        engines = tuple(e for e in engines if e == "tables")
+    elif function == "selfjoin":
+        workload = self_join_workload(rows, percent)
         engines = tuple(e for e in engines if e == "tables")
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
@@ -236,6 +284,11 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         started = time.perf_counter()
         run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
+        native_options = dict(sources=options["sources"], checkpoint=f"{directory}/native-checkpoint",
+                              output=f"{directory}/native-out")
+        native, native_state = [], []
+        if workload.native_stream is not None:
+            workload.native_stream(spark, **native_options).awaitTermination()
         incremental, batch, floor, jobs, steps = [], [], [], [], []
         for run in range(runs):
             workload.add_increment(spark, directory, run)
@@ -244,6 +297,12 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
             incremental.append(time.perf_counter() - started)
             jobs.append(len(jobs_of(spark, query)))
             steps.append(dict(STEPS))
+            if workload.native_stream is not None:
+                started = time.perf_counter()
+                query = workload.native_stream(spark, **native_options)
+                query.awaitTermination()
+                native.append(time.perf_counter() - started)
+                native_state.append(_native_state_rows(query))
             started = time.perf_counter()
             for name, copy in copies.items():
                 run_available_now(spark, _copy_sql(name), **copy)
@@ -271,6 +330,16 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
               + ", ".join(f"{s:.2f}" for s in batch))
         print(f"  ratio batch/incremental: {ratio:.2f}x (same output: {out_rows:,} rows)")
         print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}")
+        if native:
+            ours = _state_rows(options["checkpoint"])
+            print(f"  Spark's own stream-stream join per increment: median {statistics.median(native):.2f} s   runs: "
+                  + ", ".join(f"{s:.2f}" for s in native)
+                  + f"; sqlext/native time {statistics.median(incremental) / statistics.median(native):.2f}x")
+            print(f"  state rows after the last run: sqlext {ours:,}, Spark's own join {native_state[-1]:,} "
+                  f"({ours / max(1, native_state[-1]):.2f}x)")
+            native_rows = spark.read.parquet(native_options["output"]).count()
+            if native_rows != out_rows:
+                raise SystemExit(f"bench incremental: Spark's own join wrote {native_rows} rows, sqlext {out_rows}")
         if engine == "tables" and steps and steps[-1]:
             names = list(steps[-1])
             print("  steps of an incremental run (median s): " + ", ".join(
@@ -279,6 +348,29 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
               f"{statistics.median(floor):.2f} s; batch/floor {statistics.median(batch) / statistics.median(floor):.2f}x",
               flush=True)
         return {"initial": initial, "incremental": incremental, "batch": batch, "floor": floor, "rows": out_rows,
-                "jobs": jobs, "steps": steps}
+                "jobs": jobs, "steps": steps, "native": native, "native_state": native_state}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _native_state_rows(query) -> int:
+    """The rows Spark's stateful operators of a finished query hold."""
+    progress = query.lastProgress or {}
+    return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
+
+
+def _state_rows(checkpoint: str) -> int:
+    """The rows of sqlext's keyed states in a checkpoint: every current layer's rows."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    total = 0
+    for state in (Path(checkpoint) / "sqlext-state").rglob("schema.json"):
+        layers = sorted((p for p in state.parent.iterdir() if p.is_dir() and p.name.split("-")[0] in ("base", "delta")),
+                        key=lambda p: int(p.name.split("-")[1]))
+        bases = [p for p in layers if p.name.startswith("base-")]
+        current = [bases[-1]] + [p for p in layers if p.name.startswith("delta-")
+                                 and int(p.name.split("-")[1]) > int(bases[-1].name.split("-")[1])][-1:]
+        total += sum(pq.read_metadata(f).num_rows for layer in current for f in layer.glob("part-*.parquet"))
+    return total

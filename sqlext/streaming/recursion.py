@@ -246,27 +246,27 @@ class TableStateRecursion(TableStateRun):
         spark, plan = batch.sparkSession, self.walk_plan
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
         with step("collect the increment"):
-            new_edges = batch.select(*[quote(c) for c in self.edge_columns]).toArrow()
-            new_edges = _distinct(new_edges)
-            anchor = self._cast(pa.concat_tables([_anchor_rows(spark, self, batch)]))
+            new_edges = _distinct(batch.select(*[quote(c) for c in self.edge_columns]).toArrow())
         with step("look up the state"):
             old_edges = edges_view.rows().select(self.edge_columns).cast(new_edges.schema) \
                 if not edges_view.empty else new_edges.slice(0, 0)
-            every_edge = _distinct(pa.concat_tables([old_edges, new_edges]))
-            met = self._found_rows(found_view, plan.key_r, new_edges[plan.key_e])
+            fresh = _exclude_rows(new_edges, old_edges, self.edge_columns)
+            if not found_view.empty:
+                found_view.load()  # looked up three times below: read once
+            met = self._found_rows(found_view, plan.key_r, fresh[plan.key_e])
         with step("walk"):
-            stepped = walk_step(met, EdgeIndex.build(new_edges, plan.key_e), plan) if met.num_rows else None
+            anchor = self._cast(_anchor_over(spark, self, fresh))
+            stepped = walk_step(met, EdgeIndex.build(fresh, plan.key_e), plan) if met.num_rows else None
             seeds = _distinct(pa.concat_tables([anchor] + ([self._cast(stepped)] if stepped is not None else [])))
-            seeds = self._minus_found(found_view, seeds)
+            seeds = self._minus_found(found_view, seeds)  # a row found before was walked from before
+            every_edge = pa.concat_tables([old_edges, fresh])
             levels = list(walk(seeds, EdgeIndex.build(every_edge, plan.key_e), plan)) if seeds.num_rows else []
             new = self._minus_found(found_view, _distinct(pa.concat_tables([self._cast(t) for t in levels]))) \
                 if levels else seeds
         with step("write the output"):
             self.write_rows(spark, new, batch_id)
         with step("write the state"):
-            self.found.write(found_view, new.append_column(FOUND, pa.array([True] * new.num_rows, pa.bool_())),
-                             batch_id)
-            fresh = _exclude_rows(new_edges, old_edges, self.edge_columns)
+            self.found.write(found_view, _with(new, FOUND, True), batch_id)
             self.edges.write(edges_view, fresh.append_column(COUNT, pa.array([1] * fresh.num_rows, pa.int64())),
                              batch_id)
 
@@ -342,6 +342,8 @@ class TableStateRecursion(TableStateRun):
             present = every.filter(pc.greater(every[COUNT], 0)).select(columns)
             edges_now = pa.concat_tables([_exclude_rows(present, removed, columns), added])
         with step("walk"):
+            if not found_view.empty:
+                found_view.load()  # looked up several times below: read once
             index_now = EdgeIndex.build(edges_now, plan.key_e)
             gone = self.found.arrow_schema.empty_table().select(self.columns)
             if removed.num_rows and not found_view.empty:
@@ -656,23 +658,44 @@ def _walk_plan(spark, shape: RecursionShape, rows, edges):
     return plan
 
 
-def _anchor_rows(spark, run: TableStateRecursion, batch) -> pa.Table:
-    """The anchor over the batch's edges (a constant anchor as it is), as Arrow data."""
-    shape = run.shape
-    view = run._view(batch, "new_edges")
-    return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
-
-
 def _anchor_over(spark, run: "TableStateRecursion", edges: pa.Table) -> pa.Table:
-    """The anchor over some edges (Arrow data, through one Spark query); a constant anchor's
-    rows whatever the edges."""
+    """The anchor over some edges (Arrow data); a constant anchor's rows whatever the edges.
+    An anchor that only picks columns of the edge and constants is computed on Arrow data;
+    any other runs as one Spark query."""
     shape = run.shape
     if shape.constant_anchor:
         return run_statement(spark, to_sql(shape.anchor)).toArrow()
     if edges.num_rows == 0:
         return run.found.arrow_schema.empty_table().select(run.columns)
+    picked = _picked(shape.anchor, edges.column_names)
+    if picked is not None:
+        schema = run.found.arrow_schema
+        arrays = [edges[value].cast(schema.field(i).type) if kind == "column"
+                  else pa.array([value] * edges.num_rows).cast(schema.field(i).type)
+                  for i, (kind, value) in enumerate(picked)]
+        return pa.table(arrays, names=run.columns)
     view = run._view(spark.createDataFrame(edges), "anchor_edges")
     return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
+
+
+def _picked(anchor: exp.Select, columns: list[str]):
+    """The anchor as ("column", name) and ("constant", value) items, where it is only that: no
+    WHERE, every output a column of the edge or a number or string literal; else None."""
+    if any(anchor.args.get(k) for k in ("where", "joins", "group", "having", "qualify", "distinct")):
+        return None
+    present = {c.lower(): c for c in columns}
+    picked = []
+    for expression in anchor.expressions:
+        node = expression.this if isinstance(expression, exp.Alias) else expression
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star) and node.name.lower() in present:
+            picked.append(("column", present[node.name.lower()]))
+        elif isinstance(node, exp.Literal) and node.is_string:
+            picked.append(("constant", node.this))
+        elif isinstance(node, exp.Literal) and node.this.lstrip("-").isdigit():
+            picked.append(("constant", int(node.this)))
+        else:
+            return None
+    return picked
 
 
 def _counts_of(net: pa.Table, every: pa.Table, columns) -> pa.Array:

@@ -233,19 +233,6 @@ def batch_files(folder: Path, batch_id: int) -> list[Path]:
                   if (kind == "base" and n == base) or (kind == "batch" and base < n < batch_id))
 
 
-def read_batch_files(spark, folder: Path, batch_id: int, schema=None, only=False):
-    """The rows a folder holds before batch ``batch_id`` (see :func:`batch_files`), or with
-    ``only`` the rows batch ``batch_id`` itself wrote; None when there are none."""
-    if only:
-        paths = sorted(str(p) for p in folder.glob(f"*-{batch_id:010d}-*")) if folder.is_dir() else []
-    else:
-        paths = [str(p) for p in batch_files(folder, batch_id)]
-    if not paths:
-        return None
-    reader = spark.read if schema is None else spark.read.schema(schema)
-    return reader.parquet(*paths)
-
-
 def forget_batch_files(folder: Path, batch_id: int) -> None:
     """Delete the files older than the ones batch ``batch_id`` reads: once it runs, the batches
     before it are committed and will not be replayed."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -201,16 +201,30 @@ class StateView:
     state: KeyedState
     base: int | None
     delta: int | None
+    # the layers read whole, for a batch that looks the state up several times (see load)
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:
         return self.base is None
+
+    def load(self) -> "StateView":
+        """Read the layers once, whole, so that the lookups of this batch filter them in
+        memory instead of reading the files again each time."""
+        for batch_id in (self.base, self.delta):
+            if batch_id is not None and batch_id not in self._loaded:
+                self._loaded[batch_id] = self.read_layer(batch_id)
+        return self
 
     def base_rows(self) -> int:
         return _rows(self.state.path("base", self.base)) if self.base is not None else 0
 
     def read_layer(self, batch_id: int, columns: Sequence[str] | None = None, filter=None) -> pa.Table:
         """One layer's rows as Arrow data, with the state's recorded columns."""
+        if batch_id in self._loaded:
+            table = self._loaded[batch_id]
+            table = table if filter is None else table.filter(filter)
+            return table if columns is None else table.select(columns)
         schema = self.state.arrow_schema
         files = [str(p) for p in _parts(self.state.path("base" if batch_id == self.base else "delta", batch_id))]
         if not files:
@@ -300,10 +314,21 @@ def _match(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns,
     key_columns = list(key_columns or columns)
     if table.num_rows == 0 or keys.num_rows == 0:
         return table if how == "left anti" or table.num_rows == 0 else table.slice(0, 0)
-    if len(columns) == 1:  # a set membership test: no join needed
-        inside = pc.is_in(table[columns[0]], value_set=pc.unique(keys[key_columns[0]].combine_chunks()),
-                          skip_nulls=False)
+    # a row can match only if its first column holds a value of the keys': a set membership
+    # test, which is the whole answer for one column; the few candidates of several go to a join
+    inside = pc.is_in(table[columns[0]], value_set=pc.unique(keys[key_columns[0]].combine_chunks()),
+                      skip_nulls=False)
+    if len(columns) == 1:
         return table.filter(inside if how == "left semi" else pc.invert(inside))
+    joined = _joined(table.filter(inside), keys, columns, key_columns, how)
+    return joined if how == "left semi" else pa.concat_tables([table.filter(pc.invert(inside)), joined])
+
+
+def _joined(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns, how: str) -> pa.Table:
+    """The rows of ``table`` with (``left semi``) or without (``left anti``) a row of ``keys``
+    equal on every column, in their order: a hash join on the columns encoded NULL-safe."""
+    if table.num_rows == 0:
+        return table
     mine, theirs = _encoded(table, columns), _encoded(keys, key_columns)
     names = mine.column_names
     row = pa.array(range(table.num_rows), pa.int64())

@@ -251,8 +251,6 @@ class TableStateRecursion(TableStateRun):
             old_edges = edges_view.rows().select(self.edge_columns).cast(new_edges.schema) \
                 if not edges_view.empty else new_edges.slice(0, 0)
             fresh = _exclude_rows(new_edges, old_edges, self.edge_columns)
-            if not found_view.empty:
-                found_view.load()  # looked up three times below: read once
             met = self._found_rows(found_view, plan.key_r, fresh[plan.key_e])
         with step("walk"):
             anchor = self._cast(_anchor_over(spark, self, fresh))

@@ -41,6 +41,8 @@ from sqlext.catalog.arguments import quote
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
 SCHEMA_FILE = "schema.json"
+# Parquet row groups this small keep the statistics that let a lookup skip most of them
+ROW_GROUP_BYTES = 2 * 1024 * 1024
 
 
 class KeyedState:
@@ -162,6 +164,11 @@ class KeyedState:
             self._rename(temporary, self.path("delta", batch_id))
 
     def _put(self, kind: str, batch_id: int, table: pa.Table) -> None:
+        if kind == "base":  # in key order: a lookup's values then fall in few row groups
+            try:
+                table = table.sort_by([(k, "ascending") for k in self.keys])
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a key type without an order
+                pass
         temporary = self.folder / f"_tmp-{kind}-{batch_id}"
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir(parents=True)
@@ -171,7 +178,9 @@ class KeyedState:
     def _put_frame(self, kind: str, batch_id: int, frame, rename: bool = True) -> Path:
         temporary = self.folder / f"_tmp-{kind}-{batch_id}"
         shutil.rmtree(temporary, ignore_errors=True)
-        frame.write.mode("overwrite").parquet(str(temporary))
+        if kind == "base":
+            frame = frame.sortWithinPartitions(*[quote(k) for k in self.keys])
+        frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(str(temporary))
         if rename:
             self._rename(temporary, self.path(kind, batch_id))
         return temporary
@@ -252,10 +261,9 @@ class StateView:
 
         pushed = None
         if column is not None:
-            pushed = pc.is_in(pc.field(column), value_set=values, skip_nulls=False)
+            pushed = _among(column, values)
         elif keys is not None and len(self.state.keys) == 1:
-            key = self.state.keys[0]
-            pushed = pc.is_in(pc.field(key), value_set=keys[key].combine_chunks(), skip_nulls=False)
+            pushed = _among(self.state.keys[0], keys[self.state.keys[0]].combine_chunks())
         base = restricted(self.read_layer(self.base, filter=pushed))
         if self.delta is None:
             return base
@@ -277,6 +285,19 @@ class StateView:
         delta = self.frame_of(spark, self.delta)
         return base.join(delta.select(*[quote(k) for k in self.state.keys]), _same(base, delta, self.state.keys),
                          "left_anti").unionByName(delta)
+
+
+def _among(column: str, values: pa.Array):
+    """The filter ``column IN values`` for a read; with the values' range too, so that Parquet's
+    row-group statistics skip row groups holding none of them (new keys, times that move on)."""
+    among = pc.is_in(pc.field(column), value_set=values, skip_nulls=False)
+    if values.null_count or len(values) == 0:
+        return among
+    try:
+        low, high = pc.min_max(values).values()
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a type without an order
+        return among
+    return (pc.field(column) >= low) & (pc.field(column) <= high) & among
 
 
 def _same(left, right, keys):

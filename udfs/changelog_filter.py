@@ -19,8 +19,8 @@ from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments, check_order_type,
-    drop_stale, late_change,
+    CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments,
+    check_order_type, drop_stale, late_change,
 )
 
 
@@ -99,6 +99,135 @@ def in_order(spec: FilterSpec, changes, old: dict, last_order):
             raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
                               repr(last_order))
     return kept
+
+
+def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passed: str, present: str):
+    """An increment's forwarded rows and new state, computed column-wise: the same rows as
+    :func:`apply_increment` key by key, for inputs without ``sequence_by`` (None is returned
+    for those, which take the per-key path).
+
+    ``changes`` holds the increment's rows without preimages, each with the predicate's value
+    in ``PASS_COLUMN``; ``state`` the touched keys' rows as an earlier run left them (data
+    columns, ordering value, whether the row ``passed`` and is ``present``). Returns the
+    forwarded rows (``spec.output_columns``) and the changed keys' new state rows."""
+    import pyarrow.compute as pc
+
+    shape = spec.shape
+    if shape.sequence_by is not None:
+        return None
+    keys, data, order = list(shape.key), list(shape.data_columns), shape.order_by
+    _check_rows(shape, changes)
+    if shape.has_change_type:
+        is_present = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array([INSERT, POSTIMAGE])), False)
+    else:
+        is_present = pa.array([False] * changes.num_rows)
+        for column in shape.tombstone_columns:
+            is_present = pc.or_(is_present, pc.is_valid(changes[column]))
+    passes = pc.and_(is_present, pc.fill_null(changes[PASS_COLUMN], False))
+    rows = pa.concat_tables([
+        state.select(data + [order]).append_column("__sx_passes", pc.fill_null(state[passed], False).cast(pa.bool_()))
+        .append_column("__sx_present", pc.fill_null(state[present], False).cast(pa.bool_()))
+        .append_column("__sx_prior", pa.array([True] * state.num_rows)),
+        changes.select(data + [order]).append_column("__sx_passes", passes).append_column("__sx_present", is_present)
+        .append_column("__sx_prior", pa.array([False] * changes.num_rows)),
+    ], promote_options="permissive")
+    # each key's earlier row first, then its changes in order
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending", "at_start") for k in keys]
+                                     + [("__sx_prior", "descending", "at_start"), (order, "ascending", "at_start")]))
+    n = rows.num_rows
+    if n == 0:
+        return pa.Table.from_pylist([], schema=_output_schema(spec, changes.schema)), rows.slice(0, 0)
+    before = pa.array(range(-1, n - 1), pa.int64())
+    has_before = pa.array([False] + [True] * (n - 1))
+    previous = rows.take(pc.if_else(has_before, before, 0))
+    same_key = has_before
+    for k in keys:
+        same_key = pc.and_(same_key, _same_value(rows[k], previous[k]))
+    new = pc.invert(rows["__sx_prior"])
+    after_prior = pc.and_(pc.and_(new, same_key), previous["__sx_prior"])
+    late = pc.and_(after_prior, pc.less_equal(rows[order], previous[order]))
+    if pc.any(late).as_py():
+        row = rows.filter(late).slice(0, 1).to_pylist()[0]
+        last = previous.filter(late).slice(0, 1).to_pylist()[0][order]
+        raise late_change(FUNCTION, shape.key_text(row), order, repr(row[order]), repr(last))
+    tie = pc.and_(pc.and_(pc.and_(new, same_key), pc.invert(previous["__sx_prior"])),
+                  pc.equal(rows[order], previous[order]))
+    if pc.any(tie).as_py():
+        row = rows.filter(tie).slice(0, 1).to_pylist()[0]
+        raise SqlextError("AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(row), order_by=order,
+                          value=repr(row[order]))
+    old_passes = pc.and_(same_key, previous["__sx_passes"])
+    new_passes = rows["__sx_passes"]
+    out = _forwarded(spec, rows, previous, new, old_passes, new_passes, changes.schema)
+    # the changed keys' new state: their last row, where it is a change of this increment
+    following = rows.take(pc.if_else(pa.array([True] * (n - 1) + [False]), pa.array(range(1, n + 1), pa.int64()), 0))
+    next_same = pa.array([True] * (n - 1) + [False])
+    for k in keys:
+        next_same = pc.and_(next_same, _same_value(rows[k], following[k]))
+    last = pc.and_(pc.invert(next_same), new)
+    kept = rows.filter(last)
+    state_rows = kept.select(data + [order]).append_column(passed, kept["__sx_passes"]) \
+        .append_column(present, kept["__sx_present"])
+    return out, state_rows
+
+
+def _check_rows(shape, changes: pa.Table) -> None:
+    """The data errors of the change-row rules, over a whole increment (see changes_by_key)."""
+    import pyarrow.compute as pc
+
+    if shape.has_change_type:
+        known = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array(list(CHANGE_TYPES))), False)
+        if not pc.all(known).as_py():
+            row = changes.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
+            raise SqlextError("UNKNOWN_CHANGE_TYPE", function=shape.function, key=shape.key_text(row),
+                              value=repr(row[CHANGE_TYPE]))
+    if changes[shape.order_by].null_count:
+        row = changes.filter(pc.is_null(changes[shape.order_by])).slice(0, 1).to_pylist()[0]
+        raise SqlextError("NULL_ORDER_VALUE", function=shape.function, key=shape.key_text(row),
+                          order_by=shape.order_by)
+
+
+def _same_value(a, b):
+    """Equal, NULL equal to NULL (NaN equal to NaN is not needed: keys compare as Spark groups)."""
+    import pyarrow.compute as pc
+
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
+
+
+def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_passes, new_passes, schema) -> pa.Table:
+    """The rows the increment's changes forward (:func:`_forward`, column-wise)."""
+    import pyarrow.compute as pc
+
+    shape = spec.shape
+    data, order = list(shape.data_columns), shape.order_by
+    output = _output_schema(spec, schema)
+
+    def image(table: pa.Table, mask, kind: str, order_from: pa.Table) -> pa.Table:
+        chosen = table.filter(mask)
+        arrays = [chosen[c] for c in data] + [pa.array([kind] * chosen.num_rows, pa.string()),
+                                              order_from.filter(mask)[order]]
+        return pa.Table.from_arrays(arrays, names=data + [CHANGE_TYPE, order]).cast(output)
+
+    if spec.emit == "records":
+        chosen = rows.filter(new)
+        keep = new_passes.filter(new)
+        arrays = [chosen[c] if c in shape.key else pc.if_else(keep, chosen[c], pa.nulls(chosen.num_rows, chosen[c].type))
+                  for c in data]
+        kinds = pc.if_else(keep, UPSERT, DELETE)
+        return pa.Table.from_arrays(arrays + [kinds, chosen[order]], names=data + [CHANGE_TYPE, order]).cast(output)
+    if spec.emit != "changes":
+        return output.empty_table()
+    differs = pa.array([False] * rows.num_rows)
+    for c in data:
+        a, b = rows[c], previous[c]
+        changed = pc.or_(pc.fill_null(pc.not_equal(a, b), False), pc.xor(pc.is_null(a), pc.is_null(b)))
+        differs = pc.or_(differs, changed)
+    both = pc.and_(pc.and_(new, pc.and_(old_passes, new_passes)), differs)
+    inserted = pc.and_(new, pc.and_(new_passes, pc.invert(old_passes)))
+    deleted = pc.and_(new, pc.and_(old_passes, pc.invert(new_passes)))
+    return pa.concat_tables([image(previous, both, PREIMAGE, rows), image(rows, both, POSTIMAGE, rows),
+                             image(rows, inserted, INSERT, rows), image(previous, deleted, DELETE, rows)])
 
 
 def _forward(spec: FilterSpec, new: dict, old: dict | None, old_passes: bool, new_passes: bool):

@@ -71,7 +71,7 @@ class JoinReplay:
     def _affected(self, side: int, key) -> list:
         if side == 1:
             return [key]
-        return sorted(self.subscribers.get(key, ()), key=repr)
+        return list(self.subscribers.get(key, ()))
 
     # -- applying one change
 

@@ -74,40 +74,53 @@ class TableStateFilter(TableStateRun):
     # -- small batches: the reference logic over Arrow data on the driver
 
     def _on_driver(self, spark, changes, view, batch_id: int) -> None:
+        from sqlext.udfs.changelog_filter import filter_increment
+
         spec, shape = self.spec, self.spec.shape
+        keys = list(shape.key)
         with step("collect the increment"):
-            records = changes.toArrow().to_pylist()
+            rows = changes.toArrow()
         with step("look up the state"):
-            grouped = changes_by_key(shape, records)
-            touched = pa.Table.from_pylist([dict(zip(shape.key, key)) for key in grouped],
-                                           schema=self.keyed.arrow_schema.empty_table().select(list(shape.key)).schema)
-            before = {tuple(row[k] for k in shape.key): row for row in view.rows(keys=touched).to_pylist()}
-        out: list[dict] = []
-        state: list[dict] = []
+            touched = rows.select(keys).group_by(keys, use_threads=False).aggregate([]) \
+                .cast(pa.schema([self.keyed.arrow_schema.field(k) for k in keys]))
+            before = view.rows(keys=touched)
         with step("apply the changes"):
-            self._apply(grouped, before, out, state)
+            result = filter_increment(spec, rows, before, PASSED, PRESENT)
+            if result is None:  # sequence_by: key by key
+                out, state = self._apply(rows, before)
+            else:
+                out, state = result
         if spec.emit != "final":
             with step("write the output"):
-                self.write_rows(spark, pa.Table.from_pylist(out, schema=self.output_arrow), batch_id)
+                self.write_rows(spark, out.cast(self.output_arrow), batch_id)
         with step("write the state"):
-            self.keyed.write(view, pa.Table.from_pylist(state, schema=self.keyed.arrow_schema), batch_id)
+            self.keyed.write(view, state, batch_id)
         if spec.emit == "final":
             with step("write the final table"):
                 self._write_final(spark, batch_id)
 
-    def _apply(self, grouped, before, out, state) -> None:
+    def _apply(self, rows: pa.Table, before: pa.Table):
+        """The increment applied key by key with the reference logic: its forwarded rows and
+        the changed keys' new state rows (for ``sequence_by``, which drops stale changes)."""
         from sqlext.udfs.changelog_filter import apply_increment
 
         spec, shape = self.spec, self.spec.shape
+        grouped = changes_by_key(shape, rows.to_pylist())
+        prior = {tuple(row[k] for k in shape.key): row for row in before.to_pylist()}
+        out: list[dict] = []
+        state: list[dict] = []
         for key, key_changes in grouped.items():
-            prior = before.get(key)
-            old, passed, last = (None, False, None) if prior is None else \
-                ({c: prior[c] for c in (*shape.data_columns, shape.order_by)}, prior[PASSED], prior[shape.order_by])
+            old_row = prior.get(key)
+            old, passed, last = (None, False, None) if old_row is None else \
+                ({c: old_row[c] for c in (*shape.data_columns, shape.order_by)}, old_row[PASSED],
+                 old_row[shape.order_by])
             after = apply_increment(spec, key_changes, old, passed, last, out)
             if after is not None:
                 row, passes = after
                 state.append({**{c: row[c] for c in (*shape.data_columns, shape.order_by)},
                               PASSED: passes, PRESENT: _present(shape, row)})
+        return (pa.Table.from_pylist(out, schema=self.output_arrow),
+                pa.Table.from_pylist(state, schema=self.keyed.arrow_schema))
 
     def _write_final(self, spark, batch_id: int) -> None:
         """The whole filtered table after this batch: the state's passing rows."""

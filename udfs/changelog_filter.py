@@ -120,16 +120,16 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     if shape.has_change_type:
         is_present = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array([INSERT, POSTIMAGE])), False)
     else:
-        is_present = pa.array([False] * changes.num_rows)
+        is_present = pa.array([False] * changes.num_rows, pa.bool_())
         for column in shape.tombstone_columns:
             is_present = pc.or_(is_present, pc.is_valid(changes[column]))
     passes = pc.and_(is_present, pc.fill_null(changes[PASS_COLUMN], False))
     rows = pa.concat_tables([
         state.select(data + [order]).append_column("__sx_passes", pc.fill_null(state[passed], False).cast(pa.bool_()))
         .append_column("__sx_present", pc.fill_null(state[present], False).cast(pa.bool_()))
-        .append_column("__sx_prior", pa.array([True] * state.num_rows)),
+        .append_column("__sx_prior", pa.array([True] * state.num_rows, pa.bool_())),
         changes.select(data + [order]).append_column("__sx_passes", passes).append_column("__sx_present", is_present)
-        .append_column("__sx_prior", pa.array([False] * changes.num_rows)),
+        .append_column("__sx_prior", pa.array([False] * changes.num_rows, pa.bool_())),
     ], promote_options="permissive")
     # each key's earlier row first, then its changes in order
     rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending", "at_start") for k in keys]
@@ -138,7 +138,7 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     if n == 0:
         return pa.Table.from_pylist([], schema=_output_schema(spec, changes.schema)), rows.slice(0, 0)
     before = pa.array(range(-1, n - 1), pa.int64())
-    has_before = pa.array([False] + [True] * (n - 1))
+    has_before = pa.array([False] + [True] * (n - 1), pa.bool_())
     previous = rows.take(pc.if_else(has_before, before, 0))
     same_key = has_before
     for k in keys:
@@ -160,8 +160,9 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     new_passes = rows["__sx_passes"]
     out = _forwarded(spec, rows, previous, new, old_passes, new_passes, changes.schema)
     # the changed keys' new state: their last row, where it is a change of this increment
-    following = rows.take(pc.if_else(pa.array([True] * (n - 1) + [False]), pa.array(range(1, n + 1), pa.int64()), 0))
-    next_same = pa.array([True] * (n - 1) + [False])
+    has_after = pa.array([True] * (n - 1) + [False], pa.bool_())
+    following = rows.take(pc.if_else(has_after, pa.array(range(1, n + 1), pa.int64()), 0))
+    next_same = has_after
     for k in keys:
         next_same = pc.and_(next_same, _same_value(rows[k], following[k]))
     last = pc.and_(pc.invert(next_same), new)
@@ -177,7 +178,7 @@ def _check_rows(shape, changes: pa.Table) -> None:
 
     if shape.has_change_type:
         known = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array(list(CHANGE_TYPES))), False)
-        if not pc.all(known).as_py():
+        if pc.any(pc.invert(known)).as_py():
             row = changes.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
             raise SqlextError("UNKNOWN_CHANGE_TYPE", function=shape.function, key=shape.key_text(row),
                               value=repr(row[CHANGE_TYPE]))
@@ -218,7 +219,7 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
         return pa.Table.from_arrays(arrays + [kinds, chosen[order]], names=data + [CHANGE_TYPE, order]).cast(output)
     if spec.emit != "changes":
         return output.empty_table()
-    differs = pa.array([False] * rows.num_rows)
+    differs = pa.array([False] * rows.num_rows, pa.bool_())
     for c in data:
         a, b = rows[c], previous[c]
         changed = pc.or_(pc.fill_null(pc.not_equal(a, b), False), pc.xor(pc.is_null(a), pc.is_null(b)))

@@ -30,7 +30,7 @@ from sqlext.catalog.arguments import quote
 from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, PASS_COLUMN, FilterSpec
 from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, PREIMAGE, SETS_VALUE, changes_by_key
 from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
-from sqlext.streaming.state import KeyedState
+from sqlext.streaming.state import KeyedState, key_match
 
 PRESENT = "__sx_present"
 PASSED = "__sx_passed"
@@ -233,12 +233,3 @@ def as_changes(state, shape, columns):
     if shape.has_change_type:
         rows = rows.withColumn(CHANGE_TYPE, F.when(F.col(PRESENT), F.lit(INSERT)).otherwise(F.lit(DELETE)))
     return rows.select(*[F.col(quote(c)) for c in columns])
-
-
-def key_match(left, right, keys):
-    """Equal (NULL equal to NULL) on every column of ``keys``."""
-    match = None
-    for k in keys:
-        term = left[quote(k)].eqNullSafe(right[quote(k)])
-        match = term if match is None else match & term
-    return match

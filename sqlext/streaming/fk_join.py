@@ -33,9 +33,9 @@ from sqlglot import exp
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, late_change
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.streaming.changelog_filter import PRESENT, _present, as_changes, key_match, present_column
+from sqlext.streaming.changelog_filter import PRESENT, _present, as_changes, present_column
 from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
-from sqlext.streaming.state import KeyedState
+from sqlext.streaming.state import KeyedState, key_match
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
 FOREIGN_KEY = "__sx_fk"

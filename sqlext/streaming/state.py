@@ -144,11 +144,11 @@ class KeyedState:
         delta = changed
         if view.delta is not None:
             old = view.frame_of(spark, view.delta)
-            delta = old.join(changed.select(*[quote(k) for k in self.keys]), _same(old, changed, self.keys),
+            delta = old.join(changed.select(*[quote(k) for k in self.keys]), key_match(old, changed, self.keys),
                              "left_anti").unionByName(changed)
         if self._share == 0:  # compacted every batch: straight into a new base
             base = view.frame_of(spark, view.base)
-            rows = base.join(delta.select(*[quote(k) for k in self.keys]), _same(base, delta, self.keys),
+            rows = base.join(delta.select(*[quote(k) for k in self.keys]), key_match(base, delta, self.keys),
                              "left_anti").unionByName(delta)
             self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
             return
@@ -156,7 +156,7 @@ class KeyedState:
         temporary = self._put_frame("delta", batch_id, delta, rename=False)
         if _rows(temporary) >= self._share * view.base_rows():
             base = view.frame_of(spark, view.base)
-            rows = base.join(delta.select(*[quote(k) for k in self.keys]), _same(base, delta, self.keys),
+            rows = base.join(delta.select(*[quote(k) for k in self.keys]), key_match(base, delta, self.keys),
                              "left_anti").unionByName(delta)
             shutil.rmtree(temporary, ignore_errors=True)
             self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
@@ -283,7 +283,7 @@ class StateView:
         if self.delta is None:
             return base
         delta = self.frame_of(spark, self.delta)
-        return base.join(delta.select(*[quote(k) for k in self.state.keys]), _same(base, delta, self.state.keys),
+        return base.join(delta.select(*[quote(k) for k in self.state.keys]), key_match(base, delta, self.state.keys),
                          "left_anti").unionByName(delta)
 
 
@@ -300,8 +300,8 @@ def _among(column: str, values: pa.Array):
     return (pc.field(column) >= low) & (pc.field(column) <= high) & among
 
 
-def _same(left, right, keys):
-    """Equal (NULL equal to NULL) on every key column, for Spark frames."""
+def key_match(left, right, keys):
+    """Equal (NULL equal to NULL) on every column of ``keys``, for Spark frames."""
     match = None
     for k in keys:
         term = left[quote(k)].eqNullSafe(right[quote(k)])

@@ -235,7 +235,8 @@ def _add_bench(commands) -> None:
     incremental.add_argument("--rows", type=int, metavar="N", default=1_000_000,
                              help="filter: changes in the history; selfjoin: events")
     incremental.add_argument("--keys", type=int, metavar="N", default=None,
-                             help="filter: accounts in the history (default rows/8; fix it to grow the history alone)")
+                             help="filter: accounts in the history (default rows/8); fk: orders, and a tenth as many "
+                                  "customers (default left/5 and right/5); fix it to grow the history alone")
     incremental.add_argument("--left", type=int, metavar="N", default=1_000_000, help="fk: left (order) changes in the history")
     incremental.add_argument("--right", type=int, metavar="N", default=100_000, help="fk: right (customer) changes in the history")
     incremental.add_argument("--nodes", type=int, metavar="N", default=1_000_000, help="recursion, moves: forest nodes")

@@ -118,16 +118,18 @@ WINDOW w AS (PARTITION BY order_id ORDER BY _commit_version)
 """
 
 
-def make_fk_inputs(spark, left: int, right: int, directory: str) -> None:
+def make_fk_inputs(spark, left: int, right: int, directory: str, orders: int | None = None,
+                   customers: int | None = None) -> None:
     """Orders (left) and customers (right) change feeds, written once as Parquet.
 
-    Customers: right/5 keys, about 5 changes each. Orders: left/5 keys, about 5 changes each.
+    Customers: right/5 keys (or ``customers``), about 5 changes each. Orders: left/5 keys (or
+    ``orders``), about 5 changes each (more when the keys are fixed and the history grows).
     An order's customer is drawn once from a Zipf-like (log-uniform) distribution, so that
     customer 1 holds about 6% of all orders; one change in ten reassigns the order to another
     customer drawn the same way (the next change returns it). Versions are unique per key.
     """
-    customers = max(1, right // 5)
-    orders = max(1, left // 5)
+    customers = customers or max(1, right // 5)
+    orders = orders or max(1, left // 5)
     spread = max(1, left // max(1, right))
     kinds = """CASE WHEN id < {keys} THEN 'insert'
                     WHEN pmod(hash(id, 11), 10) = 0 THEN 'delete'

@@ -101,14 +101,17 @@ def filter_workload(rows: int, percent: float, keys: int) -> Workload:
                     history, increment, rows, size, f"{rows:,} changes over {keys:,} keys")
 
 
-def fk_workload(left: int, right: int, percent: float) -> Workload:
+def fk_workload(left: int, right: int, percent: float, keys: int | None = None) -> Workload:
     """The FK_JOIN benchmark's orders and customers; an increment updates random orders (one
-    in ten moves to another customer) and random customers, in the proportions of the history."""
+    in ten moves to another customer) and random customers, in the proportions of the history.
+    ``keys`` fixes the orders (and a tenth as many customers), so that the history can grow
+    alone."""
     left_size, right_size = max(1, int(left * percent / 100)), max(1, int(right * percent / 100))
-    orders, customers = max(1, left // 5), max(1, right // 5)
+    orders = keys or max(1, left // 5)
+    customers = max(1, keys // 10) if keys else max(1, right // 5)
 
     def history(spark, directory):
-        make_fk_inputs(spark, left, right, directory)
+        make_fk_inputs(spark, left, right, directory, orders, customers)
         for name in ("orders", "customers"):
             shutil.move(f"{directory}/{name}", f"{directory}/bench_{name}")
 
@@ -133,7 +136,7 @@ def fk_workload(left: int, right: int, percent: float) -> Workload:
     return Workload("FK_JOIN emit => 'changes'", FK_STREAMED, FK_BATCH,
                     {"bench_orders": "bench_orders_all", "bench_customers": "bench_customers_all"},
                     history, increment, left + right, left_size + right_size,
-                    f"{left:,} left and {right:,} right changes")
+                    f"{left:,} left and {right:,} right changes over {orders:,} orders and {customers:,} customers")
 
 
 def recursion_workload(nodes: int, percent: float) -> Workload:
@@ -244,7 +247,7 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
     ``right`` changes; the 'tables' engine only: FK_JOIN keeps state under several keys)."""
     if function == "fk":
-        workload = fk_workload(left, right, percent)
+        workload = fk_workload(left, right, percent, keys)
         engines = tuple(e for e in engines if e == "tables")
     elif function in ("recursion", "moves"):
         workload = (recursion_workload if function == "recursion" else moves_workload)(nodes, percent)

@@ -203,3 +203,17 @@ def test_stream_refuses_before_starting_a_query(spark, acc):
         stream(spark, FILTER.replace("'changes'", "'records'"), checkpoint=str(acc / "cp"),
                output=str(acc / "out"), sources={"acc": str(acc / "acc")})
     assert not spark.streams.active
+
+
+def test_a_checkpoint_whose_state_an_earlier_version_wrote_is_refused(spark, acc):
+    """A checkpoint with committed batches and a state in the layout of an earlier sqlext
+    (layers straight under sqlext-state, no layout record) is not read as if it were new."""
+    run(spark, acc, FILTER)
+    state = acc / "cp" / "sqlext-state"
+    (state / "layout").unlink()
+    (state / "base-0").mkdir()
+    before = files(acc / "cp", acc / "out")
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, FILTER)
+    assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH" and "earlier version" in str(raised.value)
+    assert files(acc / "cp", acc / "out") == before

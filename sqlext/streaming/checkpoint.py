@@ -7,8 +7,9 @@ replace the change feed an earlier statement appended), so a run on a checkpoint
 folder made for something else is refused before anything is read or written, as Spark refuses
 a checkpoint whose query changed incompatibly.
 
-The first run records the statement (its normalised text, function, emit mode and keys) in
-``<checkpoint>/sqlext-statement.json`` and, naming the checkpoint, in
+A checkpoint whose state an earlier version of sqlext wrote, in another layout, is refused
+the same way. The first run records the statement (its normalised text, function, emit mode
+and keys) in ``<checkpoint>/sqlext-statement.json`` and, naming the checkpoint, in
 ``<output>/_sqlext_statement.json`` (Spark's file readers skip names starting with ``_``); the
 output columns are recorded by the first write of rows. Later runs compare. The columns of
 every source are recorded beside them (``sqlext-sources.json``): a change there is
@@ -32,6 +33,10 @@ FUNCTION = "sqlext stream"
 STATEMENT_FILE = "sqlext-statement.json"
 OUTPUT_FILE = "_sqlext_statement.json"
 SOURCES_FILE = "sqlext-sources.json"
+# the 'tables' engine's state, and the file naming the layout its states are kept in
+STATE_FOLDER = "sqlext-state"
+LAYOUT_FILE = "layout"
+LAYOUT = "keyed state: one compacted base and one cumulative delta per state"
 # what to say about starting over, by surface
 START_OVER = "start over with a new checkpoint and an empty output folder"
 START_OVER_DBT = ("rebuild the table from the whole history (dbt build --full-refresh; full_refresh=True in "
@@ -103,6 +108,11 @@ def claim(checkpoint: str, output: str | None, purpose: Purpose, start_over: str
     output_id = None if output is None else str(Path(output).resolve())
     recorded = _read(Path(checkpoint) / STATEMENT_FILE)
     committed = _committed(checkpoint)
+    state = Path(checkpoint) / STATE_FOLDER
+    if committed and state.is_dir() and any(state.iterdir()) and not (state / LAYOUT_FILE).exists():
+        raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
+                          differences="its state was written by an earlier version of sqlext, in a layout this "
+                                      "version does not read", fix=_fix(start_over))
     if recorded is not None and committed:
         before = Purpose.from_json(recorded)
         if before != purpose:

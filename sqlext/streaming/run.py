@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import to_sql
-from sqlext.streaming.checkpoint import check_columns
+from sqlext.streaming.checkpoint import LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns
 
 # the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
 STEPS: dict[str, float] = {}
@@ -69,7 +69,10 @@ class TableStateRun:
                  output_format: str, function: str, arguments: tuple[str, ...]):
         self.call, self.outer, self.placeholder = call, outer, placeholder
         self.checkpoint = checkpoint
-        self.state = Path(checkpoint) / "sqlext-state"
+        self.state = Path(checkpoint) / STATE_FOLDER
+        if not (self.state / LAYOUT_FILE).exists():  # the layout this engine writes (see checkpoint.claim)
+            self.state.mkdir(parents=True, exist_ok=True)
+            (self.state / LAYOUT_FILE).write_text(LAYOUT + "\n")
         self.output, self.output_format = Path(output), output_format
         self.function, self.arguments = function, arguments
 

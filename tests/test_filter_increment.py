@@ -82,8 +82,10 @@ def test_column_wise_matches_the_per_key_reference(case):
                              PASSED, PRESENT)
         assert raised.value.error_class == error.error_class
         return
-    out, new_state = filter_increment(spec, _table(changes, columns, [PASS_COLUMN]),
-                                      _table(state, columns, [PASSED, PRESENT]), PASSED, PRESENT)
+    before = _table(state, columns, [PASSED, PRESENT])
+    out, new_state = filter_increment(spec, _table(changes, columns, [PASS_COLUMN]), before, PASSED, PRESENT)
+    # the new state has the state's columns, also when the increment is empty
+    assert new_state.column_names == ["id", "v", "_commit_version", PASSED, PRESENT]
     assert Counter(tuple(sorted(r.items())) for r in out.to_pylist()) == expected[0]
     assert Counter((r["id"], r["v"], r["_commit_version"], r[PASSED], r[PRESENT])
                    for r in new_state.to_pylist()) == expected[1]

@@ -290,15 +290,32 @@ def _many_fk_events(first_version, versions, left_keys=1500, right_keys=60):
     return events
 
 
+# ``sqlext stream`` that kills its own process group (itself and its JVM) with SIGKILL inside
+# micro-batch 1, once its output and the first of its two states (the left side's) are written
+# and the second is not
+KILLED_BETWEEN_THE_STATES = """
+import os, signal, sys
+from sqlext.cli import main
+from sqlext.streaming.state import KeyedState
+
+write = KeyedState.write
+def write_then_die(self, view, changed, batch_id, *args, **kwargs):
+    write(self, view, changed, batch_id, *args, **kwargs)
+    if batch_id == 1:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+KeyedState.write = write_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds):
-    """SIGKILL the process while its second micro-batch runs (state layers exist, offsets
-    logged, no commit yet); the next run redoes it, and the output holds every row of the
-    batch result exactly once."""
+    """SIGKILL the process inside its second micro-batch (offsets logged, its output and one of
+    its two state layers written, no commit yet); the next run redoes it, and the output holds
+    every row of the batch result exactly once."""
     import os
     import signal
     import subprocess
     import sys
-    import time
 
     events = _many_fk_events(1, 6)
     current = feeds("cdf", events)
@@ -307,20 +324,21 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds):
     current.release(3, 6)
     query = current.root / "fk.sql"
     query.write_text(join_sql("left", "changes"))
-    command = [sys.executable, "-m", "sqlext.cli", "stream", str(query), "--checkpoint", str(current.checkpoint),
-               "--output", str(current.output), "--source", f"orders={current.root / 'orders'}",
-               "--source", f"customers={current.root / 'customers'}"]
+    command = [sys.executable, "-c", KILLED_BETWEEN_THE_STATES, "stream", str(query),
+               "--checkpoint", str(current.checkpoint), "--output", str(current.output),
+               "--source", f"orders={current.root / 'orders'}", "--source", f"customers={current.root / 'customers'}"]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                              env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
-    started = time.monotonic()
-    while not (current.checkpoint / "offsets" / "1").exists():
-        assert child.poll() is None, "the run ended before its micro-batch was logged"
-        assert time.monotonic() - started < 600
-        time.sleep(0.05)
-    time.sleep(1.0)  # into the batch's own work
-    os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
-    assert not (current.checkpoint / "commits" / "1").exists()  # killed inside the batch
+    try:
+        child.wait(timeout=300)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode == -signal.SIGKILL, "the run was not killed inside its batch"
+    assert (current.checkpoint / "offsets" / "1").exists() and not (current.checkpoint / "commits" / "1").exists()
+    layers = {side: any((current.checkpoint / "sqlext-state" / side).glob("*-1")) for side in ("left", "right")}
+    assert layers == {"left": True, "right": False}, layers
     current.run(join_sql("left", "changes"))
     written = [r.asDict() for r in spark.read.parquet(str(current.output)).collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))

@@ -386,9 +386,11 @@ CHANGES = (
 )
 
 # ``sqlext stream`` that kills its own process group (itself and its JVM) with SIGKILL at one
-# point of micro-batch 1: "before the output" once the batch's state is written and its
-# output is about to be, "after the output" once the foreachBatch function has returned
-# (output written) and Spark has yet to commit the batch
+# point of micro-batch 1: "before the output" once the batch's work is done and its output is
+# about to be written, "between the states" once the output and the first of the two states
+# (the rows found) are written and the second (the edges) is not, "after the output" once the
+# foreachBatch function has returned (output and states written) and Spark has yet to commit
+# the batch
 KILLING_CLI = """
 import os, signal, sys
 from sqlext.cli import main
@@ -408,6 +410,13 @@ if point == "before the output":
         return write_then_die
     TableStateRecursion.write_statement = dying(TableStateRecursion.write_statement)
     TableStateRecursion.write_rows = dying(TableStateRecursion.write_rows)
+elif point == "between the states":
+    from sqlext.streaming.state import KeyedState
+    write = KeyedState.write
+    def write_then_die(self, view, changed, batch_id, *args, **kwargs):
+        write(self, view, changed, batch_id, *args, **kwargs)
+        die(batch_id)
+    KeyedState.write = write_then_die
 else:
     def call_then_die(self, batch, batch_id):
         call(self, batch, batch_id)
@@ -504,30 +513,10 @@ def _kill_group(child) -> None:
         child.wait()
 
 
-def _kill_mid_batch(current, folder: Path, pattern: str, settle: float) -> None:
-    """Run ``sqlext stream`` in a child and SIGKILL it ``settle`` seconds after a file
-    ``pattern`` appears in ``folder`` (a sign that micro-batch 1 is under way), before the
-    batch commits."""
-    import signal
-    import time
-
-    child = _stream_in_a_child(current, "-m", "sqlext.cli")
-    try:
-        started = time.monotonic()
-        while not any(folder.glob(pattern)):
-            assert child.poll() is None, f"the run ended before {pattern} appeared in {folder.name}"
-            assert time.monotonic() - started < 300
-            time.sleep(0.02)
-        time.sleep(settle)
-    finally:
-        _kill_group(child)
-    assert child.returncode == -signal.SIGKILL
-    assert not (current.checkpoint / "commits" / "1").exists()  # killed inside the batch
-
-
 def _kill_around_output(current, point: str) -> None:
     """Run ``sqlext stream`` in a child that SIGKILLs itself at ``point`` of micro-batch 1:
-    before its output (and its state, written after it), or after both, before the commit."""
+    before its output (and its states, written after it), between its two state writes, or
+    after all of them, before the commit."""
     import signal
 
     child = _stream_in_a_child(current, "-c", KILLING_CLI, point)
@@ -537,30 +526,19 @@ def _kill_around_output(current, point: str) -> None:
         _kill_group(child)
     assert child.returncode == -signal.SIGKILL, "the run was not killed where the test meant to"
     assert not (current.checkpoint / "commits" / "1").exists()
-    after = point == "after the output"
+    written = {"before the output": set(), "between the states": {"result"},
+               "after the output": {"result", "edges"}}[point]
     for state in ("result", "edges"):
         layers = [p.name for p in (current.checkpoint / "sqlext-state" / state).glob("*-1")]
-        assert bool(layers) == after, (state, layers)
-    assert any(current.output.glob("batch-0000000001-*")) == after
+        assert bool(layers) == (state in written), (state, layers)
+    assert any(current.output.glob("batch-0000000001-*")) == (point != "before the output")
 
 
-def test_a_run_killed_mid_batch_is_redone_exactly_once(edges, unkilled):
-    """SIGKILL ``sqlext stream`` while its micro-batch 1 runs (offsets logged, no commit); the
-    next run redoes the batch: the output holds every row of the batch recursion exactly once,
-    and the state and each batch's output files are those of a run that was never killed."""
-    current = _first_run(edges, ARRIVALS)
-    # into the batch's own work (it takes several seconds in a fresh JVM)
-    _kill_mid_batch(current, current.checkpoint / "offsets", "1", settle=2.0)
-    current.run(PAIRS)
-    assert (current.checkpoint / "commits" / "1").exists()
-    assert current.written() == unkilled["batch"]
-    _assert_same_files(current, unkilled)
-
-
-@pytest.mark.parametrize("point", ["before the output", "after the output"])
+@pytest.mark.parametrize("point", ["before the output", "between the states", "after the output"])
 def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, point):
-    """SIGKILL ``sqlext stream`` at a set point of micro-batch 1: before its output (and its
-    state, written after it), or with both written and no commit. The next run redoes the
+    """SIGKILL ``sqlext stream`` at a set point of micro-batch 1 (offsets logged, no commit):
+    before its output (and its states, written after it), with the output and one of its two
+    states written, or with all written. The next run redoes the
     batch: every row of the batch recursion exactly once in the output, and the state and
     each batch's output files are those of a run that was never killed."""
     current = _first_run(edges, ARRIVALS)
@@ -570,25 +548,12 @@ def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, 
     _assert_same_files(current, unkilled)
 
 
-def test_a_run_over_changed_edges_killed_mid_batch_is_redone_exactly_once(changed_edges, unkilled_changes):
-    """Edges moved and deleted: SIGKILL ``sqlext stream`` as soon as its micro-batch 1 (delete
-    and re-derive) has written its output (its state comes after it). The next run redoes the
-    batch: its inserts and deletes, applied in order, leave the batch recursion over the edges
-    present; the output holds each row of an unkilled run's output once, and the states hold
-    the layers of an unkilled run."""
-    current = _first_run(changed_edges, CHANGES)
-    _kill_mid_batch(current, current.output, "batch-0000000001-*", settle=0.0)
-    current.run(PAIRS)
-    assert (current.checkpoint / "commits" / "1").exists()
-    assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
-    _assert_same_files(current, unkilled_changes)
-
-
-@pytest.mark.parametrize("point", ["before the output", "after the output"])
+@pytest.mark.parametrize("point", ["before the output", "between the states", "after the output"])
 def test_a_run_over_changed_edges_killed_around_its_output_is_redone_exactly_once(changed_edges, unkilled_changes,
                                                                                   point):
     """Edges moved and deleted: SIGKILL ``sqlext stream`` at a set point of micro-batch 1,
-    before its output and its state are written, or after both and before the commit. The next
+    before its output and its states are written, with the output and one state written, or
+    after all of them and before the commit. The next
     run redoes the batch: its inserts and deletes, applied in order, leave the batch recursion
     over the edges present; the output holds each row of an unkilled run's output once, and
     the states hold the layers of an unkilled run."""

@@ -136,7 +136,8 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
                                      + [("__sx_prior", "descending", "at_start"), (order, "ascending", "at_start")]))
     n = rows.num_rows
     if n == 0:
-        return pa.Table.from_pylist([], schema=_output_schema(spec, changes.schema)), rows.slice(0, 0)
+        return (pa.Table.from_pylist([], schema=_output_schema(spec, changes.schema)),
+                _state_rows(rows, data + [order], passed, present))
     before = pa.array(range(-1, n - 1), pa.int64())
     has_before = pa.array([False] + [True] * (n - 1), pa.bool_())
     previous = rows.take(pc.if_else(has_before, before, 0))
@@ -166,10 +167,13 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     for k in keys:
         next_same = pc.and_(next_same, _same_value(rows[k], following[k]))
     last = pc.and_(pc.invert(next_same), new)
-    kept = rows.filter(last)
-    state_rows = kept.select(data + [order]).append_column(passed, kept["__sx_passes"]) \
+    return out, _state_rows(rows.filter(last), data + [order], passed, present)
+
+
+def _state_rows(kept: pa.Table, columns: list[str], passed: str, present: str) -> pa.Table:
+    """State rows in the state's own column names, from the working rows kept for it."""
+    return kept.select(columns).append_column(passed, kept["__sx_passes"]) \
         .append_column(present, kept["__sx_present"])
-    return out, state_rows
 
 
 def _check_rows(shape, changes: pa.Table) -> None:

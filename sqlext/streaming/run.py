@@ -194,14 +194,15 @@ def arrow_schema(spark_schema) -> pa.Schema:
 
 def write_arrow_files(rows: pa.Table, folder: Path, batch_id: int, kind: str = "batch") -> None:
     """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet`` in ``folder``,
-    written straight from the driver, replacing any files an earlier attempt of the batch left."""
+    written straight from the driver, replacing any files an earlier attempt of the batch left.
+    An empty ``base`` is still written: it replaces the whole table with no rows."""
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
     prefix = f"{kind}-{batch_id:010d}-"
     for stale in folder.glob(prefix + "*"):
         stale.unlink()
-    if rows.num_rows == 0:
+    if rows.num_rows == 0 and kind != "base":
         return
     temporary = folder / f".{prefix}part-00000.parquet.tmp"
     pq.write_table(rows, temporary)

@@ -1,9 +1,20 @@
-"""One Spark session for the whole test run (local[2], UI off, few shuffle partitions)."""
+"""One Spark session for the whole test run (local[2], UI off, few shuffle partitions), the
+``spark`` marker, and the hypothesis profiles.
+
+Every test that starts Spark is marked ``spark``: it requests the session (directly or
+through a fixture that does), or ``spark_child_env`` (a child process that starts Spark), or
+it is marked ``spark`` or ``cluster`` itself. ``pytest -m "not spark"`` runs the others, with
+no JVM: when a run selects no ``spark`` test, Spark cannot start in it or in its children,
+and a test that tries fails the run, named.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +31,13 @@ def spark():
     session = local_session("sqlext-tests", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_child_env():
+    """The environment of a child process that starts Spark: its driver and workers run this
+    interpreter. A test that requests it is marked ``spark``."""
+    return dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
 
 
 @pytest.fixture
@@ -47,3 +65,62 @@ def path(spark):
         spark.conf.set("spark.sqlext.recursion.path", name)
     yield use
     spark.conf.unset("spark.sqlext.recursion.path")
+
+
+# -- the spark marker
+
+STARTS_SPARK = {"spark", "spark_child_env"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if STARTS_SPARK & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.spark)
+
+
+_NO_SPARK = """#!/bin/sh
+# Stands in for Spark's launcher in a test run that selected no spark test.
+echo "${PYTEST_CURRENT_TEST:-outside a test}" >> "$SQLEXT_TESTS_SPARK_STARTS"
+echo "a test run without spark tests started Spark: mark this test spark" >&2
+exit 1
+"""
+
+
+def pytest_collection_finish(session):
+    """With no ``spark`` test selected, Spark's launcher (found through SPARK_HOME, here and in
+    every child process) is a script that records who called it and fails."""
+    if session.config.option.collectonly or any(item.get_closest_marker("spark") for item in session.items):
+        return
+    home = Path(tempfile.mkdtemp(prefix="sqlext-no-spark-"))
+    (home / "bin").mkdir()
+    for name in ("spark-submit", "spark-class"):
+        (home / "bin" / name).write_text(_NO_SPARK)
+        (home / "bin" / name).chmod(0o755)
+    os.environ["SPARK_HOME"] = str(home)
+    os.environ["SQLEXT_TESTS_SPARK_STARTS"] = str(home / "starts")
+    session.config.stash[_home_key] = home
+
+
+_home_key = pytest.StashKey[Path]()
+_starts_key = pytest.StashKey[list]()
+
+
+def pytest_sessionfinish(session):
+    home = session.config.stash.get(_home_key, None)
+    if home is None:
+        return
+    starts = home / "starts"
+    names = sorted(set(starts.read_text().splitlines()) - {""}) if starts.exists() else []
+    shutil.rmtree(home, ignore_errors=True)
+    session.config.stash[_starts_key] = names
+    if names:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    names = config.stash.get(_starts_key, [])
+    if names:
+        terminalreporter.section("Spark started in a run that selected no spark test", red=True)
+        for name in names:
+            terminalreporter.line(f"{name}: mark it spark (or have it request spark or spark_child_env)")

@@ -28,6 +28,8 @@ MODELS = {"stg_customers_changes", "stg_orders_changes", "stg_payments", "stg_or
           "premium_customers_changes", "orders_with_customer", "payments_running_totals",
           "org_chart_levels", "payments_incremental", "gold_customers_feed"}
 SEEDS = {"customers_changes", "orders_changes", "payments", "notes"}
+# every test here runs dbt in a child process, whose adapter starts Spark
+pytestmark = pytest.mark.spark
 # the statements of each mart that sqlext must have rewritten, by the rule that did it
 REWRITES = {"changelog_filter_to_sql", "fk_join_to_sql", "self_join_aggregate_to_window",
             "recursive_cte_to_expand"}

@@ -5,7 +5,6 @@ is not a function the server knows."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -19,11 +18,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_jdbc_client_gets_the_registered_function_not_the_rewrites(tmp_path):
+def test_a_jdbc_client_gets_the_registered_function_not_the_rewrites(tmp_path, spark_child_env):
     script = Path(__file__).with_name("jdbc_server.py")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path / "warehouse")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=spark_child_env, capture_output=True, text=True, timeout=600)
     outputs = done.stdout.split("=== STATEMENT")[1:]
     assert len(outputs) == 2, done.stdout[-2000:] + done.stderr[-2000:]
     filtered, fk_join = outputs

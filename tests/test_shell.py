@@ -109,9 +109,9 @@ CONTINUATION = r"      > "
 
 
 @pytest.fixture(scope="module")
-def shell(tmp_path_factory):
+def shell(tmp_path_factory, spark_child_env):
     home = tmp_path_factory.mktemp("shell")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SQLEXT_HISTORY=str(home / "history"), TERM="dumb")
+    env = dict(spark_child_env, SQLEXT_HISTORY=str(home / "history"), TERM="dumb")
     terminal = Terminal([sys.executable, "-m", "sqlext.cli", "sql", "--master", "local[1]"], env, str(home))
     terminal.history = home / "history"
     terminal.expect(PROMPT, STARTUP_SECONDS)

@@ -17,11 +17,27 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from profiles import PROFILE
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # a rule that fails on a tree it did not expect fails the test (production notes it and
 # leaves the statement unchanged)
 os.environ.setdefault("SQLEXT_STRICT", "1")
+# Every JVM the tests start (the session's and those of child processes: the CLI, dbt, JDBC)
+# compiles with the quick JIT only and collects garbage on one thread: the tests' queries are
+# small and many, so the optimising JIT's compilations cost more CPU than they win back (on
+# two cores they halved a child's start and cut the session's CPU by a third).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+# Property tests (hypothesis): the default profile derandomises them (each run tries the same
+# examples, a few per test); SQLEXT_HYPOTHESIS_PROFILE=nightly tries many more, at random
+# (tests/profiles.py holds each test's two counts).
+settings.register_profile("default", deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("nightly", deadline=None, derandomize=False, print_blob=True)
+settings.load_profile(PROFILE)
 
 
 @pytest.fixture(scope="session")

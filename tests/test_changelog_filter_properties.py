@@ -11,6 +11,7 @@
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from feeds import SHAPES, apply_changes, rows_for, run_filter
 from rows import multiset
@@ -58,13 +59,13 @@ def _check(path, spark, shape, events):
     return changes, records, final
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, 3000), deadline=None)
 @given(events=event_lists, shape=st.sampled_from(SHAPES))
 def test_reference_logic_properties(events, shape):
     _check("pure", None, shape, events)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, shape=st.sampled_from(SHAPES))
 def test_native_rewrite_properties_and_agreement(spark, events, shape):
     native = _check("native", spark, shape, events)
@@ -73,7 +74,7 @@ def test_native_rewrite_properties_and_agreement(spark, events, shape):
         assert multiset(got) == multiset(want)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, shape=st.sampled_from(SHAPES))
 def test_registered_udtf_agrees_with_native_rewrite(spark, events, shape):
     for emit in ("changes", "records", "final"):

@@ -11,7 +11,6 @@ pipe that closes, and what reaches the terminal while Spark starts.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -196,16 +195,16 @@ def test_output_into_a_closed_pipe_ends_quietly(spark, monkeypatch, capsys):
 # real processes
 
 
-def environment(tmp_path: Path) -> dict:
-    return dict(os.environ, PYSPARK_PYTHON=sys.executable, SQLEXT_HISTORY=str(tmp_path / "history"))
+def environment(spark_child_env: dict, tmp_path: Path) -> dict:
+    return dict(spark_child_env, SQLEXT_HISTORY=str(tmp_path / "history"))
 
 
-def test_a_closed_pipe_and_spark_starting_print_nothing(tmp_path):
+def test_a_closed_pipe_and_spark_starting_print_nothing(spark_child_env, tmp_path):
     """``sqlext run sql_examples/fk_join.sql | head -2``: the reader goes away after two lines.
     The process ends quietly with SIGPIPE's status, and nothing reached standard error at all
     (nor while Spark started, which happens before the first line)."""
     process = subprocess.Popen([str(SQLEXT), "run", str(EXAMPLE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               cwd=ROOT, env=environment(tmp_path))
+                               cwd=ROOT, env=environment(spark_child_env, tmp_path))
     head = [process.stdout.readline() for _ in range(2)]
     process.stdout.close()
     err = process.stderr.read().decode()
@@ -213,11 +212,11 @@ def test_a_closed_pipe_and_spark_starting_print_nothing(tmp_path):
     assert head[0].startswith(b"-- ") and err == ""
 
 
-def test_piped_sql_in_a_real_shell_exits_non_zero_and_runs_the_last_statement(tmp_path):
+def test_piped_sql_in_a_real_shell_exits_non_zero_and_runs_the_last_statement(spark_child_env, tmp_path):
     """As a user pipes a script: an error in it makes the exit status 1 (as spark-sql's), the
     last statement runs without ';', and standard error holds the error line alone."""
     done = subprocess.run([str(SQLEXT), "sql", "-S"], input="SELECT nope;\nSELECT 1 AS after;\nSELECT 2 AS last",
-                          capture_output=True, text=True, cwd=tmp_path, env=environment(tmp_path), timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, env=environment(spark_child_env, tmp_path), timeout=600)
     assert done.returncode == 1
     assert "| after |" in done.stdout and "| last |" in done.stdout
     lines = done.stderr.splitlines()

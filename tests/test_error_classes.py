@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 from pyspark.errors import AnalysisException, PySparkException
 
 import sqlext
@@ -76,7 +77,7 @@ def spark_error(spark, text) -> PySparkException:
     return caught.value
 
 
-@settings(max_examples=16, derandomize=True, deadline=None,
+@settings(max_examples=examples(16, 160), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=statements())
 def test_a_misspelt_column_around_a_call_is_sparks_analysis_error(spark, inputs, case):

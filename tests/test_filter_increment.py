@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from sqlext.catalog.changelog_filter import PASS_COLUMN, filter_spec
 from sqlext.catalog.changes import changes_by_key
@@ -68,7 +69,7 @@ def increments(draw):
     return shape, state, changes, emit
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300, 3000), deadline=None)
 @given(case=increments())
 def test_column_wise_matches_the_per_key_reference(case):
     shape, state, changes, emit = case

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from reference.fk_join import TOMBSTONE, replay, result_table_changes
@@ -290,7 +291,7 @@ def _versioned(events, gaps):
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(SHAPES))
 def test_matches_reference_replay(spark, events, join_type, shape):
     expected = reference_outputs(events, join_type)

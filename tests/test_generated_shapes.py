@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from recursion_graphs import dag
@@ -15,7 +16,7 @@ from rows import multiset
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 
-SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=examples(12, 120), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

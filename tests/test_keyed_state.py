@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from profiles import examples
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 import sqlext.streaming.state as state_module
@@ -28,7 +29,7 @@ keys = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), s
 batches = st.lists(st.dictionaries(keys, st.integers(-5, 5), max_size=6), min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60, 600), deadline=None)
 @given(batches=batches, share=st.sampled_from([0.0, 0.5, float("inf")]), probe=st.lists(keys, max_size=4))
 def test_the_current_rows_are_the_newest_write_of_each_key(tmp_path_factory, batches, share, probe):
     state = KeyedState(tmp_path_factory.mktemp("state"), ["k1", "k2"])

@@ -9,6 +9,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from recursion_graphs import error_of, tree
@@ -121,7 +122,7 @@ def test_odd_identifiers(spark, path):
     assert rows == multiset([(1, 0), (2, 0), (3, 0), (None, 1), (1, 1), (2, 1), (None, 2), (1, 2), (None, 3)])
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_forests_match_the_reference(spark, path, data):
     nodes = data.draw(st.integers(1, 30))

@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from reference.recursion import semi_naive
 from rows import multiset
@@ -40,7 +41,7 @@ def path_step(edges):
     return step
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, 1500), deadline=None)
 @given(graphs, st.lists(st.integers(1, 8), min_size=1, max_size=3), st.booleans())
 def test_walk_with_depth_and_path_matches_reference(edges, starts, distinct):
     seeds = pa.table({"n": pa.array(starts, pa.int64()), "d": pa.array([0] * len(starts), pa.int32()),
@@ -50,7 +51,7 @@ def test_walk_with_depth_and_path_matches_reference(edges, starts, distinct):
     assert multiset(run_walk(edges, seeds, plan)) == multiset(expected)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, 1500), deadline=None)
 @given(graphs, st.integers(1, 8))
 def test_union_reachability_ends_on_cycles(edges, start):
     plan = WalkPlan(name="r", columns=["n"], key_r="n", key_e="src", projections=[("col", "e", "dst")],
@@ -82,7 +83,7 @@ def test_integer_overflow_is_not_computed_by_the_walk():
         run_walk([(1, 2)], seeds, plan)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100, 1000), deadline=None)
 @given(graphs, st.integers(1, 8))
 def test_sparse_and_negative_keys_take_the_sorted_lookup_with_the_same_result(edges, start):
     def spread(n):

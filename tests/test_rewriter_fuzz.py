@@ -10,6 +10,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from sqlext.rewrites.pipeline import rewrite_statement
@@ -51,7 +52,7 @@ def mutate(text: str, rng: random.Random, steps: int) -> str:
     return "".join(tokens)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400, 4000), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 6))
 def test_mutated_statements_never_break_the_rewriter(seed, steps):
     rng = random.Random(seed)
@@ -98,7 +99,7 @@ def events(spark):
     spark.catalog.dropTempView("events")
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20, 200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_rewritten_mutations_return_the_original_rows(spark, events, seed):
     from pyspark.errors import PySparkException
@@ -121,7 +122,7 @@ FRAGMENTS = ["v", "id", " > ", "0", "1=1", ")", "(", "'", "''", "\\'", ";", " UN
              "(SELECT 1)", "v IN (SELECT v FROM feed)"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, 3000), deadline=None)
 @given(parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8),
        argument=st.sampled_from(["predicate", "key", "order_by"]))
 def test_argument_strings_are_rejected_or_confined_to_one_expression(parts, argument):

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
@@ -139,7 +140,7 @@ SHAPES = st.sampled_from([
 ])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, extra=EXTRA, shape=SHAPES, x=st.integers(0, 12), y=st.integers(0, 12),
        in_where=st.booleans())
 def test_generated_self_joins_give_the_same_rows(spark, events, keys, band, extra, shape, x, y, in_where):
@@ -165,7 +166,7 @@ OTHERS = st.lists(st.sampled_from([
 CHAIN_SHAPES = st.sampled_from(["pairs", "aggregate", "grouped by other"])
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, extra=EXTRA, others=OTHERS, shape=CHAIN_SHAPES, x=st.integers(0, 12),
        y=st.integers(0, 12), data=st.data())
 def test_generated_chains_of_joins_give_the_same_rows(spark, events, keys, band, extra, others, shape, x, y, data):
@@ -215,7 +216,7 @@ SECOND = st.sampled_from([
 ])
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(10, 100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, second=SECOND, side=st.sampled_from(["a", "b"]), x=st.integers(0, 12),
        y=st.integers(0, 12), shape=st.sampled_from(["pairs", "aggregate"]), in_where=st.booleans())
 def test_generated_chains_of_two_self_joins_rewrite_the_first(spark, events, keys, band, second, side, x, y,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
 from rows import multiset
@@ -83,7 +84,7 @@ histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
     .map(lambda evs: [(version + 1, key, v) for version, (key, v) in enumerate(evs)])
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
        emit=st.sampled_from(["changes", "records"]), path=st.sampled_from(["driver", "spark"]))
 def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, shape, emit, path):
@@ -101,7 +102,7 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
     assert multiset(out) == multiset(batch)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(["cdf", "upsert"]),
        share=st.sampled_from([0.5, float("inf")]), path=st.sampled_from(["driver", "spark"]))
 @example(events=[(1, 0, 0), (2, 0, None)], cuts=[1], shape="cdf", share=0.5, path="driver")  # the table empties

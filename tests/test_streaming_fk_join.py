@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from feeds import computed_on
 from rows import multiset
@@ -82,7 +83,7 @@ def feeds(spark):
         shutil.rmtree(root, ignore_errors=True)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
        emit=st.sampled_from(["changes", "records"]), share=st.sampled_from([0.5, float("inf")]),
@@ -111,7 +112,7 @@ def test_increments_concatenate_to_the_batch_output(spark, feeds, events, cuts, 
     assert multiset(out) == multiset(fk_join(spark, events, shape, join_type, emit))
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=event_lists.filter(bool), cuts=st.lists(st.integers(0, 40), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(["cdf", "upsert"]),
        path=st.sampled_from(["driver", "spark"]))
@@ -228,7 +229,7 @@ def sequenced_events(draw):
     return rows
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=sequenced_events(), cuts=st.lists(st.integers(1, 16), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), emit=st.sampled_from(["changes", "records"]),
        path=st.sampled_from(["driver", "spark"]))

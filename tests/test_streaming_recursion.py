@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from feeds import computed_on
@@ -97,7 +98,7 @@ def edges(spark):
 graphs = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=12)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(4, 40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(graph=graphs, cuts=st.lists(st.integers(1, 12), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]),
        path=st.sampled_from(["driver", "spark"]))
 def test_increments_concatenate_to_the_batch_recursion(spark, edges, graph, cuts, sql, path):
@@ -249,7 +250,7 @@ def edge_changes(draw):
     return changes
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(changes=edge_changes(), cuts=st.lists(st.integers(1, 20), max_size=3), sql=st.sampled_from([PAIRS, FROM_ZERO]),
        path=st.sampled_from(["driver", "spark"]))
 def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_edges, changes, cuts, sql, path):

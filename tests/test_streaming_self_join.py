@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from rows import multiset
@@ -62,7 +63,7 @@ def event_runs(draw):
     return runs
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs=event_runs())
 def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, runs):
     events = Events(spark, tmp_path_factory.mktemp("selfjoin"))

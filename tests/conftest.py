@@ -103,6 +103,15 @@ exit 1
 """
 
 
+def pytest_configure(config):
+    """The file where Spark's stand-in launcher records who called it: made by the process that
+    reports (the run itself, or the controller of the run's workers), for every worker to share."""
+    if not hasattr(config, "workerinput"):
+        folder = Path(tempfile.mkdtemp(prefix="sqlext-spark-starts-"))
+        os.environ["SQLEXT_TESTS_SPARK_STARTS"] = str(folder / "starts")
+        config.stash[_starts_folder_key] = folder
+
+
 def pytest_collection_finish(session):
     """With no ``spark`` test selected, Spark's launcher (found through SPARK_HOME, here and in
     every child process) is a script that records who called it and fails."""
@@ -114,21 +123,22 @@ def pytest_collection_finish(session):
         (home / "bin" / name).write_text(_NO_SPARK)
         (home / "bin" / name).chmod(0o755)
     os.environ["SPARK_HOME"] = str(home)
-    os.environ["SQLEXT_TESTS_SPARK_STARTS"] = str(home / "starts")
     session.config.stash[_home_key] = home
 
 
 _home_key = pytest.StashKey[Path]()
+_starts_folder_key = pytest.StashKey[Path]()
 _starts_key = pytest.StashKey[list]()
 
 
 def pytest_sessionfinish(session):
-    home = session.config.stash.get(_home_key, None)
-    if home is None:
+    shutil.rmtree(session.config.stash.get(_home_key, ""), ignore_errors=True)
+    folder = session.config.stash.get(_starts_folder_key, None)
+    if folder is None:  # a worker: its controller reports
         return
-    starts = home / "starts"
+    starts = folder / "starts"
     names = sorted(set(starts.read_text().splitlines()) - {""}) if starts.exists() else []
-    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
     session.config.stash[_starts_key] = names
     if names:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -151,6 +151,16 @@ def test_a_statement_without_a_stream_says_so(spark, acc):
     assert raised.value.error_class == "UNSUPPORTED_STREAM" and "reads no STREAM" in str(raised.value)
 
 
+@pytest.mark.parametrize("written, fix", [("STREAM(acc)", "input => TABLE(STREAM(acc))"),
+                                           ("acc", "input => TABLE(acc)")])
+def test_a_stream_written_without_table_names_the_fix_with_the_users_table(spark, acc, written, fix):
+    with pytest.raises(SqlextError) as raised:
+        run(spark, acc, f"SELECT * FROM CHANGELOG_FILTER(input => {written}, key => 'id', predicate => 'balance >= 0')")
+    assert raised.value.error_class == "INVALID_ARGUMENT_TYPE" and fix in str(raised.value), str(raised.value)
+    assert "'...'" not in str(raised.value)
+    assert not (acc / "cp").exists()
+
+
 def test_an_fk_join_with_one_static_input_names_it(spark, acc):
     spark.sql("SELECT 1 AS id, 'a' AS name, 'insert' AS _change_type, 1L AS _commit_version") \
         .createOrReplaceTempView("customer_rows")

@@ -79,3 +79,16 @@ def test_a_recursion_run_stays_within_its_job_budget(spark, tmp_path, feed):
                       [(moves + [(n, n // 4, "delete", 2) for n in range(290, 300)], schema, "edges")]]
     counts = _runs(spark, tmp_path, RECURSION, ["edges"], increments)
     assert counts[1] <= BUDGET, counts
+
+
+SELF_JOIN = ("SELECT a.id AS a_id, b.id AS b_id, a.k FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
+             "ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
+
+
+def test_a_self_join_run_stays_within_its_job_budget(spark, tmp_path):
+    """300 events of 10 keys, one a second; then 30 more."""
+    schema = "id BIGINT, k INT, ts BIGINT"
+    history = [(i, i % 10, i) for i in range(300)]
+    increment = [(i, i % 10, i) for i in range(300, 330)]
+    counts = _runs(spark, tmp_path, SELF_JOIN, ["ev"], [[(history, schema, "ev")], [(increment, schema, "ev")]])
+    assert counts[1] <= BUDGET, counts

@@ -24,7 +24,8 @@ path doubling, every round one Spark join on the executors, nothing collected::
     T_{k+1}(u) = T_k(u) ++ T_k(next_k(u)),  next_{k+1}(u) = next_k(next_k(u))   (while open)
 
 A row is *open* while its list holds ``2^k`` values and its chain may go on; the rounds stop
-when no row is open: ``log2(depth) + 1`` rounds. A list of ``max_level`` values or more (a
+when no row is open: ``log2(depth) + 1`` rounds, or when a round closes no row (what is still
+open then lies on a cycle). A list of ``max_level`` values or more (a
 chain that deep, or a cycle, which never closes) reached by an anchor row is the level
 limit, checked exactly before the result is returned: ``[RECURSION_LEVEL_LIMIT_EXCEEDED]``
 at level ``max_level``, as Spark counts levels. The rounds never go past ``max_level``.
@@ -332,6 +333,11 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
         rounds += 1
         length *= 2
         counts.append(open_count)
+        if open_count and open_count == counts[-2]:
+            # No row closed in this round: along a chain the rows' lengths fall by one a node,
+            # so a finite chain longer than this round's lists would have closed a row in it.
+            # What is still open lies on a cycle: it never closes, whatever the limit.
+            break
     chains = _union_all(done + [opened])  # still open here: at least max_level values
 
     anchor_rows = anchor.toDF(*[_c_name(j) for j in range(len(anchor.columns))])

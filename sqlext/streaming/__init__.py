@@ -27,6 +27,7 @@ from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
 from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
 from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
 from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
@@ -266,7 +267,7 @@ def _refuse_shape(filters: list, joins: list, streams: list) -> None:
     if joins and len(inside) != 2:
         from sqlext.catalog.arguments import read_call
 
-        tables = read_call(call, FK_JOIN, FK_JOIN_ARGUMENTS).tables
+        tables = read_call(call, FK_JOIN, FK_JOIN_ARGUMENTS, FK_JOIN_TABLES).tables
         static = [side for side in ("left", "right") if side in tables and not _is_stream(tables[side].this)]
         side = static[0] if static else "right"
         name = to_sql(tables[side].this) if side in tables else "my_changes"
@@ -295,14 +296,16 @@ def _refuse_recursion(tree: exp.Expression) -> None:
 
 def _stream_call(table: exp.Table, function: str, arguments, inputs: tuple[str, ...]):
     """A call's arguments, each of ``inputs`` a ``TABLE(STREAM(name))``."""
-    call = read_call(table, function, arguments)
+    call = read_call(table, function, arguments, tables=inputs)
     for name in inputs:
         argument = call.tables.get(name)
         if argument is None or not _is_stream(argument.this):
+            source = to_sql(argument.this) if argument is not None and isinstance(argument.this, exp.Table) \
+                else "my_changes"
             raise SqlextError(
                 "UNSUPPORTED_STREAM", function=FUNCTION, what=f"a {function} over a table",
                 reason="a streaming statement reads its inputs as streams",
-                fix=f"Write {name} => TABLE(STREAM(my_changes)).")
+                fix=f"Write {name} => TABLE(STREAM({source})).")
     return call
 
 

@@ -75,15 +75,18 @@ def purpose_of(tree: exp.Expression) -> Purpose:
     from sqlext.catalog.arguments import find_calls, read_call
     from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
     from sqlext.catalog.changelog_filter import FUNCTION as FILTER
+    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
     from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
     from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
 
     statement = to_sql(_without_comments(tree))
-    for function, arguments, key_names in ((FILTER, FILTER_ARGUMENTS, ("key",)),
-                                           (FK_JOIN, FK_JOIN_ARGUMENTS, ("left_key", "foreign_key", "right_key"))):
+    for function, arguments, tables, key_names in (
+            (FILTER, FILTER_ARGUMENTS, FILTER_TABLES, ("key",)),
+            (FK_JOIN, FK_JOIN_ARGUMENTS, FK_JOIN_TABLES, ("left_key", "foreign_key", "right_key"))):
         calls = find_calls(tree, function)
         if calls:
-            literals = read_call(calls[0], function, arguments).literals
+            literals = read_call(calls[0], function, arguments, tables).literals
             keys = tuple(f"{name} => {literals[name]!r}" for name in key_names if literals.get(name) is not None)
             return Purpose(statement, function, literals.get("emit") or "changes", keys)
     if any(w.args.get("recursive") for w in tree.find_all(exp.With)):

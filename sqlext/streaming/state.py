@@ -139,29 +139,26 @@ class KeyedState:
         spark = changed.sparkSession
         changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in self.schema.fields])
         if view.base is None:
-            self._put_frame("base", batch_id, changed if keep is None else changed.where(keep))
+            self._put_base(batch_id, changed, keep)
             return
         delta = changed
         if view.delta is not None:
-            old = view.frame_of(spark, view.delta)
-            delta = old.join(changed.select(*[quote(k) for k in self.keys]), key_match(old, changed, self.keys),
-                             "left_anti").unionByName(changed)
+            delta = over(view.frame_of(spark, view.delta), changed, self.keys)
         if self._share == 0:  # compacted every batch: straight into a new base
-            base = view.frame_of(spark, view.base)
-            rows = base.join(delta.select(*[quote(k) for k in self.keys]), key_match(base, delta, self.keys),
-                             "left_anti").unionByName(delta)
-            self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
+            self._put_base(batch_id, over(view.frame_of(spark, view.base), delta, self.keys), keep)
             return
         delta = delta.localCheckpoint()
         temporary = self._put_frame("delta", batch_id, delta, rename=False)
         if _rows(temporary) >= self._share * view.base_rows():
-            base = view.frame_of(spark, view.base)
-            rows = base.join(delta.select(*[quote(k) for k in self.keys]), key_match(base, delta, self.keys),
-                             "left_anti").unionByName(delta)
+            rows = over(view.frame_of(spark, view.base), delta, self.keys)
             shutil.rmtree(temporary, ignore_errors=True)
-            self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
+            self._put_base(batch_id, rows, keep)
         else:
             self._rename(temporary, self.path("delta", batch_id))
+
+    def _put_base(self, batch_id: int, rows, keep=None) -> None:
+        """A new base of the frame's rows, less those ``keep`` drops."""
+        self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
 
     def _put(self, kind: str, batch_id: int, table: pa.Table) -> None:
         if kind == "base":  # in key order: a lookup's values then fall in few row groups
@@ -282,9 +279,14 @@ class StateView:
         base = self.frame_of(spark, self.base)
         if self.delta is None:
             return base
-        delta = self.frame_of(spark, self.delta)
-        return base.join(delta.select(*[quote(k) for k in self.state.keys]), key_match(base, delta, self.state.keys),
-                         "left_anti").unionByName(delta)
+        return over(base, self.frame_of(spark, self.delta), self.state.keys)
+
+
+def over(rows, newer, keys):
+    """The rows of ``newer`` over those of ``rows`` (Spark frames): the rows of keys ``newer``
+    does not hold, then all of ``newer``'s."""
+    return rows.join(newer.select(*[quote(k) for k in keys]), key_match(rows, newer, keys), "left_anti") \
+        .unionByName(newer)
 
 
 def _among(column: str, values: pa.Array):

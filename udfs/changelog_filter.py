@@ -225,9 +225,7 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
         return output.empty_table()
     differs = pa.array([False] * rows.num_rows, pa.bool_())
     for c in data:
-        a, b = rows[c], previous[c]
-        changed = pc.or_(pc.fill_null(pc.not_equal(a, b), False), pc.xor(pc.is_null(a), pc.is_null(b)))
-        differs = pc.or_(differs, changed)
+        differs = pc.or_(differs, pc.invert(_same_value(rows[c], previous[c])))
     both = pc.and_(pc.and_(new, pc.and_(old_passes, new_passes)), differs)
     inserted = pc.and_(new, pc.and_(new_passes, pc.invert(old_passes)))
     deleted = pc.and_(new, pc.and_(old_passes, pc.invert(new_passes)))

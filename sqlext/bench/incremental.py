@@ -363,17 +363,12 @@ def _native_state_rows(query) -> int:
 
 
 def _state_rows(checkpoint: str) -> int:
-    """The rows of sqlext's keyed states in a checkpoint: every current layer's rows."""
+    """The rows of sqlext's keyed states in a checkpoint, as the next run would read them."""
+    import sys
     from pathlib import Path
 
-    import pyarrow.parquet as pq
+    from sqlext.streaming.checkpoint import STATE_FOLDER
+    from sqlext.streaming.state import SCHEMA_FILE, KeyedState
 
-    total = 0
-    for state in (Path(checkpoint) / "sqlext-state").rglob("schema.json"):
-        layers = sorted((p for p in state.parent.iterdir() if p.is_dir() and p.name.split("-")[0] in ("base", "delta")),
-                        key=lambda p: int(p.name.split("-")[1]))
-        bases = [p for p in layers if p.name.startswith("base-")]
-        current = [bases[-1]] + [p for p in layers if p.name.startswith("delta-")
-                                 and int(p.name.split("-")[1]) > int(bases[-1].name.split("-")[1])][-1:]
-        total += sum(pq.read_metadata(f).num_rows for layer in current for f in layer.glob("part-*.parquet"))
-    return total
+    return sum(KeyedState(schema.parent, []).before(sys.maxsize).stored_rows()
+               for schema in (Path(checkpoint) / STATE_FOLDER).rglob(SCHEMA_FILE))

@@ -225,6 +225,10 @@ class StateView:
     def base_rows(self) -> int:
         return _rows(self.state.path("base", self.base)) if self.base is not None else 0
 
+    def stored_rows(self) -> int:
+        """The rows the view's layers hold, the base's and the delta's, from their footers."""
+        return self.base_rows() + (_rows(self.state.path("delta", self.delta)) if self.delta is not None else 0)
+
     def read_layer(self, batch_id: int, columns: Sequence[str] | None = None, filter=None) -> pa.Table:
         """One layer's rows as Arrow data, with the state's recorded columns."""
         if batch_id in self._loaded:

@@ -23,7 +23,7 @@ from itertools import groupby
 from typing import Any, Mapping
 
 from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, Change
-from sqlext.catalog.fk_join import FkJoinSpec
+from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
 
 
 class JoinReplay:
@@ -168,3 +168,176 @@ class JoinReplay:
         values = {c: None for c in self.spec.data_columns}
         values.update(zip(self.spec.left.key, key))
         self.out.append({**values, CHANGE_TYPE: DELETE, self.spec.left.order_by: order})
+
+
+# -- emit => 'changes' and 'final', column-wise over the whole increment
+
+def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left, right, left_state, right_state,
+                   highest, output_schema):
+    """An increment's rows and new state, computed column-wise over Arrow data: the same rows
+    as :class:`JoinReplay` for ``emit => 'changes'`` and the same state for ``'final'``.
+
+    ``left`` and ``right`` hold the increment's changes (the left ones with their foreign key in
+    the column ``foreign_key``); ``left_state`` and ``right_state`` the rows an earlier run left
+    for every key the increment can meet, in the states' columns (data, ordering value, the
+    left's foreign key, and ``present_column``); ``highest`` the highest ordering value an
+    earlier run processed. Returns the forwarded rows (``output_schema``) and the changed keys'
+    new state rows of each input, or None where the per-key replay runs instead:
+    ``emit => 'records'``, ``sequence_by``, and key or ordering types Arrow cannot hash or sort.
+
+    A left key's result changes at a version where its own row changes or the right row it
+    pointed at just before changes (KIP-213's subscription). At each such (key, version) the
+    result row before the version (every input's row as of the versions below it) is compared
+    with the one after (as of the version itself), as the replay does: both inputs' changes at
+    one version are applied before the result is read again."""
+    from sqlext.udfs.column_wise import NOT_COLUMN_WISE
+
+    if spec.emit == "records" or spec.left.sequence_by is not None:
+        return None
+    try:
+        return _JoinIncrement(spec, foreign_key, present_column, left, right, left_state, right_state, highest,
+                              output_schema).run()
+    except NOT_COLUMN_WISE:
+        return None
+
+
+class _JoinIncrement:
+    def __init__(self, spec, foreign_key, present_column, left, right, left_state, right_state, highest, output_schema):
+        self.spec, self.fk, self.present_column, self.output_schema = spec, foreign_key, present_column, output_schema
+        self.left, self.right = left, right
+        self.left_state, self.right_state, self.highest = left_state, right_state, highest
+
+    def _checked(self, shape, changes):
+        """The changes without preimages, after the checks of the change-row rules."""
+        from sqlext.udfs.column_wise import check_rows, check_ties, codes, ranks, without_preimages
+
+        check_rows(shape, changes)
+        changes = without_preimages(shape, changes)
+        check_ties(shape, changes, codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by]))
+        return changes
+
+    def _late(self, shape, changes) -> None:
+        """``[LATE_CHANGE]``: one order runs across both inputs, so a change at or below the
+        highest ordering value processed can meet rows already forwarded."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from sqlext.catalog.changes import late_change
+
+        if self.highest is None or changes.num_rows == 0:
+            return
+        late = pc.less_equal(changes[shape.order_by], pa.scalar(self.highest, changes.schema.field(shape.order_by).type))
+        if pc.any(late).as_py():
+            row = changes.filter(late).slice(0, 1).to_pylist()[0]
+            raise late_change(FUNCTION, shape.key_text(row), shape.order_by, repr(row[shape.order_by]),
+                              repr(self.highest), across_inputs=True)
+
+    @staticmethod
+    def _as_state(changes, shape, state_schema, present, *extra):
+        import pyarrow as pa
+
+        arrays = [changes[c] for c in (*shape.data_columns, shape.order_by, *extra)] + [present]
+        return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, state_schema)], schema=state_schema)
+
+    def run(self):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from sqlext.udfs.column_wise import Timeline, at, codes, flag, present, ranks, together
+
+        spec, L, R = self.spec, self.spec.left, self.spec.right
+        left, right = self._checked(L, self.left), self._checked(R, self.right)
+        self._late(L, left)
+        self._late(R, right)
+        # each input's timeline: the rows earlier runs left, then the new changes
+        lines = pa.concat_tables([self.left_state, self._as_state(left, L, self.left_state.schema, present(L, left),
+                                                                   self.fk)])
+        right_lines = pa.concat_tables([self.right_state,
+                                        self._as_state(right, R, self.right_state.schema, present(R, right))])
+        left_new = np.arange(lines.num_rows) >= self.left_state.num_rows
+        right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
+        left_codes = codes([lines[k] for k in L.key])
+        joinable = codes([together(right_lines[R.key[0]], lines[self.fk])])
+        right_codes, fk_codes = joinable[:right_lines.num_rows], joinable[right_lines.num_rows:].copy()
+        fk_codes[np.asarray(pc.is_null(lines[self.fk]), dtype=bool)] = -1
+        versions = ranks(together(lines[L.order_by], right_lines[R.order_by]))
+        left_versions, right_versions = versions[:lines.num_rows], versions[lines.num_rows:]
+        width = int(versions.max()) + 2 if len(versions) else 2
+        left_line, right_line = Timeline(left_codes, left_versions, width), Timeline(right_codes, right_versions, width)
+        left_last = lines.filter(pa.array(left_line.last_of_each_key() & left_new))
+        right_last = right_lines.filter(pa.array(right_line.last_of_each_key() & right_new))
+        if spec.emit == "final":
+            return self.output_schema.empty_table(), left_last, right_last
+
+        left_present = np.asarray(pc.fill_null(lines[self.present_column], False), dtype=bool)
+        right_present = np.asarray(pc.fill_null(right_lines[self.present_column], False), dtype=bool)
+        # the (left key, version) pairs whose result may change: each left change ...
+        changed = np.nonzero(left_new)[0]
+        keys, versions_at, source = [left_codes[changed]], [left_versions[changed]], [changed]
+        # ... and each right change at the left rows subscribed to its key just before it
+        subscribed = np.nonzero(left_present & (fk_codes >= 0))[0]
+        right_changed = np.nonzero(right_new)[0]
+        if len(subscribed) and len(right_changed):
+            pairs = pa.table({"fk": fk_codes[subscribed], "row": subscribed}).join(
+                pa.table({"fk": right_codes[right_changed], "change": right_changed}), keys="fk", join_type="inner")
+            row = pairs["row"].to_numpy().astype(np.int64)
+            change = pairs["change"].to_numpy().astype(np.int64)
+            when = right_versions[change]
+            until = left_line.next_rank(left_versions, never=width)[row]
+            valid = (left_versions[row] < when) & (when <= until)
+            keys.append(left_codes[row[valid]])
+            versions_at.append(when[valid])
+            source.append(lines.num_rows + change[valid])
+        keys, versions_at, source = np.concatenate(keys), np.concatenate(versions_at), np.concatenate(source)
+        _, first = np.unique(keys * width + versions_at, return_index=True)
+        keys, versions_at, source = keys[first], versions_at[first], source[first]
+
+        def result(strict: bool):
+            """Per pair, the left and right rows (indices, -1 for none) and whether a result row exists."""
+            left_row = left_line.asof(keys, versions_at, strict)
+            left_there = flag(left_present, left_row)
+            pointed = np.where(left_there, at(fk_codes, left_row), -1)
+            right_row = right_line.asof(pointed, versions_at, strict)
+            right_there = flag(right_present, right_row)
+            exists = left_there & (right_there | (spec.join_type == "left"))
+            return left_row, np.where(right_there, right_row, -1), exists
+
+        old_left, old_right, old_exists = result(strict=True)
+        new_left, new_right, new_exists = result(strict=False)
+        old = self._images(lines, right_lines, old_left, old_right)
+        new = self._images(lines, right_lines, new_left, new_right)
+        from sqlext.udfs.column_wise import same_value
+
+        differs = np.zeros(len(keys), dtype=bool)
+        for column in old.column_names:
+            differs |= ~np.asarray(same_value(old[column], new[column]), dtype=bool)
+        both = old_exists & new_exists & differs
+        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source))
+        pieces = [(old, both, PREIMAGE, 0), (new, both, POSTIMAGE, 1), (new, new_exists & ~old_exists, INSERT, 0),
+                  (old, old_exists & ~new_exists, DELETE, 0)]
+        tables, sort_keys = [], []
+        for image, chosen, kind, after in pieces:
+            mask = pa.array(chosen)
+            arrays = image.filter(mask).columns + [pa.array([kind] * int(chosen.sum()), pa.string()),
+                                                  values.filter(mask)]
+            tables.append(pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, self.output_schema)],
+                                               schema=self.output_schema))
+            sort_keys.append((versions_at[chosen], keys[chosen], np.full(int(chosen.sum()), after)))
+        out = pa.concat_tables(tables)
+        at_sorted, key_sorted, after_sorted = (np.concatenate([k[i] for k in sort_keys]) for i in range(3))
+        out = out.take(pa.array(np.lexsort((after_sorted, key_sorted, at_sorted))))
+        return out, left_last, right_last
+
+    def _images(self, lines, right_lines, left_rows, right_rows):
+        """The result rows of the left rows joined with the right rows (indices; -1: NULLs)."""
+        import pyarrow as pa
+
+        from sqlext.udfs.column_wise import take
+
+        spec = self.spec
+        left = take(lines.select(list(spec.left.data_columns)), left_rows)
+        right = take(right_lines.select(list(spec.right.data_columns)), right_rows)
+        names = spec.right_names
+        return pa.Table.from_arrays(left.columns + right.columns,
+                                    names=list(spec.left.data_columns) + [names[c] for c in spec.right.data_columns])

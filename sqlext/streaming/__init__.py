@@ -240,7 +240,9 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     from sqlext.streaming.fk_join import TableStateFkJoin, one_stream
 
     both = one_stream(inputs["left"], inputs["right"], spec.foreign_key)
-    return both, TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format, both.schema)
+    folders = tuple(sources.parquet_folder(call.tables[side].this.this) for side in ("left", "right"))
+    return both, TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format, both.schema,
+                                  folders)
 
 
 def _refuse_shape(filters: list, joins: list, streams: list) -> None:

@@ -9,10 +9,12 @@ right key. Each holds the key's last applied change, present or not. A micro-bat
 1. finds the rows its changes can meet: the left rows of the changed left keys and of the left
    keys subscribed to a changed right key, and the right rows of every foreign key those left
    rows (old or new) point at and of the changed right keys: one probe of each state;
-2. replays the new changes over those rows in order (:mod:`sqlext.udfs.fk_join` on the
-   driver for small batches; for large ones the batch function, the native rewrite, over those
-   rows as the changes that left them and the new changes, the replayed rows' own output
-   dropped);
+2. computes what the new changes forward over those rows: on the driver for small batches,
+   column-wise over Arrow data (:func:`sqlext.udfs.fk_join.join_increment`: each affected left
+   key's result row before and after each version that touches it), or key by key for
+   ``emit => 'records'`` and ``sequence_by``; for large batches the batch function, the native
+   rewrite, over those rows as the changes that left them and the new changes, the replayed
+   rows' own output dropped;
 3. writes the statement's rows as the batch's output files (a replay replaces them), then the
    changed keys' last rows into the states and the highest ordering value processed.
 
@@ -43,26 +45,32 @@ FOREIGN_KEY = "__sx_fk"
 
 def one_stream(left, right, foreign_key: str):
     """Both inputs' streams as one: a row holds its change in the column of its side, and a
-    left row its foreign key."""
+    left row its foreign key. (Few calls into Spark: each costs an analysis of the plan, paid by
+    every run.)"""
     from pyspark.sql import functions as F
 
-    fk_type = left.select(F.expr(foreign_key).alias(FOREIGN_KEY)).schema[FOREIGN_KEY].dataType
-    return left.select(F.struct(*[F.col(quote(c)) for c in left.columns]).alias(LEFT),
-                       F.lit(None).cast(right.schema).alias(RIGHT), F.expr(foreign_key).alias(FOREIGN_KEY)) \
-        .unionByName(right.select(F.lit(None).cast(left.schema).alias(LEFT),
-                                  F.struct(*[F.col(quote(c)) for c in right.columns]).alias(RIGHT),
-                                  F.lit(None).cast(fk_type).alias(FOREIGN_KEY)))
+    everything = F.expr("struct(*)")
+    left_part = left.select(everything.alias(LEFT), F.lit(None).cast(right.schema).alias(RIGHT),
+                            F.expr(foreign_key).alias(FOREIGN_KEY))
+    fk_type = left_part.schema[FOREIGN_KEY].dataType
+    return left_part.union(right.select(F.lit(None).cast(left.schema).alias(LEFT), everything.alias(RIGHT),
+                                        F.lit(None).cast(fk_type).alias(FOREIGN_KEY)))
 
 
 class TableStateFkJoin(TableStateRun):
     """The ``foreachBatch`` function of one incremental FK_JOIN."""
 
     def __init__(self, spec: FkJoinSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint: str, output: str, output_format: str, stream_schema):
+                 checkpoint: str, output: str, output_format: str, stream_schema, folders=(None, None)):
         super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
         from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
         self.spec = spec
+        # where each input's files are, for reading a small batch without Spark (see _read_files)
+        self.folders = folders
+        self.side_schemas = (arrow_schema(stream_schema[LEFT].dataType), arrow_schema(stream_schema[RIGHT].dataType))
+        self.foreign_column = _plain_column(spec.foreign_key, stream_schema[LEFT].dataType.names)
+        self.foreign_type = arrow_schema(StructType([stream_schema[FOREIGN_KEY]])).field(0).type
         left_fields = {f.name: f for f in stream_schema[LEFT].dataType.fields}
         right_fields = {f.name: f for f in stream_schema[RIGHT].dataType.fields}
         present = StructField(PRESENT, BooleanType(), True)
@@ -98,45 +106,91 @@ class TableStateFkJoin(TableStateRun):
     # -- small batches: the replay on the driver over Arrow data
 
     def _on_driver(self, spark, batch, left_view, right_view, highest, batch_id: int):
-        from sqlext.udfs.fk_join import JoinReplay
+        from sqlext.udfs.fk_join import join_increment
 
         spec = self.spec
         with step("collect the increment"):
-            rows = batch.toArrow()
-            left_rows = _side(rows, LEFT, extra=FOREIGN_KEY)
-            right_rows = _side(rows, RIGHT)
+            read = self._read_files(batch_id)
+            if read is None:
+                rows = batch.toArrow()
+                read = _side(rows, LEFT, extra=FOREIGN_KEY), _side(rows, RIGHT)
+            left_rows, right_rows = read
             newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
-            left_changes = changes_by_key(spec.left, left_rows.to_pylist())
-            right_changes = changes_by_key(spec.right, right_rows.to_pylist())
         with step("look up the state"):
-            # the left rows the changes meet: the changed keys' and those subscribed to a changed right key
-            changed_right = pa.array([key[0] for key in right_changes],
-                                     self.right.arrow_schema.field(spec.right_key).type)
-            met_left = _unique(pa.concat_tables([
-                left_view.rows(keys=_keys(left_changes, spec.left.key, self.left.arrow_schema)),
-                left_view.rows(column=FOREIGN_KEY, values=changed_right)]), spec.left.key)
-            left_before = {tuple(r[k] for k in spec.left.key): r for r in met_left.to_pylist()}
-            # the right rows of every foreign key those rows and the new ones point at, and of the changed keys
-            foreign_keys = [c.combine_chunks().cast(changed_right.type, safe=False)
-                            for c in (met_left[FOREIGN_KEY], left_rows[FOREIGN_KEY])]
-            pointed = pc.unique(pa.concat_arrays(foreign_keys + [changed_right]).drop_null())
-            met_right = right_view.rows(column=spec.right_key, values=pointed)
-            right_before = {(r[spec.right_key],): r for r in met_right.to_pylist()}
-        with step("replay the changes"):
-            if highest is not None:
-                left_changes = self._in_order(left_changes, spec.left, left_before, highest)
-                right_changes = self._in_order(right_changes, spec.right, right_before, highest)
-            replay = JoinReplay(spec, FOREIGN_KEY, {k: r for k, r in left_before.items() if r[PRESENT]},
-                                {k[0]: r for k, r in right_before.items() if r[PRESENT]})
-            out = replay.run(left_changes, {k[0]: c for k, c in right_changes.items()})
+            met_left, met_right = self._met(left_view, right_view, left_rows, right_rows)
+        with step("join the changes"):
+            result = join_increment(spec, FOREIGN_KEY, PRESENT, left_rows, right_rows, met_left, met_right, highest,
+                                    self.output_arrow)
+            if result is None:  # emit => 'records', sequence_by: key by key
+                result = self._replayed(left_rows, right_rows, met_left, met_right, highest)
+            out, left_last, right_last = result
         if spec.emit != "final":
             with step("write the output"):
-                self.write_rows(spark, pa.Table.from_pylist(out, schema=self.output_arrow), batch_id)
+                self.write_rows(spark, out, batch_id)
         with step("write the state"):
-            self.left.write(left_view, _last_rows(left_changes, spec.left, self.left.arrow_schema, FOREIGN_KEY),
-                            batch_id)
-            self.right.write(right_view, _last_rows(right_changes, spec.right, self.right.arrow_schema), batch_id)
+            self.left.write(left_view, left_last, batch_id)
+            self.right.write(right_view, right_last, batch_id)
         return newest
+
+    def _read_files(self, batch_id: int):
+        """Both inputs' changes in this batch, read from their files on the driver (no Spark
+        job), where both are folders of Parquet files whose columns Arrow reads as Spark does
+        and the foreign key is a column; None otherwise."""
+        from sqlext.streaming.sources import batch_files, read_parquet_files
+
+        if self.foreign_column is None or None in self.folders:
+            return None
+        sides = []
+        for source, (folder, schema) in enumerate(zip(self.folders, self.side_schemas)):
+            files = batch_files(self.checkpoint, batch_id, source, folder)
+            rows = None if files is None else read_parquet_files(files, schema)
+            if rows is None:
+                return None
+            sides.append(rows)
+        left, right = sides
+        try:
+            foreign_key = left[self.foreign_column].cast(self.foreign_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        return left.append_column(FOREIGN_KEY, foreign_key), right
+
+    def _met(self, left_view, right_view, left_rows: pa.Table, right_rows: pa.Table):
+        """The state rows the increment's changes can meet: the left rows of the changed left
+        keys and of those subscribed to a changed right key; the right rows of every foreign key
+        those rows and the new ones point at, and of the changed right keys."""
+        spec = self.spec
+        keys = list(spec.left.key)
+        changed_left = left_rows.select(keys).group_by(keys, use_threads=False).aggregate([]) \
+            .cast(pa.schema([self.left.arrow_schema.field(k) for k in keys]))
+        changed_right = pc.unique(right_rows[spec.right_key].combine_chunks()) \
+            .cast(self.right.arrow_schema.field(spec.right_key).type)
+        met_left = _unique(pa.concat_tables([left_view.rows(keys=changed_left),
+                                             left_view.rows(column=FOREIGN_KEY, values=changed_right)]), keys)
+        foreign_keys = [c.combine_chunks().cast(changed_right.type, safe=False)
+                        for c in (met_left[FOREIGN_KEY], left_rows[FOREIGN_KEY])]
+        pointed = pc.unique(pa.concat_arrays(foreign_keys + [changed_right]).drop_null())
+        return met_left, right_view.rows(column=spec.right_key, values=pointed)
+
+    def _replayed(self, left_rows: pa.Table, right_rows: pa.Table, met_left: pa.Table, met_right: pa.Table,
+                  highest):
+        """The increment replayed key by key (:class:`~sqlext.udfs.fk_join.JoinReplay`): the
+        forwarded rows and each changed key's last row in both states."""
+        from sqlext.udfs.fk_join import JoinReplay
+
+        spec = self.spec
+        left_changes = changes_by_key(spec.left, left_rows.to_pylist())
+        right_changes = changes_by_key(spec.right, right_rows.to_pylist())
+        left_before = {tuple(r[k] for k in spec.left.key): r for r in met_left.to_pylist()}
+        right_before = {(r[spec.right_key],): r for r in met_right.to_pylist()}
+        if highest is not None:
+            left_changes = self._in_order(left_changes, spec.left, left_before, highest)
+            right_changes = self._in_order(right_changes, spec.right, right_before, highest)
+        replay = JoinReplay(spec, FOREIGN_KEY, {k: r for k, r in left_before.items() if r[PRESENT]},
+                            {k[0]: r for k, r in right_before.items() if r[PRESENT]})
+        out = replay.run(left_changes, {k[0]: c for k, c in right_changes.items()})
+        return (pa.Table.from_pylist(out if spec.emit != "final" else [], schema=self.output_arrow),
+                _last_rows(left_changes, spec.left, self.left.arrow_schema, FOREIGN_KEY),
+                _last_rows(right_changes, spec.right, self.right.arrow_schema))
 
     def _in_order(self, changes, shape, before, highest):
         """The changes above ``highest``; a late one is ignored when ``sequence_by`` says it is
@@ -261,6 +315,21 @@ class TableStateFkJoin(TableStateRun):
         refused = late_refusal(late & ~stale, FUNCTION, shape, checked.schema, across_inputs=True)
         return checked.where(refused & ~stale).select(*[F.col(quote(c)) for c in changes.columns])
 
+def _plain_column(expression: str, columns) -> str | None:
+    """The column an expression names, if it is just a column of ``columns`` (resolved as
+    Spark resolves names, ignoring case)."""
+    from sqlext.rewrites.dialect import parse_one
+
+    try:
+        tree = parse_one(expression)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        return None
+    if not isinstance(tree, exp.Column) or tree.table:
+        return None
+    matches = [c for c in columns if c == tree.name] or [c for c in columns if c.lower() == tree.name.lower()]
+    return matches[0] if len(matches) == 1 else None
+
+
 def _side(rows: pa.Table, column: str, extra: str | None = None) -> pa.Table:
     """One input's rows of the batch, as a flat table (with ``extra`` beside its columns)."""
     chosen = rows.filter(pc.is_valid(rows[column]))
@@ -277,11 +346,6 @@ def _highest_of(left: pa.Table, left_order: str, right: pa.Table, right_order: s
     values = [pc.max(t[c]).as_py() for t, c in ((left, left_order), (right, right_order)) if t.num_rows]
     values = [v for v in values if v is not None]
     return max(values) if values else None
-
-
-def _keys(changes, key_columns, schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(key_columns, key)) for key in changes],
-                                schema=pa.schema([schema.field(k) for k in key_columns]))
 
 
 def _unique(rows: pa.Table, keys) -> pa.Table:

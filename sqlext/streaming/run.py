@@ -196,7 +196,7 @@ def write_arrow_files(rows: pa.Table, folder: Path, batch_id: int, kind: str = "
     """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet`` in ``folder``,
     written straight from the driver, replacing any files an earlier attempt of the batch left.
     An empty ``base`` is still written: it replaces the whole table with no rows."""
-    import pyarrow.parquet as pq
+    from sqlext.streaming.state import write_parquet
 
     folder.mkdir(parents=True, exist_ok=True)
     prefix = f"{kind}-{batch_id:010d}-"
@@ -205,7 +205,7 @@ def write_arrow_files(rows: pa.Table, folder: Path, batch_id: int, kind: str = "
     if rows.num_rows == 0 and kind != "base":
         return
     temporary = folder / f".{prefix}part-00000.parquet.tmp"
-    pq.write_table(rows, temporary)
+    write_parquet(rows, temporary)
     os.replace(temporary, folder / f"{prefix}part-00000.parquet")
 
 

@@ -49,6 +49,12 @@ class Sources:
                               fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
                                   "table or view has its own columns.")
 
+    def parquet_folder(self, call: exp.Anonymous) -> str | None:
+        """The folder of Parquet files ``STREAM(name)`` reads, if it reads one."""
+        if self.file_format != "parquet":
+            return None
+        return next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
+
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names."""
         names = stream_names(call)
@@ -198,3 +204,84 @@ class _FileColumns:
 def _footer(schema) -> str:
     """A Parquet file's columns as Arrow reads them (names, types, nullability)."""
     return str(schema.remove_metadata())
+
+
+# -- the files of one micro-batch, read without Spark
+
+def batch_files(checkpoint: str, batch_id: int, source: int, folder: str) -> list[str] | None:
+    """The files micro-batch ``batch_id`` of the query checkpointed in ``checkpoint`` reads from
+    its ``source``-th source, a Parquet folder: from Spark's own records of the batch (the
+    query's offset log names the source's log offsets a batch covers; the source's file log, the
+    files each log offset added). None where these records are not as read here or name files
+    outside ``folder``: the caller then lets Spark read the batch."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    root = Path(checkpoint)
+
+    def log_offset(batch: int):
+        lines = (root / "offsets" / str(batch)).read_text().splitlines()
+        if not lines or lines[0] != "v1" or len(lines) < 3 + source:
+            raise ValueError("an offset log entry in another form")
+        entry = lines[2 + source].strip()
+        return -1 if entry in ("-", "null") else int(json.loads(entry)["logOffset"])
+
+    try:
+        current = log_offset(batch_id)
+        previous = log_offset(batch_id - 1) if batch_id > 0 else -1
+        log = root / "sources" / str(source)
+        entries = []
+        for offset in range(previous + 1, current + 1):
+            single = log / str(offset)
+            if single.exists():
+                entries += _log_entries(single)
+                continue
+            compacted = sorted((int(p.name.split(".")[0]), p) for p in log.glob("*.compact")
+                               if p.name.split(".")[0].isdigit() and int(p.name.split(".")[0]) >= offset)
+            if not compacted:
+                return None
+            entries += [e for e in _log_entries(compacted[0][1]) if e.get("batchId") == offset]
+        files = []
+        inside = Path(folder).resolve()
+        for entry in entries:
+            uri = urlparse(entry["path"])
+            if uri.scheme not in ("file", ""):
+                return None
+            path = Path(unquote(uri.path))
+            if path.parent.resolve() != inside:
+                return None
+            files.append(str(path))
+        return files
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _log_entries(path: Path) -> list[dict]:
+    import json
+
+    lines = path.read_text().splitlines()
+    if not lines or lines[0] != "v1":
+        raise ValueError("a file log in another form")
+    return [json.loads(line) for line in lines[1:] if line.strip()]
+
+
+def read_parquet_files(files: list[str], schema) -> "pa.Table | None":
+    """The rows of Parquet files as Arrow data in the columns ``schema`` (Arrow) names, when
+    every file holds each of them under that name with that type (as Spark reads them then);
+    None otherwise, for Spark to read."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    if not files:
+        return schema.empty_table()
+    try:
+        for file in files:
+            found = pq.read_schema(file)
+            for field in schema:
+                index = found.get_field_index(field.name)
+                if index < 0 or found.field(index).type != field.type:
+                    return None
+        return ds.dataset(files, schema=schema, format="parquet").to_table()
+    except (OSError, pa.ArrowException):
+        return None

@@ -20,7 +20,11 @@ a crash reads what it read before and writes the same layers again. Layers that 
 read any more are deleted.
 
 Lookups run on the driver over Arrow data (a scan of the key or foreign-key column and an
-in-memory hash join: no Spark job), or as Spark frames for large batches.
+in-memory hash join: no Spark job), or as Spark frames for large batches. The layers a process
+reads or writes on the driver stay in its memory for the next batch (:data:`CACHE_BYTES` in
+all, the least recently used dropped first), as Spark's own state stores keep the loaded version
+of their state between micro-batches: a layer is immutable once its folder has its name, and a
+folder written again (a replayed batch) is a new folder, which the cache tells by its identity.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -43,6 +48,8 @@ COMPACT_SHARE = 0.25
 SCHEMA_FILE = "schema.json"
 # Parquet row groups this small keep the statistics that let a lookup skip most of them
 ROW_GROUP_BYTES = 2 * 1024 * 1024
+# the layers kept in the driver's memory between batches, in Arrow bytes
+CACHE_BYTES = 1024 * 1024 * 1024
 
 
 class KeyedState:
@@ -169,8 +176,9 @@ class KeyedState:
         temporary = self.folder / f"_tmp-{kind}-{batch_id}"
         shutil.rmtree(temporary, ignore_errors=True)
         temporary.mkdir(parents=True)
-        pq.write_table(table, temporary / "part-00000.parquet", row_group_size=128 * 1024)
+        write_parquet(table, temporary / "part-00000.parquet", row_group_size=128 * 1024)
         self._rename(temporary, self.path(kind, batch_id))
+        LAYERS.put(self.path(kind, batch_id), table)
 
     def _put_frame(self, kind: str, batch_id: int, frame, rename: bool = True) -> Path:
         temporary = self.folder / f"_tmp-{kind}-{batch_id}"
@@ -198,6 +206,7 @@ class KeyedState:
                     number <= view.base or (view.delta is not None and number < view.delta)
                 if older:
                     shutil.rmtree(self.path(kind, number), ignore_errors=True)
+                    LAYERS.forget(self.path(kind, number))
 
 
 @dataclass(frozen=True)
@@ -236,13 +245,21 @@ class StateView:
             table = table if filter is None else table.filter(filter)
             return table if columns is None else table.select(columns)
         schema = self.state.arrow_schema
-        files = [str(p) for p in _parts(self.state.path("base" if batch_id == self.base else "delta", batch_id))]
-        if not files:
-            return schema.empty_table() if columns is None else schema.empty_table().select(columns)
-        import pyarrow.dataset as ds
+        folder = self.state.path("base" if batch_id == self.base else "delta", batch_id)
+        table = LAYERS.get(folder)
+        if table is None:
+            files = [str(p) for p in _parts(folder)]
+            if not files:
+                return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+            import pyarrow.dataset as ds
 
-        table = ds.dataset(files, schema=schema, format="parquet").to_table(columns=columns, filter=filter)
-        return table
+            dataset = ds.dataset(files, schema=schema, format="parquet")
+            if sum(os.path.getsize(f) for f in files) * 4 > CACHE_BYTES:  # too large to keep: read what is asked
+                return dataset.to_table(columns=columns, filter=filter)
+            table = dataset.to_table()
+            LAYERS.put(folder, table)
+        table = table if filter is None else table.filter(filter)
+        return table if columns is None else table.select(columns)
 
     def rows(self, column: str | None = None, values: pa.Array | None = None, keys: pa.Table | None = None) -> pa.Table:
         """The current rows (Arrow) whose ``column`` is among ``values``, or whose key is among the
@@ -284,6 +301,51 @@ class StateView:
         if self.delta is None:
             return base
         return over(base, self.frame_of(spark, self.delta), self.state.keys)
+
+
+class _Layers:
+    """The layers in memory, by folder, each with the folder's identity when it was read."""
+
+    def __init__(self):
+        self.tables: OrderedDict[str, tuple[tuple, pa.Table]] = OrderedDict()
+
+    def get(self, folder: Path) -> pa.Table | None:
+        entry = self.tables.get(str(folder))
+        if entry is None or entry[0] != _identity(folder):
+            return None
+        self.tables.move_to_end(str(folder))
+        return entry[1]
+
+    def put(self, folder: Path, table: pa.Table) -> None:
+        self.tables.pop(str(folder), None)
+        identity = _identity(folder)
+        if identity is None or table.nbytes > CACHE_BYTES:
+            return
+        self.tables[str(folder)] = (identity, table)
+        while sum(t.nbytes for _, t in self.tables.values()) > CACHE_BYTES:
+            self.tables.popitem(last=False)
+
+    def forget(self, folder: Path) -> None:
+        self.tables.pop(str(folder), None)
+
+
+LAYERS = _Layers()
+
+
+def _identity(folder: Path):
+    try:
+        found = os.stat(folder)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns
+
+
+def write_parquet(table: pa.Table, path, row_group_size: int | None = None) -> None:
+    """Arrow data as one Parquet file that Spark reads. Dictionary encoding (costly to write,
+    and of no use to numbers that are mostly distinct) only for text and binary columns."""
+    text = [f.name for f in table.schema
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type)]
+    pq.write_table(table, path, row_group_size=row_group_size, use_dictionary=text, compression="snappy")
 
 
 def over(rows, newer, keys):

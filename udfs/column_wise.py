@@ -1,0 +1,187 @@
+"""The change-row rules over whole Arrow tables, for the steps that apply an increment
+column-wise (CHANGELOG_FILTER's and FK_JOIN's incremental runs): the data errors an input can
+hold, which changes leave a row, NULL-safe equality, and keys and ordering values as dense
+integers, so that "the row of key k as of version t" is a binary search in one sorted array.
+
+The per-key reference logic (:func:`sqlext.catalog.changes.changes_by_key` and the functions'
+replays) says what each rule means; these say the same over columns and raise the same errors.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE
+from sqlext.errors import SqlextError
+
+# what a column-wise step cannot take (a key or ordering type Arrow cannot hash or sort); the
+# caller then runs the per-key reference logic, which raises the errors
+NOT_COLUMN_WISE = (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid)
+
+
+def check_rows(shape, changes: pa.Table) -> None:
+    """The data errors of the change-row rules over a whole increment: an unknown change type,
+    a NULL ordering value."""
+    if shape.has_change_type:
+        known = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array(list(CHANGE_TYPES))), False)
+        if pc.any(pc.invert(known)).as_py():
+            row = changes.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
+            raise SqlextError("UNKNOWN_CHANGE_TYPE", function=shape.function, key=shape.key_text(row),
+                              value=repr(row[CHANGE_TYPE]))
+    if changes[shape.order_by].null_count:
+        row = changes.filter(pc.is_null(changes[shape.order_by])).slice(0, 1).to_pylist()[0]
+        raise SqlextError("NULL_ORDER_VALUE", function=shape.function, key=shape.key_text(row),
+                          order_by=shape.order_by)
+
+
+def without_preimages(shape, changes: pa.Table) -> pa.Table:
+    """An ``update_preimage`` carries nothing the state does not know."""
+    if not shape.has_change_type or changes.num_rows == 0:
+        return changes
+    return changes.filter(pc.invert(pc.fill_null(pc.equal(changes[CHANGE_TYPE], PREIMAGE), False)))
+
+
+def present(shape, changes: pa.Table) -> pa.Array:
+    """Whether each change leaves its key with a row: an insert or postimage of a change feed,
+    a row of an upsert log with a value."""
+    if shape.has_change_type:
+        return pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array(list(SETS_VALUE))), False) \
+            .combine_chunks() if changes.num_rows else pa.array([], pa.bool_())
+    leaves = pa.array(np.zeros(changes.num_rows, dtype=bool))
+    for column in shape.tombstone_columns:
+        leaves = pc.or_(leaves, pc.is_valid(changes[column]))
+    return leaves.combine_chunks() if isinstance(leaves, pa.ChunkedArray) else leaves
+
+
+def same_value(a, b):
+    """Equal, NULL equal to NULL (NaN equal to NaN is not needed: keys compare as Spark groups)."""
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
+
+
+def codes(columns: Sequence) -> np.ndarray:
+    """Dense integer codes of the rows of one or several key columns (Arrow arrays of equal
+    length): equal keys, NULL equal to NULL, get equal codes; 0 is the all-NULL key of one column."""
+    code = None
+    for column in columns:
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        encoded = pc.dictionary_encode(column)
+        indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        if code is None:
+            code = indices
+        else:
+            code = np.unique(code * (len(encoded.dictionary) + 1) + indices, return_inverse=True)[1].astype(np.int64)
+    return code if code is not None else np.zeros(0, np.int64)
+
+
+def ranks(values) -> np.ndarray:
+    """Dense ranks (from 1) of ordering values: equal values, equal ranks; NULLs (which the
+    rules refuse before this) last."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if len(values) == 0:
+        return np.zeros(0, np.int64)
+    return pc.rank(values, sort_keys="ascending", tiebreaker="dense") \
+        .to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def check_ties(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> None:
+    """``[AMBIGUOUS_ORDER]``: two changes of one key at one ordering value (preimages already
+    left out: a preimage and its postimage share a version and are not a tie)."""
+    if len(key_codes) < 2:
+        return
+    both = key_codes * (int(order_ranks.max()) + 1) + order_ranks
+    ordered = np.sort(both)
+    tied = ordered[1:][ordered[1:] == ordered[:-1]]
+    if len(tied):
+        row = changes.take(pa.array(np.nonzero(both == tied[0])[0][1:2])).to_pylist()[0]  # the later of the two
+        raise SqlextError("AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(row),
+                          order_by=shape.order_by, value=repr(row[shape.order_by]))
+
+
+def common_type(*types: pa.DataType) -> pa.DataType:
+    """One type the values of several columns compare in (a key and the foreign keys that
+    point at it; the ordering columns of two inputs): integers as BIGINT, numbers as DOUBLE,
+    else the first column's type."""
+    if all(t == types[0] for t in types):
+        return types[0]
+    if all(pa.types.is_integer(t) for t in types):
+        return pa.int64()
+    if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types):
+        return pa.float64()
+    return types[0]
+
+
+def together(*arrays) -> pa.Array:
+    """Several columns one after another, in one type (:func:`common_type`)."""
+    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    kind = common_type(*[a.type for a in arrays])
+    return pa.concat_arrays([a.cast(kind, safe=False) for a in arrays])
+
+
+class Timeline:
+    """The rows of one keyed input in key and version order (codes and ranks precomputed), to
+    find each key's row as of a version: ``asof(keys, versions, strict)`` gives the index of the
+    row with the newest version below (``strict``) or at each version, or -1."""
+
+    def __init__(self, key_codes: np.ndarray, order_ranks: np.ndarray, width: int):
+        self.width = width
+        sortable = key_codes * width + order_ranks
+        self.order = np.argsort(sortable, kind="stable")
+        self.sorted = sortable[self.order]
+        self.sorted_codes = key_codes[self.order]
+
+    def asof(self, key_codes: np.ndarray, order_ranks: np.ndarray, strict: bool) -> np.ndarray:
+        if len(self.sorted) == 0 or len(key_codes) == 0:
+            return np.full(len(key_codes), -1, np.int64)
+        position = np.searchsorted(self.sorted, key_codes * self.width + order_ranks,
+                                   side="left" if strict else "right") - 1
+        clipped = np.maximum(position, 0)
+        found = (position >= 0) & (self.sorted_codes[clipped] == key_codes) & (key_codes >= 0)
+        return np.where(found, self.order[clipped], -1)
+
+    def last_of_each_key(self) -> np.ndarray:
+        """A mask over the rows (in their own order): the newest row of its key."""
+        last_sorted = np.ones(len(self.sorted), dtype=bool)
+        last_sorted[:-1] = self.sorted_codes[1:] != self.sorted_codes[:-1]
+        mask = np.zeros(len(self.sorted), dtype=bool)
+        mask[self.order[last_sorted]] = True
+        return mask
+
+    def next_rank(self, order_ranks: np.ndarray, never: int) -> np.ndarray:
+        """The version of the row after each row in its key (``never`` for a key's newest row)."""
+        following = np.full(len(self.sorted), never, np.int64)
+        same = self.sorted_codes[1:] == self.sorted_codes[:-1]
+        following[:-1] = np.where(same, order_ranks[self.order[1:]], never)
+        out = np.empty(len(self.sorted), np.int64)
+        out[self.order] = following
+        return out
+
+
+def flag(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``values`` (booleans) at ``indices``; False at -1."""
+    if len(values) == 0:
+        return np.zeros(len(indices), dtype=bool)
+    return (indices >= 0) & values[np.maximum(indices, 0)]
+
+
+def at(values: np.ndarray, indices: np.ndarray, missing: int = -1) -> np.ndarray:
+    """``values`` (integers) at ``indices``; ``missing`` at -1."""
+    if len(values) == 0:
+        return np.full(len(indices), missing, values.dtype)
+    return np.where(indices >= 0, values[np.maximum(indices, 0)], missing)
+
+
+def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """The rows at ``indices`` (-1: a row of NULLs)."""
+    missing = indices < 0
+    chosen = table.take(pa.array(np.where(missing, 0, indices))) if table.num_rows else \
+        pa.Table.from_arrays([pa.nulls(len(indices), f.type) for f in table.schema], schema=table.schema)
+    if not missing.any() or not table.num_rows:
+        return chosen
+    mask = pa.array(missing)
+    return pa.Table.from_arrays([pc.if_else(mask, pa.nulls(len(indices), c.type), c) for c in chosen.columns],
+                                schema=table.schema)

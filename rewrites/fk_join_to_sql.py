@@ -51,8 +51,10 @@ RULE = "fk_join_to_sql"
 RIGHT_HAS = "coalesce(__sx_rhas, FALSE)"
 
 # Right inputs up to this estimated size have their intervals broadcast: the left change
-# stream then never moves by foreign key.
-BROADCAST_RIGHT_BYTES = 256 * 1024 * 1024
+# stream then never moves by foreign key. The estimate is the size of the input's files, which
+# grow several times over in memory: 5M customer changes (72 MB of Parquet) could not be
+# broadcast from a 4 GB local driver, while 500k (7 MB) broadcast comfortably.
+BROADCAST_RIGHT_BYTES = 32 * 1024 * 1024
 
 
 def fk_join_to_sql(

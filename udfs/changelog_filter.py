@@ -19,7 +19,7 @@ from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments,
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments,
     check_order_type, drop_stale, late_change,
 )
 
@@ -112,17 +112,14 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     forwarded rows (``spec.output_columns``) and the changed keys' new state rows."""
     import pyarrow.compute as pc
 
+    from sqlext.udfs.column_wise import check_rows, leaves_row, same_value
+
     shape = spec.shape
     if shape.sequence_by is not None:
         return None
     keys, data, order = list(shape.key), list(shape.data_columns), shape.order_by
-    _check_rows(shape, changes)
-    if shape.has_change_type:
-        is_present = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array([INSERT, POSTIMAGE])), False)
-    else:
-        is_present = pa.array([False] * changes.num_rows, pa.bool_())
-        for column in shape.tombstone_columns:
-            is_present = pc.or_(is_present, pc.is_valid(changes[column]))
+    check_rows(shape, changes)
+    is_present = leaves_row(shape, changes)
     passes = pc.and_(is_present, pc.fill_null(changes[PASS_COLUMN], False))
     rows = pa.concat_tables([
         state.select(data + [order]).append_column("__sx_passes", pc.fill_null(state[passed], False).cast(pa.bool_()))
@@ -143,7 +140,7 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     previous = rows.take(pc.if_else(has_before, before, 0))
     same_key = has_before
     for k in keys:
-        same_key = pc.and_(same_key, _same_value(rows[k], previous[k]))
+        same_key = pc.and_(same_key, same_value(rows[k], previous[k]))
     new = pc.invert(rows["__sx_prior"])
     after_prior = pc.and_(pc.and_(new, same_key), previous["__sx_prior"])
     late = pc.and_(after_prior, pc.less_equal(rows[order], previous[order]))
@@ -165,7 +162,7 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     following = rows.take(pc.if_else(has_after, pa.array(range(1, n + 1), pa.int64()), 0))
     next_same = has_after
     for k in keys:
-        next_same = pc.and_(next_same, _same_value(rows[k], following[k]))
+        next_same = pc.and_(next_same, same_value(rows[k], following[k]))
     last = pc.and_(pc.invert(next_same), new)
     return out, _state_rows(rows.filter(last), data + [order], passed, present)
 
@@ -176,33 +173,11 @@ def _state_rows(kept: pa.Table, columns: list[str], passed: str, present: str) -
         .append_column(present, kept["__sx_present"])
 
 
-def _check_rows(shape, changes: pa.Table) -> None:
-    """The data errors of the change-row rules, over a whole increment (see changes_by_key)."""
-    import pyarrow.compute as pc
-
-    if shape.has_change_type:
-        known = pc.fill_null(pc.is_in(changes[CHANGE_TYPE], value_set=pa.array(list(CHANGE_TYPES))), False)
-        if pc.any(pc.invert(known)).as_py():
-            row = changes.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
-            raise SqlextError("UNKNOWN_CHANGE_TYPE", function=shape.function, key=shape.key_text(row),
-                              value=repr(row[CHANGE_TYPE]))
-    if changes[shape.order_by].null_count:
-        row = changes.filter(pc.is_null(changes[shape.order_by])).slice(0, 1).to_pylist()[0]
-        raise SqlextError("NULL_ORDER_VALUE", function=shape.function, key=shape.key_text(row),
-                          order_by=shape.order_by)
-
-
-def _same_value(a, b):
-    """Equal, NULL equal to NULL (NaN equal to NaN is not needed: keys compare as Spark groups)."""
-    import pyarrow.compute as pc
-
-    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-    return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
-
-
 def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_passes, new_passes, schema) -> pa.Table:
     """The rows the increment's changes forward (:func:`_forward`, column-wise)."""
     import pyarrow.compute as pc
+
+    from sqlext.udfs.column_wise import same_value
 
     shape = spec.shape
     data, order = list(shape.data_columns), shape.order_by
@@ -225,7 +200,7 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
         return output.empty_table()
     differs = pa.array([False] * rows.num_rows, pa.bool_())
     for c in data:
-        differs = pc.or_(differs, pc.invert(_same_value(rows[c], previous[c])))
+        differs = pc.or_(differs, pc.invert(same_value(rows[c], previous[c])))
     both = pc.and_(pc.and_(new, pc.and_(old_passes, new_passes)), differs)
     inserted = pc.and_(new, pc.and_(new_passes, pc.invert(old_passes)))
     deleted = pc.and_(new, pc.and_(old_passes, pc.invert(new_passes)))

@@ -45,7 +45,7 @@ def without_preimages(shape, changes: pa.Table) -> pa.Table:
     return changes.filter(pc.invert(pc.fill_null(pc.equal(changes[CHANGE_TYPE], PREIMAGE), False)))
 
 
-def present(shape, changes: pa.Table) -> pa.Array:
+def leaves_row(shape, changes: pa.Table) -> pa.Array:
     """Whether each change leaves its key with a row: an insert or postimage of a change feed,
     a row of an upsert log with a value."""
     if shape.has_change_type:

@@ -244,17 +244,17 @@ class _JoinIncrement:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from sqlext.udfs.column_wise import Timeline, at, codes, flag, present, ranks, together
+        from sqlext.udfs.column_wise import Timeline, at, codes, flag, leaves_row, ranks, together
 
         spec, L, R = self.spec, self.spec.left, self.spec.right
         left, right = self._checked(L, self.left), self._checked(R, self.right)
         self._late(L, left)
         self._late(R, right)
         # each input's timeline: the rows earlier runs left, then the new changes
-        lines = pa.concat_tables([self.left_state, self._as_state(left, L, self.left_state.schema, present(L, left),
+        lines = pa.concat_tables([self.left_state, self._as_state(left, L, self.left_state.schema, leaves_row(L, left),
                                                                    self.fk)])
         right_lines = pa.concat_tables([self.right_state,
-                                        self._as_state(right, R, self.right_state.schema, present(R, right))])
+                                        self._as_state(right, R, self.right_state.schema, leaves_row(R, right))])
         left_new = np.arange(lines.num_rows) >= self.left_state.num_rows
         right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
         left_codes = codes([lines[k] for k in L.key])

@@ -204,7 +204,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         check_source_columns(checkpoint, to_sql(streams[0].this), source.schema)
         shape = SelfJoinShape(spark, tree, source.schema)
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
-                                          source.schema)
+                                          source.schema, sources.parquet_folder(streams[0].this))
     _refuse_shape(filters, joins, streams)
     placeholder = f"__sx_result_{next(_views)}"
     if filters:

@@ -44,7 +44,7 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.run import STEPS, TableStateRun, on_driver, step
+from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, exclude
 
 FUNCTION = "sqlext stream"
@@ -672,7 +672,7 @@ def _anchor_over(spark, run: "TableStateRecursion", edges: pa.Table) -> pa.Table
                   else pa.array([value] * edges.num_rows).cast(schema.field(i).type)
                   for i, (kind, value) in enumerate(picked)]
         return pa.table(arrays, names=run.columns)
-    view = run._view(spark.createDataFrame(edges), "anchor_edges")
+    view = run._view(arrow_frame(spark, edges), "anchor_edges")
     return run_statement(spark, to_sql(_over(shape.anchor, shape.name, view))).toArrow()
 
 

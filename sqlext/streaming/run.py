@@ -105,12 +105,12 @@ class TableStateRun:
         statement, as the batch's output files. Rows the statement passes on as they are, into
         Parquet, are written straight from the driver; anything else runs the statement in Spark."""
         if self.outer_is_all and self.output_format == "parquet":
-            check_columns(self.checkpoint, str(self.output), _spark_columns(rows.schema))
+            check_columns(self.checkpoint, str(self.output), spark_columns(rows.schema))
             write_arrow_files(rows, self.output, batch_id, kind="base" if whole else "batch")
             if whole:
                 forget_batch_files(self.output, batch_id + 1)
             return
-        self.write_statement(spark, spark.createDataFrame(rows), batch_id, carry=carry, whole=whole)
+        self.write_statement(spark, arrow_frame(spark, rows), batch_id, carry=carry, whole=whole)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry: tuple[str, ...] = (),
                         whole: bool = False) -> None:
@@ -179,7 +179,13 @@ class TableStateRun:
                 spark.catalog.dropTempView(view)
 
 
-def _spark_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+def arrow_frame(spark, rows: pa.Table, schema=None):
+    """A Spark frame of Arrow data on the driver. The rows go over as one record batch:
+    PySpark 4.3 makes an empty frame of a table whose first two batches are empty."""
+    return spark.createDataFrame(rows.combine_chunks(), schema=schema)
+
+
+def spark_columns(schema: pa.Schema) -> list[tuple[str, str]]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return [(f.name, f.dataType.simpleString()) for f in from_arrow_schema(schema).fields]

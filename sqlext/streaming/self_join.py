@@ -23,14 +23,19 @@ miss partners already dropped, so it stops the run with ``[LATE_CHANGE]``, nothi
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
+from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream, to_sql
-from sqlext.streaming.run import STEPS, TableStateRun, step
+from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, arrow_schema, on_driver, step
+from sqlext.streaming.self_join_aggregate import is_grouped
 from sqlext.streaming.sources import stream_names
 from sqlext.streaming.state import KeyedState
 
@@ -60,13 +65,14 @@ class SelfJoinShape:
         if not isinstance(tree, exp.Select) or tree.args.get("with_"):
             raise _unsupported("this self-join", "it is not one SELECT", "Write SELECT ... FROM STREAM(ev) AS a "
                                "JOIN STREAM(ev) AS b ON a.k = b.k AND b.ts BETWEEN a.ts - ... AND a.ts + ...")
-        clauses = [k for k in ("group", "having", "order", "limit", "offset", "distinct", "qualify") if tree.args.get(k)]
-        if clauses or any(tree.find_all(exp.AggFunc)) or any(tree.find_all(exp.Window)) \
-                or any(s is not tree for s in tree.find_all(exp.Select)):
-            raise _unsupported("an aggregate, window, DISTINCT, ORDER BY, LIMIT or subquery over a self-join of a "
-                               "stream", "a run adds pairs; it cannot change rows an earlier run wrote",
-                               "Select the pairs incrementally (row by row), and aggregate the output folder in a "
-                               "batch query, or run the whole statement as a batch query (sqlext.sql).")
+        clauses = [k for k in ("order", "limit", "offset", "distinct", "qualify") if tree.args.get(k)]
+        if clauses or any(tree.find_all(exp.Window)) or any(s is not tree for s in tree.find_all(exp.Select)):
+            raise _unsupported("a window, DISTINCT, ORDER BY, LIMIT or subquery over a self-join of a stream",
+                               "a run adds pairs, or adds them to the groups of an aggregate; it cannot change rows "
+                               "an earlier run wrote otherwise",
+                               "Select the pairs (or aggregate them with GROUP BY) incrementally, and order or limit "
+                               "the output folder in a batch query, or run the whole statement as a batch query "
+                               "(sqlext.sql).")
         joins = tree.args.get("joins") or []
         items = [tree.args["from_"].this] + [j.this for j in joins] if tree.args.get("from_") else []
         if len(items) != 2 or not all(is_stream(i) for i in items):
@@ -76,9 +82,12 @@ class SelfJoinShape:
         self.left_alias, self.right_alias = items[0].alias_or_name, items[1].alias_or_name
         view = f"__sx_self_{id(self)}"
         spark.createDataFrame([], schema).createOrReplaceTempView(view)
+        self.grouped = None
         try:
             named = self.over(view, view)
             join = match_self_join(named, SparkRelations(spark))
+            if is_grouped(tree) and not isinstance(join, str):
+                self._analyse_grouped(spark, named)
         finally:
             spark.catalog.dropTempView(view)
         if isinstance(join, str):
@@ -92,6 +101,29 @@ class SelfJoinShape:
         self.column = band.column
         self.kind = band.lower.offset.kind or band.upper.offset.kind
         self.width = max(abs(band.lower.offset.value), abs(band.upper.offset.value))
+
+    def _analyse_grouped(self, spark, named: exp.Select) -> None:
+        """The aggregate's parts and their columns, from Spark's analysis of the statement over
+        an empty view (nothing runs)."""
+        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+        from sqlext.streaming.self_join_aggregate import TAG, GroupedPairs
+
+        grouped = GroupedPairs(self.tree, spark.sql(to_sql(named)).columns)
+        pairs = grouped.pairs(named)
+        grouped.check_types(spark.sql(to_sql(pairs)).schema)
+        self.accumulators = spark.sql(to_sql(grouped.partials(pairs))).schema
+        view = f"__sx_groups_{id(self)}"
+        spark.createDataFrame([], StructType(list(self.accumulators.fields) + [StructField(TAG, BooleanType())])) \
+            .createOrReplaceTempView(view)
+        try:
+            finals = spark.sql(to_sql(grouped.final_rows(self.tree, view))).schema
+        finally:
+            spark.catalog.dropTempView(view)
+        output = StructType([finals[n] for n in grouped.output_names]
+                            + [StructField(CHANGE_TYPE, StringType()), StructField(DEFAULT_ORDER_BY, LongType())])
+        self.output_arrow = arrow_schema(output)
+        self.grouped = grouped
 
     def over(self, left_view: str, right_view: str) -> exp.Select:
         """The statement with its first side read from ``left_view`` and its second from
@@ -116,57 +148,148 @@ class TableStateSelfJoin(TableStateRun):
     """The ``foreachBatch`` function of one incremental self-join."""
 
     def __init__(self, shape: SelfJoinShape, placeholder: str, checkpoint: str, output: str, output_format: str,
-                 schema):
+                 schema, folder: str | None = None):
         super().__init__(None, shape.tree, placeholder, checkpoint, output, output_format, FUNCTION, ())
         from pyspark.sql.types import LongType, StructField, StructType
 
         self.shape = shape
         self.columns = schema.names
+        self.source_schema, self.source_arrow = schema, arrow_schema(schema)
+        self.folder = folder  # the stream's Parquet folder, for reading a small batch without Spark
         self.events = KeyedState(self.state / "events", [BATCH, ROW], share=0.0)  # compacted each run
         self.events.record_schema(StructType(list(schema.fields) + [StructField(BATCH, LongType(), False),
                                                                    StructField(ROW, LongType(), False)]))
+        if shape.grouped is not None:  # an aggregate's groups, by their grouping values
+            from pyspark.sql.types import BooleanType
+
+            from sqlext.streaming.self_join_aggregate import TAG
+
+            self.groups = KeyedState(self.state / "groups", shape.grouped.group_names)
+            self.groups.record_schema(shape.accumulators)
+            self._groups_with_tag = StructType(list(shape.accumulators.fields) + [StructField(TAG, BooleanType())])
 
     def __call__(self, batch, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         spark, shape = batch.sparkSession, self.shape
         STEPS.clear()
         view = self.events.before(batch_id)
-        newest = self.recorded("newest", batch_id)  # the newest time an earlier run saw
-        new = batch
-        with step("check the increment"):
-            highest, lowest = new.agg(F.max(F.col(quote(shape.column))), F.min(F.col(quote(shape.column)))).first()
-            if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
-                self._refuse_late(new, newest)
+        newest = _instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
+        kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair
+        if on_driver(batch):  # the events as Arrow data on the driver; Spark only pairs them
+            with step("check the increment"):
+                rows = self._read(batch, batch_id)
+                times = rows[shape.column]
+                lowest, highest = (_instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
+                    else (None, None)
+                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
+                    limit = newest - shape.distance(1)
+                    first = rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0]
+                    raise self._late(first[shape.column], limit)
+            new = arrow_frame(spark, rows, self.source_schema)
+            old = None
+            if not view.empty and kept is not None:
+                earlier = view.rows()
+                earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
+                                                          pa.scalar(kept, earlier.schema.field(shape.column).type)))
+                old = arrow_frame(spark, earlier.select(self.columns), self.source_schema)
+            numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
+                .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            events = numbered, (None if kept is None and highest is None else
+                                pc.field(shape.column) >= pa.scalar(_latest(newest, highest) - shape.distance(2),
+                                                                    times.type))
+        else:
+            from pyspark.sql import functions as F
+
+            new = batch
+            with step("check the increment"):
+                highest, lowest = (_instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
+                                                                F.min(F.col(quote(shape.column)))).first())
+                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
+                    self._refuse_late(new, newest)
+            old = None
+            if not view.empty and kept is not None:
+                old = view.frame(spark).where(F.col(quote(shape.column)) >= F.lit(kept)) \
+                    .select(*[F.col(quote(c)) for c in self.columns])
+            top = _latest(newest, highest)
+            events = (new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
+                                 F.monotonically_increasing_id().alias(ROW)),
+                      None if top is None else F.col(quote(shape.column)) >= F.lit(top - shape.distance(2)))
+        self._pair(spark, new, old, batch_id)
+        with step("write the state"):
+            rows, keep = events
+            self.events.write(view, rows, batch_id, keep=keep)
+            self.record("newest", batch_id, _latest(newest, highest))
+
+    def _read(self, batch, batch_id: int) -> pa.Table:
+        """The run's new events as Arrow data: read from their files where they are a Parquet
+        folder Arrow reads as Spark does, else collected from Spark."""
+        from sqlext.streaming.sources import batch_files, read_parquet_files
+
+        if self.folder is not None:
+            files = batch_files(self.checkpoint, batch_id, 0, self.folder)
+            rows = None if files is None else read_parquet_files(files, self.source_arrow)
+            if rows is not None:
+                return rows
+        return batch.toArrow().cast(self.source_arrow)
+
+    def _pair(self, spark, new, old, batch_id: int) -> None:
+        """The pairs of the new events with every event (as ``a``) and of the earlier ones with
+        the new (as ``a``): written as the statement's rows, or added to its groups."""
+        shape = self.shape
         views = []
         try:
             with step("pair the events"):
-                old = None
-                if not view.empty and newest is not None:
-                    kept = newest - shape.distance(2)
-                    old = view.frame(spark).where(F.col(quote(shape.column)) >= F.lit(kept)) \
-                        .select(*[F.col(quote(c)) for c in self.columns])
                 names = {}
                 for role, frame in (("new", new), ("old", old), ("all", new if old is None else new.unionByName(old))):
                     if frame is not None:
                         names[role] = f"__sx_pairs_{role}_{batch_id}"
                         frame.createOrReplaceTempView(names[role])
                         views.append(names[role])
-                statement = shape.over(names["new"], names["all"])
-                if "old" in names:
-                    statement = exp.union(statement, shape.over(names["old"], names["new"]), distinct=False)
-                pairs = spark.sql(to_sql(exp.select("*").from_(exp.Subquery(this=statement, alias="p"))))
-                self.write_statement(spark, pairs, batch_id)
+                parts = [(names["new"], names["all"])] + ([(names["old"], names["new"])] if "old" in names else [])
+                if shape.grouped is None:
+                    statement = _union_all([shape.over(*part) for part in parts])
+                    pairs = spark.sql(to_sql(exp.select("*").from_(exp.Subquery(this=statement, alias="p"))))
+                    self.write_statement(spark, pairs, batch_id)
+                else:
+                    statement = _union_all([shape.grouped.pairs(shape.over(*part)) for part in parts])
+                    partials = spark.sql(to_sql(shape.grouped.partials(statement))).toArrow()
         finally:
             for name in views:
                 spark.catalog.dropTempView(name)
-        with step("write the state"):
-            top = max([v for v in (newest, highest) if v is not None], default=None)
-            rows = new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
-                              F.monotonically_increasing_id().alias(ROW))
-            keep = None if top is None else F.col(quote(shape.column)) >= F.lit(top - shape.distance(2))
-            self.events.write(view, rows, batch_id, keep=keep)
-            self.record("newest", batch_id, top)
+        if shape.grouped is not None:
+            self._aggregate(spark, partials, batch_id)
+
+    def _aggregate(self, spark, partials, batch_id: int) -> None:
+        """Add the run's partial aggregates to its groups' accumulators and write the groups'
+        changes (:mod:`sqlext.streaming.self_join_aggregate`)."""
+        import pyarrow as pa
+
+        from sqlext.streaming.checkpoint import check_columns
+        from sqlext.streaming.run import spark_columns, write_arrow_files, write_batch_files
+        from sqlext.streaming.self_join_aggregate import TAG
+
+        grouped = self.shape.grouped
+        view = self.groups.before(batch_id)
+        with step("look up the groups"):
+            before = view.rows(keys=partials.select(grouped.group_names).cast(
+                pa.schema([self.groups.arrow_schema.field(n) for n in grouped.group_names])))
+            after = grouped.merge(before, partials, self.groups.arrow_schema)
+        with step("write the output"):
+            rows = pa.concat_tables([before.append_column(TAG, pa.array([False] * before.num_rows, pa.bool_())),
+                                     after.append_column(TAG, pa.array([True] * after.num_rows, pa.bool_()))])
+            name = f"__sx_groups_{batch_id}"
+            arrow_frame(spark, rows, self._groups_with_tag).createOrReplaceTempView(name)
+            try:
+                finals = spark.sql(to_sql(grouped.final_rows(self.shape.tree, name))).toArrow()
+            finally:
+                spark.catalog.dropTempView(name)
+            out = grouped.changes(finals, batch_id, self.shape.output_arrow)
+            check_columns(self.checkpoint, str(self.output), spark_columns(out.schema))
+            if self.output_format == "parquet":
+                write_arrow_files(out, self.output, batch_id)
+            else:
+                write_batch_files(arrow_frame(spark, out), self.output, batch_id, self.output_format)
+        with step("write the groups"):
+            self.groups.write(view, after, batch_id)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry=(), whole: bool = False) -> None:
         """The pairs are the statement's rows already: they are written as they are."""
@@ -182,12 +305,33 @@ class TableStateSelfJoin(TableStateRun):
         width could pair with events the state no longer holds: ``[LATE_CHANGE]``."""
         from pyspark.sql import functions as F
 
-        shape = self.shape
-        limit = newest - shape.distance(1)
-        late = new.where(F.col(quote(shape.column)) < F.lit(limit)).limit(1).collect()
+        limit = newest - self.shape.distance(1)
+        late = new.where(F.col(quote(self.shape.column)) < F.lit(limit)).limit(1).collect()
         if late:
-            raise SqlextError(
-                "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=shape.column,
-                value=repr(late[0][shape.column]), last=repr(limit),
-                earlier=f"the newest {shape.column} an earlier run saw less the band's width",
-                fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+            raise self._late(late[0][self.shape.column], limit)
+
+    def _late(self, value, limit) -> SqlextError:
+        column = self.shape.column
+        return SqlextError(
+            "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=column,
+            value=repr(value), last=repr(limit), earlier=f"the newest {column} an earlier run saw less the band's width",
+            fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+
+
+def _union_all(statements: list[exp.Expression]) -> exp.Expression:
+    union = statements[0]
+    for statement in statements[1:]:
+        union = exp.union(union, statement, distinct=False)
+    return union
+
+
+def _instant(value):
+    """A time as one kind of value whichever path read it: Spark's collect gives a TIMESTAMP
+    as a naive local datetime, Arrow as an aware one in UTC; both become aware, in UTC."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc)
+    return value
+
+
+def _latest(*values):
+    return max([v for v in values if v is not None], default=None)

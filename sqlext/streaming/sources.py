@@ -265,7 +265,7 @@ def _log_entries(path: Path) -> list[dict]:
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
-def read_parquet_files(files: list[str], schema) -> "pa.Table | None":
+def read_parquet_files(files: list[str], schema):
     """The rows of Parquet files as Arrow data in the columns ``schema`` (Arrow) names, when
     every file holds each of them under that name with that type (as Spark reads them then);
     None otherwise, for Spark to read."""

@@ -112,11 +112,11 @@ class KeyedState:
     def write(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
         """Batch ``batch_id``'s layer: the rows of the keys it changed (``changed``: an Arrow
         table or a Spark frame of the state's columns, one row per key) on top of ``view``.
-        ``keep`` (a Spark column, for frames) says which rows a new base keeps: rows that can no
-        longer matter are dropped when the state is compacted. Then the layers no replay reads
-        are forgotten."""
+        ``keep`` (a Spark column for frames, an Arrow expression for Arrow data) says which rows
+        a new base keeps: rows that can no longer matter are dropped when the state is compacted.
+        Then the layers no replay reads are forgotten."""
         if isinstance(changed, pa.Table):
-            self._write_arrow(view, changed, batch_id)
+            self._write_arrow(view, changed, batch_id, keep)
         else:
             self._write_frame(view, changed, batch_id, keep)
         self._forget(view)
@@ -125,10 +125,11 @@ class KeyedState:
     def _share(self) -> float:
         return COMPACT_SHARE if self.share is None else self.share
 
-    def _write_arrow(self, view: "StateView", changed: pa.Table, batch_id: int) -> None:
+    def _write_arrow(self, view: "StateView", changed: pa.Table, batch_id: int, keep=None) -> None:
         changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
+        kept = (lambda rows: rows) if keep is None else (lambda rows: rows.filter(keep))
         if view.base is None:
-            self._put("base", batch_id, changed)
+            self._put("base", batch_id, kept(changed))
             return
         delta = changed
         if view.delta is not None:
@@ -136,7 +137,7 @@ class KeyedState:
             delta = pa.concat_tables([exclude(old, changed, self.keys), changed])
         if delta.num_rows >= self._share * view.base_rows():
             base = view.read_layer(view.base)
-            self._put("base", batch_id, pa.concat_tables([exclude(base, delta, self.keys), delta]))
+            self._put("base", batch_id, kept(pa.concat_tables([exclude(base, delta, self.keys), delta])))
         else:
             self._put("delta", batch_id, delta)
 

@@ -1,0 +1,265 @@
+"""An aggregate over the incremental self-join of one stream (KIP-862's self-join feeding an
+aggregation), such as
+
+    SELECT a.k, COUNT(*) AS pairs, SUM(b.v) AS total FROM STREAM(ev) AS a JOIN STREAM(ev) AS b
+      ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL 1 MINUTE AND a.ts GROUP BY a.k
+
+The pairs a run adds (:mod:`sqlext.streaming.self_join`) only ever add to the groups they fall
+in: the pairs of earlier runs stay, whatever the event state has dropped since. So each group
+keeps accumulators in a :class:`~sqlext.streaming.state.KeyedState` by its grouping values (a
+sum, a count, a minimum or maximum per aggregate; an average as its sum and count), a run
+aggregates its new pairs per group, adds those partials to the accumulators of the groups they
+meet, and writes the aggregate's change feed: for each group the run changed, an ``insert`` for
+a new group, or its old row and its new one as ``update_preimage`` and ``update_postimage`` (a
+group whose row stays as it was writes nothing), with ``_commit_version`` the run's batch id.
+The newest row of each group in the output is the batch query's row for it.
+
+``SUM`` and ``AVG`` take integral values (sums of partial sums of floating-point or decimal
+values differ from one sum in their last digits or their type), ``DISTINCT`` aggregates, ``HAVING``
+and anything over the aggregate's rows are refused: ``[UNSUPPORTED_STREAM]`` says what to do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
+from sqlext.errors import SqlextError
+from sqlext.rewrites.sqltree import helper
+
+FUNCTION = "sqlext stream"
+AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
+TAG = helper("new")  # in the rows whose finals are computed: the accumulators after this run
+
+
+def _unsupported(what: str, reason: str, fix: str) -> SqlextError:
+    return SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=what, reason=reason, fix=fix)
+
+
+def is_grouped(tree: exp.Select) -> bool:
+    """Whether the statement aggregates (a GROUP BY, or aggregates in its select list)."""
+    return bool(tree.args.get("group")) or any(isinstance(n, exp.AggFunc) for s in tree.expressions
+                                               for n in s.find_all(exp.AggFunc))
+
+
+def _column(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name))
+
+
+class Accumulator:
+    """One column a group keeps: its name, how a partial joins it (``sum``: NULL meets a value
+    as nothing does; ``count``: added; ``min``, ``max``) and the partial aggregate over the pairs."""
+
+    def __init__(self, name: str, kind: str, partial: exp.Expression):
+        self.name, self.kind, self.partial = name, kind, partial
+
+
+class GroupedPairs:
+    """An aggregating self-join statement split for incremental runs: what each run computes
+    over its pairs (the grouping values and the arguments of the aggregates), the partials per
+    group, and the statement's select list over the accumulators."""
+
+    def __init__(self, tree: exp.Select, output_names: list[str]):
+        if tree.args.get("having"):
+            raise _unsupported("HAVING over a self-join of a stream",
+                               "a group's row would enter and leave the result as its aggregates grow",
+                               "Filter the aggregate's output in a batch query over the output folder.")
+        self.output_names = output_names
+        for name in (CHANGE_TYPE, DEFAULT_ORDER_BY):
+            if name in output_names:
+                raise _unsupported(f"an aggregate whose output has a column {name}",
+                                   "the aggregate's change feed adds that column itself",
+                                   f"Name the statement's column otherwise than {name}.")
+        group = tree.args.get("group")
+        self.groups = [_grouping(e, tree) for e in group.expressions] if group else [exp.Literal.number(0)]
+        self.group_names = [helper(f"g{i}") for i in range(len(self.groups))]
+        self.arguments: list[exp.Expression] = []
+        self.aggregates: list[exp.Expression] = []
+        self.finals: list[exp.Expression] = []
+        self.accumulators: list[Accumulator] = []
+        self.summed: dict[str, exp.Expression] = {}  # the arguments SUM and AVG add up, and their aggregate
+        for item in tree.expressions:
+            for node in item.find_all(exp.AggFunc):
+                if not any(node == seen for seen in self.aggregates):
+                    self._aggregate(node)
+
+    def _aggregate(self, node: exp.Expression) -> None:
+        kind = AGGREGATES.get(type(node))
+        if kind is None or isinstance(node.this, exp.Distinct) or len(node.expressions or []) > 0:
+            raise _unsupported(f"the aggregate {node.sql(dialect='spark')} over a self-join of a stream",
+                               "a run adds partial aggregates to each group's; this one has none that adds up",
+                               "Use COUNT, SUM, MIN, MAX or AVG without DISTINCT, or run the statement as a batch "
+                               "query (sqlext.sql).")
+        j = len(self.aggregates)
+        self.aggregates.append(node)
+        argument = None
+        if not isinstance(node.this, exp.Star):
+            argument = _column(helper(f"x{j}"))
+            self.arguments.append(exp.alias_(node.this.copy(), argument.name))
+
+        def accumulator(letter: str, accumulated: str, function) -> exp.Column:
+            name = helper(f"{letter}{j}")
+            partial = function(this=argument.copy() if argument is not None else exp.Star())
+            self.accumulators.append(Accumulator(name, accumulated, exp.alias_(partial, name)))
+            return _column(name)
+
+        if kind in ("sum", "avg"):
+            self.summed[argument.name] = node
+        if kind == "sum":
+            final = accumulator("s", "sum", exp.Sum)
+        elif kind == "count":
+            final = accumulator("c", "count", exp.Count)
+        elif kind in ("min", "max"):
+            final = accumulator("m", kind, exp.Min if kind == "min" else exp.Max)
+        else:  # the average as its sum and count
+            total, count = accumulator("s", "sum", exp.Sum), accumulator("c", "count", exp.Count)
+            final = exp.Case(ifs=[exp.If(this=exp.EQ(this=count.copy(), expression=exp.Literal.number(0)),
+                                         true=exp.Null())],
+                             default=exp.Div(this=exp.Cast(this=total, to=exp.DataType.build("double")),
+                                             expression=count))
+        self.finals.append(final)
+
+    def check_types(self, pairs_schema) -> None:
+        """SUM and AVG over integral values only: partial sums of floating-point or decimal values
+        add up to other last digits (or another type) than one sum does."""
+        from pyspark.sql.types import IntegralType
+
+        for name, aggregate in self.summed.items():
+            if not isinstance(pairs_schema[name].dataType, IntegralType):
+                raise _unsupported(f"{aggregate.sql(dialect='spark')} over a self-join of a stream",
+                                   f"it adds {pairs_schema[name].dataType.simpleString().upper()} values, whose sums of "
+                                   "partial sums differ from one sum in their last digits or their type",
+                                   "Sum integral values (CAST(... AS BIGINT) of a scaled value), or run the statement "
+                                   "as a batch query (sqlext.sql).")
+
+    # -- the queries
+
+    def pairs(self, statement: exp.Select) -> exp.Select:
+        """The statement over one part of the pairs, selecting the grouping values and the
+        aggregates' arguments instead (no grouping: the parts are aggregated together)."""
+        statement = statement.copy()
+        statement.set("group", None)
+        statement.set("expressions", [exp.alias_(g.copy(), n) for g, n in zip(self.groups, self.group_names)]
+                      + [a.copy() for a in self.arguments])
+        return statement
+
+    def partials(self, pairs: exp.Expression) -> exp.Select:
+        """Per group, the partial aggregates over ``pairs`` (the parts, one query)."""
+        keys = [_column(n) for n in self.group_names]
+        return exp.select(*keys, *[a.partial.copy() for a in self.accumulators]) \
+            .from_(exp.Subquery(this=pairs, alias=exp.TableAlias(this=exp.to_identifier(helper("pairs"))))) \
+            .group_by(*[k.copy() for k in keys])
+
+    def final_rows(self, tree: exp.Select, view: str) -> exp.Select:
+        """The statement's select list over a view of accumulators (a row per group and state),
+        each output column named as the batch statement names it, with the grouping values and
+        the tag beside."""
+        items = []
+        for item, name in zip(tree.expressions, self.output_names):
+            body = item.this if isinstance(item, exp.Alias) else item
+            items.append(exp.alias_(self._over_accumulators(body), name, quoted=True))
+        return exp.select(*items, *[_column(n) for n in self.group_names], _column(TAG)) \
+            .from_(exp.Table(this=exp.to_identifier(view)))
+
+    def _over_accumulators(self, body: exp.Expression) -> exp.Expression:
+        def replace(node):
+            for aggregate, final in zip(self.aggregates, self.finals):
+                if node == aggregate:
+                    return final.copy()
+            for group, name in zip(self.groups, self.group_names):
+                if node == group and not isinstance(node, exp.Literal):
+                    return _column(name)
+            return node
+
+        replaced = body.copy().transform(replace)
+        stray = [c for c in replaced.find_all(exp.Column) if not c.name.startswith(helper(""))]
+        if stray:
+            raise _unsupported(f"the column {stray[0].sql(dialect='spark')} in an aggregate over a self-join of a "
+                               "stream", "a grouped statement selects grouping expressions and aggregates",
+                               "Select each column as the GROUP BY writes it (a.k if it groups by a.k), or "
+                               "aggregate it.")
+        return replaced
+
+    # -- the accumulators, on the driver
+
+    def merge(self, before: pa.Table, partials: pa.Table, schema: pa.Schema) -> pa.Table:
+        """The accumulators of the groups in ``partials`` after adding the partials to what
+        ``before`` holds for them (a group ``before`` does not hold starts from its partials)."""
+        from sqlext.udfs.column_wise import codes, take, together
+
+        found = _positions(before, partials, self.group_names, codes, together)
+        old = take(before.select([a.name for a in self.accumulators]), found)
+        columns = {n: partials[n] for n in self.group_names}
+        for accumulator in self.accumulators:
+            columns[accumulator.name] = _combined(accumulator.kind, old[accumulator.name],
+                                                  partials[accumulator.name].cast(old[accumulator.name].type))
+        return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+    def changes(self, finals: pa.Table, batch_id: int, schema: pa.Schema) -> pa.Table:
+        """The aggregate's change feed from the rows of the groups before (tag false) and after
+        (tag true) this run: an insert for a new group, a preimage and postimage for a changed
+        one, nothing for a group whose row stays."""
+        from sqlext.udfs.column_wise import codes, same_value, take, together
+
+        new_mask = pc.fill_null(finals[TAG], False)
+        old, new = finals.filter(pc.invert(new_mask)), finals.filter(new_mask)
+        found = _positions(old, new, self.group_names, codes, together)
+        prior = take(old, found)
+        there = found >= 0
+        differs = np.zeros(new.num_rows, dtype=bool)
+        for name in self.output_names:
+            differs |= ~np.asarray(same_value(prior[name], new[name]), dtype=bool)
+        changed = there & differs
+
+        def image(rows: pa.Table, mask: np.ndarray, kind: str) -> pa.Table:
+            chosen = rows.filter(pa.array(mask))
+            arrays = [chosen[n] for n in self.output_names] + [
+                pa.array([kind] * chosen.num_rows, pa.string()), pa.array([batch_id] * chosen.num_rows, pa.int64())]
+            return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, schema)], schema=schema)
+
+        return pa.concat_tables([image(new, ~there, INSERT), image(prior, changed, PREIMAGE),
+                                 image(new, changed, POSTIMAGE)])
+
+
+def _grouping(expression: exp.Expression, tree: exp.Select) -> exp.Expression:
+    """A GROUP BY item as the expression it groups by: an ordinal (``GROUP BY 1``) or a select
+    alias (``GROUP BY kk``, as Spark allows) stands for the select item's expression."""
+    items = tree.expressions
+    if isinstance(expression, exp.Literal) and expression.is_int and 1 <= int(expression.this) <= len(items):
+        item = items[int(expression.this) - 1]
+        return (item.this if isinstance(item, exp.Alias) else item).copy()
+    if isinstance(expression, exp.Column) and not expression.table:
+        for item in items:
+            if isinstance(item, exp.Alias) and item.alias == expression.name:
+                return item.this.copy()
+    return expression.copy()
+
+
+def _positions(before: pa.Table, after: pa.Table, keys, codes, together) -> np.ndarray:
+    """For each row of ``after``, the row of ``before`` with equal keys (NULL equal to NULL), or -1."""
+    if after.num_rows == 0 or before.num_rows == 0:
+        return np.full(after.num_rows, -1, np.int64)
+    coded = codes([together(before[k], after[k]) for k in keys])
+    mine, theirs = coded[:before.num_rows], coded[before.num_rows:]
+    position = np.full(int(coded.max()) + 1, -1, np.int64)
+    position[mine] = np.arange(before.num_rows)
+    return position[theirs]
+
+
+def _combined(kind: str, old, new):
+    """An accumulator after a partial joins it (``old`` NULL where the group is new)."""
+    if kind == "count":
+        return pc.add_checked(pc.fill_null(old, 0), pc.fill_null(new, 0))
+    if kind == "sum":  # a sum over no value is NULL, and adds nothing
+        return pc.if_else(pc.is_null(old), new, pc.if_else(pc.is_null(new), old, pc.add_checked(old, new)))
+    function = pc.min_element_wise if kind == "min" else pc.max_element_wise
+    try:
+        return function(old, new, skip_nulls=True)
+    except pa.ArrowNotImplementedError:  # a type Arrow does not compare element-wise: value by value
+        pick = min if kind == "min" else max
+        values = [pick([v for v in pair if v is not None], default=None)
+                  for pair in zip(old.to_pylist(), new.to_pylist())]
+        return pa.array(values, new.type)

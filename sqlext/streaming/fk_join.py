@@ -28,6 +28,7 @@ present rows.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -352,7 +353,7 @@ def _unique(rows: pa.Table, keys) -> pa.Table:
     """One row per key (rows found twice are equal)."""
     if rows.num_rows == 0:
         return rows
-    indices = rows.append_column("__sx_row", pa.array(range(rows.num_rows), pa.int64())) \
+    indices = rows.append_column("__sx_row", pa.array(np.arange(rows.num_rows, dtype=np.int64))) \
         .group_by(list(keys), use_threads=False).aggregate([("__sx_row", "min")])["__sx_row_min"]
     return rows.take(indices)
 

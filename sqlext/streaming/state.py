@@ -241,26 +241,38 @@ class StateView:
 
     def read_layer(self, batch_id: int, columns: Sequence[str] | None = None, filter=None) -> pa.Table:
         """One layer's rows as Arrow data, with the state's recorded columns."""
-        if batch_id in self._loaded:
-            table = self._loaded[batch_id]
-            table = table if filter is None else table.filter(filter)
-            return table if columns is None else table.select(columns)
-        schema = self.state.arrow_schema
-        folder = self.state.path("base" if batch_id == self.base else "delta", batch_id)
-        table = LAYERS.get(folder)
-        if table is None:
-            files = [str(p) for p in _parts(folder)]
-            if not files:
-                return schema.empty_table() if columns is None else schema.empty_table().select(columns)
+        table = self._in_memory(batch_id)
+        if table is None:  # too large to keep: read what is asked, the filter pushed into the files
             import pyarrow.dataset as ds
 
-            dataset = ds.dataset(files, schema=schema, format="parquet")
-            if sum(os.path.getsize(f) for f in files) * 4 > CACHE_BYTES:  # too large to keep: read what is asked
-                return dataset.to_table(columns=columns, filter=filter)
-            table = dataset.to_table()
-            LAYERS.put(folder, table)
+            files = [str(p) for p in _parts(self._folder(batch_id))]
+            return ds.dataset(files, schema=self.state.arrow_schema, format="parquet").to_table(columns=columns,
+                                                                                               filter=filter)
         table = table if filter is None else table.filter(filter)
         return table if columns is None else table.select(columns)
+
+    def _folder(self, batch_id: int) -> Path:
+        return self.state.path("base" if batch_id == self.base else "delta", batch_id)
+
+    def _in_memory(self, batch_id: int) -> pa.Table | None:
+        """The layer's rows in memory: loaded by this view, kept from an earlier batch (see
+        :data:`LAYERS`), or read now and kept; None for a layer too large to keep."""
+        if batch_id in self._loaded:
+            return self._loaded[batch_id]
+        folder = self._folder(batch_id)
+        table = LAYERS.get(folder)
+        if table is not None:
+            return table
+        files = [str(p) for p in _parts(folder)]
+        if not files:
+            return self.state.arrow_schema.empty_table()
+        if sum(os.path.getsize(f) for f in files) * 4 > CACHE_BYTES:
+            return None
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(files, schema=self.state.arrow_schema, format="parquet").to_table()
+        LAYERS.put(folder, table)
+        return table
 
     def rows(self, column: str | None = None, values: pa.Array | None = None, keys: pa.Table | None = None) -> pa.Table:
         """The current rows (Arrow) whose ``column`` is among ``values``, or whose key is among the
@@ -283,15 +295,15 @@ class StateView:
             pushed = _among(column, values)
         elif keys is not None and len(self.state.keys) == 1:
             pushed = _among(self.state.keys[0], keys[self.state.keys[0]].combine_chunks())
-        base = restricted(self.read_layer(self.base, filter=pushed))
+        whole = self._in_memory(self.base)  # in memory, masks are quicker than a filter expression
+        base = restricted(whole if whole is not None else self.read_layer(self.base, filter=pushed))
         if self.delta is None:
             return base
         delta = self.read_layer(self.delta)
         return pa.concat_tables([exclude(base, delta, self.state.keys), restricted(delta)])
 
     def frame_of(self, spark, batch_id: int):
-        path = self.state.path("base" if batch_id == self.base else "delta", batch_id)
-        return spark.read.schema(self.state.schema).parquet(str(path))
+        return spark.read.schema(self.state.schema).parquet(str(self._folder(batch_id)))
 
     def frame(self, spark):
         """The current rows as a Spark frame (the base less the delta's keys, plus the delta):

@@ -37,7 +37,7 @@ from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, late_change
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
 from sqlext.streaming.changelog_filter import PRESENT, _present, as_changes, present_column
-from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, late_refusal, on_driver, step
+from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, instant, late_refusal, on_driver, step
 from sqlext.streaming.state import KeyedState, key_match
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
@@ -92,7 +92,7 @@ class TableStateFkJoin(TableStateRun):
     def __call__(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
         left_view, right_view = self.left.before(batch_id), self.right.before(batch_id)
-        highest = self.recorded("highest", batch_id)  # the highest ordering value processed
+        highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
         STEPS.clear()
         if on_driver(batch):
             newest = self._on_driver(spark, batch, left_view, right_view, highest, batch_id)
@@ -102,7 +102,7 @@ class TableStateFkJoin(TableStateRun):
         if self.spec.emit == "final":
             with step("write the final table"):
                 self._write_final(spark, batch_id)
-        self.record("highest", batch_id, max([v for v in (highest, newest) if v is not None], default=None))
+        self.record("highest", batch_id, max([v for v in (highest, instant(newest)) if v is not None], default=None))
 
     # -- small batches: the replay on the driver over Arrow data
 
@@ -269,7 +269,7 @@ class TableStateFkJoin(TableStateRun):
                                      "left_semi")
         self.left.write(left_view, _last_frame(left_last, left_shape, FOREIGN_KEY), batch_id)
         self.right.write(right_view, _last_frame(right_last, right_shape), batch_id)
-        return max([v for v in newest if v is not None], default=None)
+        return max([instant(v) for v in newest if v is not None], default=None)
 
     def _met_frames(self, spark, left_view, right_view, new_left, new_right):
         """The present rows the new changes can meet, in both states; materialised."""

@@ -179,6 +179,17 @@ class TableStateRun:
                 spark.catalog.dropTempView(view)
 
 
+def instant(value):
+    """A value read on either path as one kind of value: Spark's collect gives a TIMESTAMP as a
+    naive local datetime, Arrow as an aware one in UTC; both become aware, in UTC (a value
+    recorded by one path is compared with values the other reads)."""
+    from datetime import datetime, timezone
+
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc)
+    return value
+
+
 def arrow_frame(spark, rows: pa.Table, schema=None):
     """A Spark frame of Arrow data on the driver. The rows go over as one record batch:
     PySpark 4.3 makes an empty frame of a table whose first two batches are empty."""

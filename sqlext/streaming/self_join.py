@@ -23,7 +23,7 @@ miss partners already dropped, so it stops the run with ``[LATE_CHANGE]``, nothi
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream, to_sql
-from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, arrow_schema, on_driver, step
+from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped
 from sqlext.streaming.sources import stream_names
 from sqlext.streaming.state import KeyedState
@@ -172,13 +172,13 @@ class TableStateSelfJoin(TableStateRun):
         spark, shape = batch.sparkSession, self.shape
         STEPS.clear()
         view = self.events.before(batch_id)
-        newest = _instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
+        newest = instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
         kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair
         if on_driver(batch):  # the events as Arrow data on the driver; Spark only pairs them
             with step("check the increment"):
                 rows = self._read(batch, batch_id)
                 times = rows[shape.column]
-                lowest, highest = (_instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
+                lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                     else (None, None)
                 if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
                     limit = newest - shape.distance(1)
@@ -201,7 +201,7 @@ class TableStateSelfJoin(TableStateRun):
 
             new = batch
             with step("check the increment"):
-                highest, lowest = (_instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
+                highest, lowest = (instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
                                                                 F.min(F.col(quote(shape.column)))).first())
                 if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
                     self._refuse_late(new, newest)
@@ -323,14 +323,6 @@ def _union_all(statements: list[exp.Expression]) -> exp.Expression:
     for statement in statements[1:]:
         union = exp.union(union, statement, distinct=False)
     return union
-
-
-def _instant(value):
-    """A time as one kind of value whichever path read it: Spark's collect gives a TIMESTAMP
-    as a naive local datetime, Arrow as an aware one in UTC; both become aware, in UTC."""
-    if isinstance(value, datetime):
-        return value.astimezone(timezone.utc)
-    return value
 
 
 def _latest(*values):

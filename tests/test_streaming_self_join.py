@@ -183,6 +183,7 @@ def test_an_aggregate_run_stays_within_its_job_budget_and_keeps_one_row_per_grou
     (AGGREGATE.replace("COUNT(*) AS n", "COUNT(DISTINCT b.v) AS n"), "DISTINCT"),
     (AGGREGATE.replace("SUM(b.v)", "SUM(b.v / 2)"), "DOUBLE"),
     (AGGREGATE.replace("MIN(b.v) AS lo", "COLLECT_LIST(b.v) AS lo"), "COLLECT_LIST"),
+    (AGGREGATE.replace("COUNT(*) AS n", "COUNT(*) FILTER (WHERE b.v > 1) AS n"), "FILTER"),
 ])
 def test_what_an_aggregate_over_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_path, sql, said):
     events = Events(spark, tmp_path)

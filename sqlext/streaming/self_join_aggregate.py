@@ -88,11 +88,13 @@ class GroupedPairs:
 
     def _aggregate(self, node: exp.Expression) -> None:
         kind = AGGREGATES.get(type(node))
-        if kind is None or isinstance(node.this, exp.Distinct) or len(node.expressions or []) > 0:
+        if kind is None or isinstance(node.this, exp.Distinct) or len(node.expressions or []) > 0 \
+                or isinstance(node.parent, exp.Filter):
             raise _unsupported(f"the aggregate {node.sql(dialect='spark')} over a self-join of a stream",
                                "a run adds partial aggregates to each group's; this one has none that adds up",
-                               "Use COUNT, SUM, MIN, MAX or AVG without DISTINCT, or run the statement as a batch "
-                               "query (sqlext.sql).")
+                               "Use COUNT, SUM, MIN, MAX or AVG without DISTINCT or FILTER (a condition goes in "
+                               "the argument: SUM(IF(cond, v, NULL))), or run the statement as a batch query "
+                               "(sqlext.sql).")
         j = len(self.aggregates)
         self.aggregates.append(node)
         argument = None

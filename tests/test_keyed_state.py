@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from profiles import examples
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
 import sqlext.streaming.state as state_module
 from sqlext.streaming.state import KeyedState, exclude, restrict
@@ -53,6 +53,45 @@ def test_the_current_rows_are_the_newest_write_of_each_key(tmp_path_factory, bat
             assert by_value == {k for k, v in expected.items() if v in (0, 1)}
     finally:
         state_module.COMPACT_SHARE = default
+
+
+ONE_KEY = StructType([StructField("k", LongType()), StructField("at", TimestampType()), StructField("v", LongType())])
+small = st.one_of(st.none(), st.integers(-3, 3))
+
+
+@settings(max_examples=examples(60, 600), deadline=None)
+@given(batches=st.lists(st.dictionaries(small, small, max_size=6), min_size=1, max_size=5),
+       share=st.sampled_from([0.0, 0.5, float("inf")]), probe=st.lists(small, max_size=4))
+def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches, share, probe):
+    """A layer in memory is probed through a sorted index of the column asked for (integers
+    and times): the rows found, NULL matching NULL, are those a scan finds."""
+    from datetime import datetime, timedelta, timezone
+
+    def at(v):
+        return None if v is None else datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=v)
+
+    state = KeyedState(tmp_path_factory.mktemp("state"), ["k"])
+    state.record_schema(ONE_KEY)
+    schema = state.arrow_schema
+    expected: dict = {}
+    default, state_module.COMPACT_SHARE = state_module.COMPACT_SHARE, share
+    try:
+        for batch_id, batch in enumerate(batches):
+            state.write(state.before(batch_id), pa.Table.from_pylist(
+                [{"k": k, "at": at(v), "v": v} for k, v in batch.items()], schema=schema), batch_id)
+            expected.update(batch)
+            now = state.before(batch_id + 1)
+            wanted = pa.Table.from_pylist([{"k": k} for k in probe], schema=pa.schema([schema.field("k")]))
+            assert {r["k"]: r["v"] for r in now.rows(keys=wanted).to_pylist()} == \
+                {k: v for k, v in expected.items() if k in set(probe)}
+            by_value = now.rows(column="v", values=pa.array(probe, pa.int64()))
+            assert sorted(r["k"] for r in by_value.to_pylist() if r["k"] is not None) == \
+                sorted(k for k, v in expected.items() if v in set(probe) and k is not None)
+            by_time = now.rows(column="at", values=pa.array([at(v) for v in probe], schema.field("at").type))
+            assert by_time.num_rows == by_value.num_rows
+    finally:
+        state_module.COMPACT_SHARE = default
+    assert any(indexes for _, _, indexes in state_module.LAYERS.tables.values())
 
 
 def test_a_replayed_batch_reads_the_layers_it_read_before(tmp_path):

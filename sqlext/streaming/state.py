@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -295,8 +296,17 @@ class StateView:
             pushed = _among(column, values)
         elif keys is not None and len(self.state.keys) == 1:
             pushed = _among(self.state.keys[0], keys[self.state.keys[0]].combine_chunks())
-        whole = self._in_memory(self.base)  # in memory, masks are quicker than a filter expression
-        base = restricted(whole if whole is not None else self.read_layer(self.base, filter=pushed))
+        whole = self._in_memory(self.base)
+        found = None
+        if whole is not None and (column is None) != (keys is None):  # one column asked for: its index
+            asked = (column, values) if column is not None else \
+                (self.state.keys[0], keys[self.state.keys[0]]) if len(self.state.keys) == 1 else (None, None)
+            if asked[0] is not None:
+                found = LAYERS.lookup(self._folder(self.base), *asked)
+        if found is not None:
+            base = whole.take(pa.array(found, pa.int64()))
+        else:  # in memory, masks are quicker than a filter expression
+            base = restricted(whole if whole is not None else self.read_layer(self.base, filter=pushed))
         if self.delta is None:
             return base
         delta = self.read_layer(self.delta)
@@ -317,29 +327,109 @@ class StateView:
 
 
 class _Layers:
-    """The layers in memory, by folder, each with the folder's identity when it was read."""
+    """The layers in memory, by folder, each with the folder's identity when it was read and
+    the sorted indexes built over its columns (:class:`_Index`)."""
 
     def __init__(self):
-        self.tables: OrderedDict[str, tuple[tuple, pa.Table]] = OrderedDict()
+        self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
 
     def get(self, folder: Path) -> pa.Table | None:
+        entry = self._entry(folder)
+        return None if entry is None else entry[1]
+
+    def _entry(self, folder: Path):
         entry = self.tables.get(str(folder))
         if entry is None or entry[0] != _identity(folder):
             return None
         self.tables.move_to_end(str(folder))
-        return entry[1]
+        return entry
 
     def put(self, folder: Path, table: pa.Table) -> None:
         self.tables.pop(str(folder), None)
         identity = _identity(folder)
         if identity is None or table.nbytes > CACHE_BYTES:
             return
-        self.tables[str(folder)] = (identity, table)
-        while sum(t.nbytes for _, t in self.tables.values()) > CACHE_BYTES:
+        self.tables[str(folder)] = (identity, table, {})
+        self._fit()
+
+    def _fit(self) -> None:
+        while len(self.tables) > 1 and sum(t.nbytes + sum(i.nbytes for i in indexes.values())
+                                           for _, t, indexes in self.tables.values()) > CACHE_BYTES:
             self.tables.popitem(last=False)
+
+    def lookup(self, folder: Path, column: str, values) -> np.ndarray | None:
+        """The positions of the rows of the layer in memory whose ``column`` is among ``values``
+        (NULL among them matching NULL), by its sorted index; None where the layer is not in
+        memory or the column's type has no index (text: the caller scans)."""
+        entry = self._entry(folder)
+        if entry is None:
+            return None
+        indexes = entry[2]
+        if column not in indexes:
+            index = _Index.of(entry[1][column])
+            if index is None:
+                return None
+            indexes[column] = index
+            self._fit()
+        return indexes[column].rows(values)
 
     def forget(self, folder: Path) -> None:
         self.tables.pop(str(folder), None)
+
+
+class _Index:
+    """One column of a layer in memory, its values sorted once (with the rows they are in): the
+    rows holding any of many values are then found by binary search, in time that follows the
+    values asked for, not the layer's rows (a 10M-key state is probed as quickly as a 1M one)."""
+
+    def __init__(self, ordered: np.ndarray, rows: np.ndarray, nulls: np.ndarray):
+        self.ordered, self.order, self.nulls = ordered, rows, nulls
+
+    @property
+    def nbytes(self) -> int:
+        return self.ordered.nbytes + self.order.nbytes + self.nulls.nbytes
+
+    @classmethod
+    def of(cls, column) -> "_Index | None":
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        numbers = _numbers(column)
+        if numbers is None:
+            return None
+        valid = np.asarray(pc.is_valid(column), dtype=bool)
+        present = np.nonzero(valid)[0]
+        order = present[np.argsort(numbers[present], kind="stable")]
+        return cls(numbers[order], order, np.nonzero(~valid)[0])
+
+    def rows(self, values) -> np.ndarray | None:
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        wanted = _numbers(values.drop_null())
+        if wanted is None:
+            return None
+        wanted = np.unique(wanted)  # a value asked for twice finds its rows once
+        low = np.searchsorted(self.ordered, wanted, side="left")
+        high = np.searchsorted(self.ordered, wanted, side="right")
+        lengths = high - low
+        found = lengths > 0
+        low, lengths = low[found], lengths[found]
+        starts = np.repeat(low - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        positions = self.order[starts + np.arange(int(lengths.sum()))]
+        if values.null_count:
+            positions = np.concatenate([positions, self.nulls])
+        return np.sort(positions)
+
+
+def _numbers(array: pa.Array) -> np.ndarray | None:
+    """A column's values as 64-bit integers that sort as they do (integers, dates, times), NULL
+    as 0; None for other types."""
+    kind = array.type
+    if not (pa.types.is_integer(kind) or pa.types.is_temporal(kind)) or pa.types.is_uint64(kind):
+        return None
+    try:
+        numbers = array.cast(pa.int64()) if pa.types.is_integer(kind) else \
+            array.view(pa.int32() if pa.types.is_date32(kind) or pa.types.is_time32(kind) else pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        return None
+    return np.asarray(pc.fill_null(numbers, 0), dtype=np.int64)
 
 
 LAYERS = _Layers()

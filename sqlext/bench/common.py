@@ -41,6 +41,20 @@ def jvm_cpu_seconds(spark) -> float | None:
         return None  # not reported on this platform, or no JVM gateway (Spark Connect)
 
 
+def settle(spark, seconds: float = 1.0) -> None:
+    """Let the machine finish the last measurement before the next starts: flush written files
+    to disk, ask the JVM to collect the garbage the last query left, and wait a moment. Without
+    it a short run timed right after a long one pays for the long one's writeback and garbage."""
+    from py4j.protocol import Py4JError
+
+    os.sync()
+    try:
+        spark.sparkContext._jvm.java.lang.System.gc()
+    except (AttributeError, Py4JError):
+        pass  # no JVM gateway (Spark Connect)
+    time.sleep(seconds)
+
+
 def time_query(spark, frame_factory, timing: Timing | None = None) -> None:
     """Run the query once, writing every row to Spark's no-op sink; record wall and CPU time."""
     frame = frame_factory()

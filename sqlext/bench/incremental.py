@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from sqlext.bench.changes import make_changes, make_fk_inputs
+from sqlext.bench.common import settle
 
 STREAMED = """SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(bench_feed)), key => 'id',
   predicate => 'balance >= 0', emit => 'changes')"""
@@ -295,23 +296,27 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         incremental, batch, floor, jobs, steps = [], [], [], [], []
         for run in range(runs):
             workload.add_increment(spark, directory, run)
+            settle(spark)
             started = time.perf_counter()
             query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
             jobs.append(len(jobs_of(spark, query)))
             steps.append(dict(STEPS))
             if workload.native_stream is not None:
+                settle(spark)
                 started = time.perf_counter()
                 query = workload.native_stream(spark, **native_options)
                 query.awaitTermination()
                 native.append(time.perf_counter() - started)
                 native_state.append(_native_state_rows(query))
+            settle(spark)
             started = time.perf_counter()
             for name, copy in copies.items():
                 run_available_now(spark, _copy_sql(name), **copy)
             floor.append(time.perf_counter() - started)
             for name, view in workload.feeds.items():
                 workload.batch_view(spark.read.parquet(f"{directory}/{name}")).createOrReplaceTempView(view)
+            settle(spark)
             started = time.perf_counter()
             sqlext.sql(spark, workload.batch).write.format("noop").mode("overwrite").save()
             batch.append(time.perf_counter() - started)

@@ -75,15 +75,17 @@ def events(request, spark):
         spark.catalog.dropTempView(name)
 
 
-def rows_of(spark, sql):
-    frame = spark.sql(sql)
-    return [(f.name, f.dataType) for f in frame.schema], multiset(frame.collect())
-
-
 def assert_same(spark, original, rewritten):
-    schema_a, rows_a = rows_of(spark, original)
-    schema_b, rows_b = rows_of(spark, rewritten)
-    assert schema_b == schema_a
+    """The two statements give the same column names and types and the same multiset of rows.
+    Both run in one Spark job: each row tagged with the side it comes from."""
+    from pyspark.sql import functions as F
+
+    a, b = spark.sql(original), spark.sql(rewritten)
+    assert [(f.name, f.dataType) for f in b.schema] == [(f.name, f.dataType) for f in a.schema]
+    side = "sqlext test side"
+    rows = a.select(F.lit(0).alias(side), "*").unionAll(b.select(F.lit(1).alias(side), "*")).collect()
+    rows_a = multiset(tuple(r)[1:] for r in rows if r[0] == 0)
+    rows_b = multiset(tuple(r)[1:] for r in rows if r[0] == 1)
     assert rows_b == rows_a
     return sum(rows_a.values())
 

@@ -49,8 +49,20 @@ COMPACT_SHARE = 0.25
 SCHEMA_FILE = "schema.json"
 # Parquet row groups this small keep the statistics that let a lookup skip most of them
 ROW_GROUP_BYTES = 2 * 1024 * 1024
+
+
+def _cache_bytes() -> int:
+    """A quarter of the machine's memory, at most 4 GB: a state of 10M keys (two layers of a few
+    hundred MB and their indexes) stays in memory on a 16 GB machine."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        memory = 4 * 1024 ** 3  # no sysconf (Windows): assume a small machine
+    return min(4 * 1024 ** 3, memory // 4)
+
+
 # the layers kept in the driver's memory between batches, in Arrow bytes
-CACHE_BYTES = 1024 * 1024 * 1024
+CACHE_BYTES = _cache_bytes()
 
 
 class KeyedState:

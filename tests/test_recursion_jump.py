@@ -67,20 +67,23 @@ def test_forest_ancestors_match_the_walk_and_the_levels(spark, view, path, seed)
 
 
 def test_chain_with_duplicate_mid_chain_and_null_anchors_carried_columns_and_counters(spark, view, path):
-    view("rj_chain", [(i, i + 1, f"n{i + 1}") for i in range(1, 40)] + [(40, None, "end")],
+    # a chain 1 -> 2 -> ... -> 12 -> NULL: several rounds of doubling, twelve levels for the level path
+    view("rj_chain", [(i, i + 1, f"n{i + 1}") for i in range(1, 12)] + [(12, None, "end")],
          "src bigint, dst bigint, label string")
     query = """
     WITH RECURSIVE r(node, depth, tag, down, label) AS (
-      SELECT * FROM VALUES (1L, 0, 'a', 100L, 'start'), (1L, 0, 'a', 100L, 'start'), (17L, 5, 'mid', 0L, 'x'),
+      SELECT * FROM VALUES (1L, 0, 'a', 100L, 'start'), (1L, 0, 'a', 100L, 'start'), (5L, 5, 'mid', 0L, 'x'),
                            (CAST(NULL AS BIGINT), 0, 'null', 0L, 'y'), (99L, 0, 'none', 0L, 'z') AS t(a, b, c, d, e)
       UNION ALL
       SELECT e.dst, r.depth + 1, r.tag, r.down - 3, e.label FROM r JOIN rj_chain AS e ON r.node = e.src)
     SELECT * FROM r"""
     schema, rows = same_on_all_paths(spark, path, query)
     assert schema == "struct<node:bigint,depth:int,tag:string,down:bigint,label:string>"
-    assert rows[(41, 40, "a", 100 - 3 * 40, "end")] == 0 and rows[(None, 40, "a", -20, "end")] == 2
-    assert rows[(None, 29, "mid", -72, "end")] == 1 and rows[(99, 0, "none", 0, "z")] == 1
-    assert sum(rows.values()) == 2 * 41 + 25 + 1 + 1
+    # each start row walks 12 steps and ends on the NULL parent (no node 13 comes of it)
+    assert rows[(13, 12, "a", 100 - 3 * 12, "end")] == 0 and rows[(None, 12, "a", 64, "end")] == 2
+    # the mid-chain anchor keeps its own depth and counter: 8 steps from node 5
+    assert rows[(None, 13, "mid", -24, "end")] == 1 and rows[(99, 0, "none", 0, "z")] == 1
+    assert sum(rows.values()) == 2 * 13 + 9 + 1 + 1
 
 
 def test_a_single_root_and_anchors_outside_the_relation(spark, view, path):

@@ -303,22 +303,20 @@ class StateView:
                 table = restrict(table, keys, self.state.keys)
             return table
 
-        pushed = None
-        if column is not None:
-            pushed = _among(column, values)
-        elif keys is not None and len(self.state.keys) == 1:
-            pushed = _among(self.state.keys[0], keys[self.state.keys[0]].combine_chunks())
+        # the one column whose values the lookup narrows by: the column asked for, or a single key
+        asked = (column, values) if column is not None else \
+            (self.state.keys[0], keys[self.state.keys[0]].combine_chunks()) \
+            if keys is not None and len(self.state.keys) == 1 else None
         whole = self._in_memory(self.base)
         found = None
-        if whole is not None and (column is None) != (keys is None):  # one column asked for: its index
-            asked = (column, values) if column is not None else \
-                (self.state.keys[0], keys[self.state.keys[0]]) if len(self.state.keys) == 1 else (None, None)
-            if asked[0] is not None:
-                found = LAYERS.lookup(self._folder(self.base), *asked)
+        if whole is not None and asked is not None and (column is None or keys is None):  # its index
+            found = LAYERS.lookup(self._folder(self.base), *asked)
         if found is not None:
             base = whole.take(pa.array(found, pa.int64()))
-        else:  # in memory, masks are quicker than a filter expression
-            base = restricted(whole if whole is not None else self.read_layer(self.base, filter=pushed))
+        elif whole is not None:  # in memory, masks are quicker than a filter expression
+            base = restricted(whole)
+        else:  # too large to keep: the lookup pushed into the Parquet reader
+            base = restricted(self.read_layer(self.base, filter=None if asked is None else _among(*asked)))
         if self.delta is None:
             return base
         delta = self.read_layer(self.delta)

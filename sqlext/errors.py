@@ -156,6 +156,11 @@ MESSAGES: dict[str, str] = {
         "deletes only rows it inserted: check that the feed is complete from its first version. "
         "Nothing of this run was written."
     ),
+    "STORAGE_ERROR": (
+        "{function}: could not {what} {path}: {cause}. Check that the path is right, that Spark has the "
+        "connector and credentials for its scheme (spark.hadoop.* settings, --packages), and that the "
+        "store is reachable."
+    ),
     "STREAM_SOURCE_EMPTY": (
         "{function}: the change files of {name} in {path} are missing or empty, so their columns are "
         "unknown. Put at least one file of changes there before the first run, or declare its "

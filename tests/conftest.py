@@ -40,13 +40,66 @@ settings.register_profile("nightly", deadline=None, derandomize=False, print_blo
 settings.load_profile(PROFILE)
 
 
+# -- where incremental runs keep their files: plain paths, file: URIs, or a viewfs mount table
+
+TEMP = os.path.realpath(tempfile.gettempdir())
+# a Hadoop mount table standing in for a remote store: viewfs://lake/data/... is TEMP/...
+VIEWFS = "viewfs://lake/data"
+STORAGE_CONF = {"spark.hadoop.fs.viewfs.mounttable.lake.link./data": "file://" + TEMP}
+STORAGE_FORMS = ("viewfs", "file", "plain")
+
+
+class Storage:
+    """How a test names its checkpoint, output and source folders: ``form`` is ``plain`` (a
+    local path), ``file`` (a ``file://`` URI) or ``viewfs`` (the same folder through the mount
+    table above). The test keeps its local paths to look at files; sqlext gets :meth:`uri`."""
+
+    def __init__(self, form: str):
+        self.form = form
+
+    def uri(self, path) -> str:
+        path = os.path.realpath(str(path))
+        if self.form == "plain":
+            return path
+        if self.form == "file":
+            return "file://" + path
+        inside = os.path.relpath(path, TEMP)
+        assert not inside.startswith(".."), f"{path} is not under {TEMP}, which the viewfs mount table maps"
+        return VIEWFS + "/" + inside
+
+    def __repr__(self) -> str:
+        return self.form
+
+
+_storage_counts: dict[str, int] = {}
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes ``storage`` runs with its folders named in one of the forms, the forms
+    taken in turn through a file's tests (viewfs first), so every file meets each of them; under
+    the nightly profile every such test runs in all three."""
+    if "storage" not in metafunc.fixturenames:
+        return
+    if PROFILE == "nightly":
+        forms = list(STORAGE_FORMS)
+    else:
+        module = metafunc.module.__name__
+        count = _storage_counts.get(module, 0)
+        _storage_counts[module] = count + 1
+        forms = [STORAGE_FORMS[count % len(STORAGE_FORMS)]]
+    metafunc.parametrize("storage", [Storage(f) for f in forms], ids=list(forms))
+
+
 @pytest.fixture(scope="session")
 def spark():
     from sqlext.session import local_session
 
-    session = local_session("sqlext-tests", shuffle_partitions=2)
+    warehouse = tempfile.mkdtemp(prefix="sqlext-tests-warehouse-")
+    session = local_session("sqlext-tests", shuffle_partitions=2,
+                            conf={**STORAGE_CONF, "spark.sql.warehouse.dir": warehouse})
     yield session
     session.stop()
+    shutil.rmtree(warehouse, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -105,11 +158,13 @@ exit 1
 
 def pytest_configure(config):
     """The file where Spark's stand-in launcher records who called it: made by the process that
-    reports (the run itself, or the controller of the run's workers), for every worker to share."""
+    reports (the run itself, or the controller of the run's workers), for every worker to share;
+    and what the working folder holds before the tests (they must leave nothing there)."""
     if not hasattr(config, "workerinput"):
         folder = Path(tempfile.mkdtemp(prefix="sqlext-spark-starts-"))
         os.environ["SQLEXT_TESTS_SPARK_STARTS"] = str(folder / "starts")
         config.stash[_starts_folder_key] = folder
+        config.stash[_cwd_key] = set(os.listdir(os.getcwd()))
 
 
 def pytest_collection_finish(session):
@@ -127,6 +182,8 @@ def pytest_collection_finish(session):
 
 
 _home_key = pytest.StashKey[Path]()
+_cwd_key = pytest.StashKey[set]()
+_left_key = pytest.StashKey[list]()
 _starts_folder_key = pytest.StashKey[Path]()
 _starts_key = pytest.StashKey[list]()
 
@@ -140,11 +197,19 @@ def pytest_sessionfinish(session):
     names = sorted(set(starts.read_text().splitlines()) - {""}) if starts.exists() else []
     shutil.rmtree(folder, ignore_errors=True)
     session.config.stash[_starts_key] = names
-    if names:
+    before = session.config.stash.get(_cwd_key, None)
+    left = sorted(set(os.listdir(os.getcwd())) - before - {".pytest_cache", ".hypothesis"}) if before is not None else []
+    session.config.stash[_left_key] = left
+    if names or left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    left = config.stash.get(_left_key, [])
+    if left:
+        terminalreporter.section("The tests left files in the working folder", red=True)
+        terminalreporter.line(", ".join(left) + ": a test wrote where it was run from (a path read as a local "
+                              "folder name?); write into a temporary folder")
     names = config.stash.get(_starts_key, [])
     if names:
         terminalreporter.section("Spark started in a run that selected no spark test", red=True)

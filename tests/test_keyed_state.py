@@ -13,6 +13,7 @@ from profiles import examples
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
 import sqlext.streaming.state as state_module
+from sqlext.storage import local
 from sqlext.streaming.state import KeyedState, exclude, restrict
 
 SCHEMA = StructType([StructField("k1", LongType()), StructField("k2", StringType()),
@@ -32,7 +33,7 @@ batches = st.lists(st.dictionaries(keys, st.integers(-5, 5), max_size=6), min_si
 @settings(max_examples=examples(60, 600), deadline=None)
 @given(batches=batches, share=st.sampled_from([0.0, 0.5, float("inf")]), probe=st.lists(keys, max_size=4))
 def test_the_current_rows_are_the_newest_write_of_each_key(tmp_path_factory, batches, share, probe):
-    state = KeyedState(tmp_path_factory.mktemp("state"), ["k1", "k2"])
+    state = KeyedState(local(tmp_path_factory.mktemp("state")), ["k1", "k2"])
     state.record_schema(SCHEMA)
     expected: dict = {}
     default, state_module.COMPACT_SHARE = state_module.COMPACT_SHARE, share
@@ -70,7 +71,7 @@ def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches,
     def at(v):
         return None if v is None else datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=v)
 
-    state = KeyedState(tmp_path_factory.mktemp("state"), ["k"])
+    state = KeyedState(local(tmp_path_factory.mktemp("state")), ["k"])
     state.record_schema(ONE_KEY)
     schema = state.arrow_schema
     expected: dict = {}
@@ -95,7 +96,7 @@ def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches,
 
 
 def test_a_replayed_batch_reads_the_layers_it_read_before(tmp_path):
-    state = KeyedState(tmp_path, ["k1", "k2"])
+    state = KeyedState(local(tmp_path), ["k1", "k2"])
     state.record_schema(SCHEMA)
     state.write(state.before(0), _table([(1, "a", 1, True), (2, "b", 2, True)]), 0)
     state.write(state.before(1), _table([(1, "a", 10, True)]), 1)
@@ -110,7 +111,7 @@ def test_a_replayed_batch_reads_the_layers_it_read_before(tmp_path):
 
 def test_layers_no_replay_reads_are_forgotten(tmp_path, monkeypatch):
     monkeypatch.setattr(state_module, "COMPACT_SHARE", float("inf"))
-    state = KeyedState(tmp_path, ["k1", "k2"])
+    state = KeyedState(local(tmp_path), ["k1", "k2"])
     state.record_schema(SCHEMA)
     for batch_id in range(4):
         state.write(state.before(batch_id), _table([(batch_id, "a", batch_id, True)]), batch_id)

@@ -370,10 +370,10 @@ def _native_state_rows(query) -> int:
 def _state_rows(checkpoint: str) -> int:
     """The rows of sqlext's keyed states in a checkpoint, as the next run would read them."""
     import sys
-    from pathlib import Path
 
+    from sqlext.storage import local, walk_files
     from sqlext.streaming.checkpoint import STATE_FOLDER
     from sqlext.streaming.state import SCHEMA_FILE, KeyedState
 
     return sum(KeyedState(schema.parent, []).before(sys.maxsize).stored_rows()
-               for schema in (Path(checkpoint) / STATE_FOLDER).rglob(SCHEMA_FILE))
+               for schema in walk_files(local(checkpoint) / STATE_FOLDER) if schema.name == SCHEMA_FILE)

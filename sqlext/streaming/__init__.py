@@ -64,7 +64,11 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     if engine not in ENGINES:
         raise SqlextError("INVALID_OPTION_VALUE", function=FUNCTION, argument="engine", value=repr(engine),
                           allowed=", ".join(repr(e) for e in ENGINES))
+    from sqlext.storage import resolve
+
     tree = one_statement(sql)
+    checkpoint = resolve(spark, checkpoint)
+    output = None if output is None else resolve(spark, output)
     claim(checkpoint, output, purpose_of(tree), start_over)
     sources = Sources(spark, sources, source_format, schemas, checkpoint)
     if engine == "tables":
@@ -73,13 +77,14 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
                               reason="its micro-batches write their rows into a folder",
                               fix="Pass output=..., or use engine='state_store' with streaming_frame for other sinks.")
         source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
-        writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
+        writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
     else:
         frame = _frame(spark, tree, sources, checkpoint)
         check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-        writer = frame.writeStream.format(output_format).outputMode("append").option("checkpointLocation", checkpoint)
+        writer = frame.writeStream.format(output_format).outputMode("append") \
+            .option("checkpointLocation", checkpoint.uri)
         if output is not None:
-            writer = writer.option("path", output)
+            writer = writer.option("path", output.uri)
     if query_name:
         writer = writer.queryName(query_name)
     if trigger == "available_now":
@@ -114,10 +119,13 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
     ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
+    from sqlext.storage import resolve
+
+    checkpoint = None if checkpoint is None else resolve(spark, checkpoint)
     return _frame(spark, one_statement(sql), Sources(spark, sources, source_format, schemas), checkpoint)
 
 
-def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint: str | None):
+def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint):
     from sqlext.session import ensure_installed
 
     ensure_installed(spark)
@@ -377,34 +385,32 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
     so the run processes the whole history again. A table that exists without such a
     checkpoint (written by something else), or whose columns differ from the statement's, is
     refused: ``full_refresh`` rebuilds it."""
-    import shutil
-    from pathlib import Path
-
     from sqlext.session import ensure_installed
+    from sqlext.storage import resolve
 
     ensure_installed(spark)
     target = _table_name(table)
     name = to_sql(target)
     exists = spark.catalog.tableExists(name)
-    folder = Path(_table_folder(spark, target, exists))
+    folder = resolve(spark, _table_folder(spark, target, exists))
     if full_refresh:
         if exists:
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
             exists = False
-        shutil.rmtree(folder, ignore_errors=True)
+        folder.delete()
     schema = _result_schema(spark, sql)
     if exists:
         if not (folder / CHECKPOINT_FOLDER).is_dir():
-            raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=str(folder))
+            raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=folder.uri)
         have = [(f.name, f.dataType.simpleString()) for f in spark.table(name).schema.fields]
         want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
         if have != want:
             raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
                               have=_columns(have), want=_columns(want))
-    run_available_now(spark, sql, checkpoint=str(folder / CHECKPOINT_FOLDER), output=str(folder),
+    run_available_now(spark, sql, checkpoint=(folder / CHECKPOINT_FOLDER).uri, output=folder.uri,
                       start_over=START_OVER_DBT)
     if not exists:
-        spark.catalog.createTable(name, path=str(folder), source="parquet", schema=schema)
+        spark.catalog.createTable(name, path=folder.uri, source="parquet", schema=schema)
     spark.catalog.refreshTable(name)
 
 
@@ -450,22 +456,19 @@ def _table_name(table: str) -> exp.Table:
 
 
 def _table_folder(spark, target: exp.Table, exists: bool) -> str:
-    """The local folder of ``target``: its location if it exists, else its database's
-    location joined with its name."""
+    """The folder of ``target`` (a URI, on any store): its location if it exists, else its
+    database's location joined with its name."""
     if exists:
         described = spark.sql(to_sql(exp.Describe(this=target.copy(), style="EXTENDED"))).collect()
         uri = next((row[1] for row in described if row[0] == "Location"), None)
-    else:
-        database = target.db or spark.catalog.currentDatabase()
-        uri = spark.catalog.getDatabase(database).locationUri.rstrip("/") + "/" + target.name
-    if uri is None or not (uri.startswith("file:") or uri.startswith("/")):
-        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a run into {to_sql(target)}",
-                          reason=f"its folder {uri!r} is not on the local file system, where the 'tables' "
-                                 "engine writes its output and state",
-                          fix="Put the table's database on a local folder, or run sqlext.stream with an output folder.")
-    from urllib.parse import unquote, urlparse
-
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+        if uri is None:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a run into {to_sql(target)}",
+                              reason="the table has no folder (a view, or a table of another source), where the "
+                                     "runs would keep their output and state",
+                              fix="Drop it and let the run create it, or run sqlext.stream with an output folder.")
+        return uri
+    database = target.db or spark.catalog.currentDatabase()
+    return spark.catalog.getDatabase(database).locationUri.rstrip("/") + "/" + target.name
 
 
 def _columns(columns) -> str:

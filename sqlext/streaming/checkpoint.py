@@ -19,15 +19,13 @@ every source are recorded beside them (``sqlext-sources.json``): a change there 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
+from sqlext.storage import Folder
 
 FUNCTION = "sqlext stream"
 STATEMENT_FILE = "sqlext-statement.json"
@@ -101,18 +99,18 @@ def _without_comments(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def claim(checkpoint: str, output: str | None, purpose: Purpose, start_over: str = START_OVER) -> None:
+def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_over: str = START_OVER) -> None:
     """Refuse a run of ``purpose`` on a checkpoint or output folder made for something else
     (``[STREAM_CHECKPOINT_MISMATCH]``, ``[STREAM_OUTPUT_IN_USE]``); record the purpose on the
     first run. A checkpoint that never committed a batch is taken over by the new statement
     (nothing of the old one was complete); one that committed batches before this record
     existed is adopted as it is."""
-    checkpoint_id = str(Path(checkpoint).resolve())
-    output_id = None if output is None else str(Path(output).resolve())
-    recorded = _read(Path(checkpoint) / STATEMENT_FILE)
+    checkpoint_id = checkpoint.uri
+    output_id = None if output is None else output.uri
+    recorded = (checkpoint / STATEMENT_FILE).read_json()
     committed = _committed(checkpoint)
-    state = Path(checkpoint) / STATE_FOLDER
-    if committed and state.is_dir() and any(state.iterdir()) and not (state / LAYOUT_FILE).exists():
+    state = checkpoint / STATE_FOLDER
+    if committed and state.entries() and not (state / LAYOUT_FILE).exists():
         raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
                           differences="its state was written by an earlier version of sqlext, in a layout this "
                                       "version does not read", fix=_fix(start_over))
@@ -121,42 +119,50 @@ def claim(checkpoint: str, output: str | None, purpose: Purpose, start_over: str
         if before != purpose:
             raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
                               differences=differences(before, purpose), fix=_fix(start_over))
-        if output_id is not None and recorded.get("output") not in (None, output_id):
+        if output_id is not None and not _same(recorded.get("output"), output):
             raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
                               why=f"is not the folder this checkpoint writes to ({recorded['output']})",
                               fix=f"Run with that output folder, or {start_over}.")
-    marker = None if output is None else _read(Path(output) / OUTPUT_FILE)
+    marker = None if output is None else (output / OUTPUT_FILE).read_json()
     if output is not None and marker is None and not committed:
-        held = sorted(p.name for p in Path(output).iterdir() if not p.name.startswith((".", "_"))) \
-            if Path(output).is_dir() else []
+        held = sorted(e.name for e in output.entries() if not e.name.startswith((".", "_")))
         if held:
             raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
                               why=f"already holds files that no run of this checkpoint wrote ({', '.join(held[:5])})",
                               fix=f"Name an empty or new output folder, or {start_over}.")
-    if marker is not None and marker.get("checkpoint") != checkpoint_id:
+    if marker is not None and not _same(marker.get("checkpoint"), checkpoint, empty=False):
         raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
                           why=f"holds the output of another checkpoint ({marker.get('checkpoint')})",
                           fix="Run with that checkpoint, or name another output folder.")
     if recorded is None or Purpose.from_json(recorded) != purpose or recorded.get("output") != output_id:
-        _write(Path(checkpoint) / STATEMENT_FILE, {**purpose.as_json(), "output": output_id})
-    if output is not None and (marker is None or Purpose.from_json(marker) != purpose):
-        _write(Path(output) / OUTPUT_FILE, {**purpose.as_json(), "checkpoint": checkpoint_id})
+        (checkpoint / STATEMENT_FILE).write_json({**purpose.as_json(), "output": output_id})
+    if output is not None and (marker is None or Purpose.from_json(marker) != purpose
+                               or marker.get("checkpoint") != checkpoint_id):
+        (output / OUTPUT_FILE).write_json({**purpose.as_json(), "checkpoint": checkpoint_id})
 
 
-def check_columns(checkpoint: str, output: str | None, columns: list[tuple[str, str]]) -> None:
+def _same(recorded: str | None, folder: Folder, empty: bool = True) -> bool:
+    """Whether a recorded place is ``folder`` (as a URI; an earlier sqlext recorded local paths
+    as plain paths). Nothing recorded is the same where ``empty`` says so."""
+    if recorded is None:
+        return empty
+    return recorded == folder.uri or (recorded.startswith("/") and "file:" + recorded == folder.uri)
+
+
+def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple[str, str]]) -> None:
     """The output's columns (name, type) against those the first write recorded; recorded on
     the first write. Different columns would mix two tables in one folder."""
-    path = Path(checkpoint) / STATEMENT_FILE
-    recorded = _read(path)
+    path = checkpoint / STATEMENT_FILE
+    recorded = path.read_json()
     if recorded is None:
         return
     if recorded.get("columns") is None:
         recorded["columns"] = [list(c) for c in columns]
-        _write(path, recorded)
-        if output is not None and (Path(output) / OUTPUT_FILE).exists():
-            marker = _read(Path(output) / OUTPUT_FILE)
+        path.write_json(recorded)
+        marker = None if output is None else (output / OUTPUT_FILE).read_json()
+        if marker is not None:
             marker["columns"] = recorded["columns"]
-            _write(Path(output) / OUTPUT_FILE, marker)
+            (output / OUTPUT_FILE).write_json(marker)
         return
     before = [tuple(c) for c in recorded["columns"]]
     if before != [tuple(c) for c in columns]:
@@ -192,35 +198,20 @@ def _columns(columns) -> str:
     return ", ".join(f"{name} {kind}" for name, kind in columns)
 
 
-def _committed(checkpoint: str) -> bool:
+def _committed(checkpoint: Folder) -> bool:
     """Whether Spark committed a batch of this checkpoint."""
-    commits = Path(checkpoint) / "commits"
-    return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+    return any(e.name.isdigit() for e in (checkpoint / "commits").entries())
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name("." + path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1))
-    os.replace(temporary, path)
-
-
-def check_source_columns(checkpoint: str, name: str, schema) -> None:
+def check_source_columns(checkpoint: Folder, name: str, schema) -> None:
     """Compare a source's columns with those recorded by the checkpoint's first run (in
     ``<checkpoint>/sqlext-sources.json``); record them on the first run."""
-    path = Path(checkpoint) / SOURCES_FILE
-    recorded = _read(path) or {}
+    path = checkpoint / SOURCES_FILE
+    recorded = path.read_json() or {}
     now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
     if name not in recorded:
         recorded[name] = now
-        _write(path, recorded)
+        path.write_json(recorded)
         return
     before = {n: t for n, t in recorded[name]}
     after = {n: t for n, t in now}

@@ -15,16 +15,14 @@ so the output never holds a row twice.
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
 from contextlib import contextmanager
-from pathlib import Path
 
 import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import to_sql
 from sqlext.streaming.checkpoint import LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns
+from sqlext.storage import Folder
 
 # the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
 STEPS: dict[str, float] = {}
@@ -65,15 +63,14 @@ def on_driver(batch) -> bool:
 class TableStateRun:
     """The statement around the call, the batch call over the batch's views, and the output."""
 
-    def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: str, output: str,
+    def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: Folder, output: Folder,
                  output_format: str, function: str, arguments: tuple[str, ...]):
         self.call, self.outer, self.placeholder = call, outer, placeholder
         self.checkpoint = checkpoint
-        self.state = Path(checkpoint) / STATE_FOLDER
+        self.state = checkpoint / STATE_FOLDER
         if not (self.state / LAYOUT_FILE).exists():  # the layout this engine writes (see checkpoint.claim)
-            self.state.mkdir(parents=True, exist_ok=True)
-            (self.state / LAYOUT_FILE).write_text(LAYOUT + "\n")
-        self.output, self.output_format = Path(output), output_format
+            (self.state / LAYOUT_FILE).write_bytes((LAYOUT + "\n").encode())
+        self.output, self.output_format = output, output_format
         self.function, self.arguments = function, arguments
 
     def call_over(self, views: dict[str, str]) -> exp.Expression:
@@ -105,7 +102,7 @@ class TableStateRun:
         statement, as the batch's output files. Rows the statement passes on as they are, into
         Parquet, are written straight from the driver; anything else runs the statement in Spark."""
         if self.outer_is_all and self.output_format == "parquet":
-            check_columns(self.checkpoint, str(self.output), spark_columns(rows.schema))
+            check_columns(self.checkpoint, self.output, spark_columns(rows.schema))
             write_arrow_files(rows, self.output, batch_id, kind="base" if whole else "batch")
             if whole:
                 forget_batch_files(self.output, batch_id + 1)
@@ -132,8 +129,7 @@ class TableStateRun:
                     if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
                         outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
             rows = run_statement(spark, to_sql(outer))
-            check_columns(self.checkpoint, str(self.output),
-                          [(f.name, f.dataType.simpleString()) for f in rows.schema.fields])
+            check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString()) for f in rows.schema.fields])
             write_batch_files(rows, self.output, batch_id, self.output_format, kind="base" if whole else "batch")
             if whole:
                 forget_batch_files(self.output, batch_id + 1)
@@ -145,22 +141,17 @@ class TableStateRun:
         batch, so a replayed batch reads what it read before); None before any."""
         import pickle
 
-        found = sorted((int(p.name.split("-")[1]), p) for p in self.state.glob(f"{name}-*")
-                       if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < batch_id)
-        return pickle.loads(found[-1][1].read_bytes()) if found else None
+        found = sorted(n for n in _numbered(self.state, name) if n < batch_id)
+        return pickle.loads((self.state / f"{name}-{found[-1]}").read_bytes()) if found else None
 
     def record(self, name: str, batch_id: int, value) -> None:
         """Record ``value`` under ``name`` for this batch; the records no replay reads go."""
         import pickle
 
-        self.state.mkdir(parents=True, exist_ok=True)
-        temporary = self.state / f"_{name}-{batch_id}"
-        temporary.write_bytes(pickle.dumps(value))
-        os.replace(temporary, self.state / f"{name}-{batch_id}")
-        for path in self.state.glob(f"{name}-*"):  # a replay of this batch reads the one before it
-            number = path.name.split("-")[1]
-            if number.isdigit() and int(number) < batch_id - 1:
-                path.unlink(missing_ok=True)
+        (self.state / f"{name}-{batch_id}").write_bytes(pickle.dumps(value))
+        for number in _numbered(self.state, name):  # a replay of this batch reads the one before it
+            if number < batch_id - 1:
+                (self.state / f"{name}-{number}").delete()
 
     @contextmanager
     def called(self, spark, feeds: dict):
@@ -177,6 +168,13 @@ class TableStateRun:
         finally:
             for view in views.values():
                 spark.catalog.dropTempView(view)
+
+
+def _numbered(folder: Folder, name: str) -> list[int]:
+    """The numbers ``n`` of the files ``<name>-<n>`` in ``folder``."""
+    prefix = name + "-"
+    return [int(e.name[len(prefix):]) for e in folder.entries()
+            if not e.is_dir and e.name.startswith(prefix) and e.name[len(prefix):].isdigit()]
 
 
 def instant(value):
@@ -209,59 +207,64 @@ def arrow_schema(spark_schema) -> pa.Schema:
     return to_arrow_schema(spark_schema, timezone="UTC")
 
 
-def write_arrow_files(rows: pa.Table, folder: Path, batch_id: int, kind: str = "batch") -> None:
+def write_arrow_files(rows: pa.Table, folder: Folder, batch_id: int, kind: str = "batch") -> None:
     """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet`` in ``folder``,
     written straight from the driver, replacing any files an earlier attempt of the batch left.
     An empty ``base`` is still written: it replaces the whole table with no rows."""
-    from sqlext.streaming.state import write_parquet
-
-    folder.mkdir(parents=True, exist_ok=True)
     prefix = f"{kind}-{batch_id:010d}-"
-    for stale in folder.glob(prefix + "*"):
-        stale.unlink()
+    _delete_prefixed(folder, prefix)
     if rows.num_rows == 0 and kind != "base":
         return
-    temporary = folder / f".{prefix}part-00000.parquet.tmp"
-    write_parquet(rows, temporary)
-    os.replace(temporary, folder / f"{prefix}part-00000.parquet")
+    (folder / f"{prefix}part-00000.parquet").write_parquet(rows)
 
 
-def write_batch_files(frame, folder: Path, batch_id: int, file_format: str, kind: str = "batch") -> None:
+def write_batch_files(frame, folder: Folder, batch_id: int, file_format: str, kind: str = "batch") -> None:
     """A batch's rows as files ``<kind>-<id>-*`` in ``folder`` (``kind`` is ``batch``, or
     ``base`` for a batch that rewrites the whole state), replacing any files a previous attempt
     of the same batch left."""
     prefix = f"{kind}-{batch_id:010d}-"
     temporary = folder / f"_sx_tmp-{kind}-{batch_id}"
-    frame.write.mode("overwrite").format(file_format).save(str(temporary))
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob(prefix + "*"):
-        stale.unlink()
-    for part in sorted(temporary.glob("part-*")):
-        part.rename(folder / (prefix + part.name))
-    shutil.rmtree(temporary, ignore_errors=True)
+    frame.write.mode("overwrite").format(file_format).save(temporary.uri)
+    _delete_prefixed(folder, prefix)
+    for part in temporary.files(suffix=""):
+        part.rename_to(folder / (prefix + part.name))
+    temporary.delete()
 
 
-def batch_files(folder: Path, batch_id: int) -> list[Path]:
-    """The files that hold a folder's rows before batch ``batch_id``: the newest ``base``
-    written by an earlier batch, and the ``batch`` files of the batches after it."""
-    if not folder.is_dir():
-        return []
-    numbered = [(p.name.split("-")[0], int(p.name.split("-")[1]), p) for p in folder.glob("*-*-*")
-                if p.name.split("-")[0] in ("base", "batch")]
-    bases = [n for kind, n, _ in numbered if kind == "base" and n < batch_id]
-    base = max(bases, default=-1)
-    return sorted(p for kind, n, p in numbered
+def _delete_prefixed(folder: Folder, prefix: str) -> None:
+    for entry in folder.entries():
+        if entry.name.startswith(prefix):
+            (folder / entry.name).delete()
+
+
+def _output_files(folder: Folder) -> list[tuple[str, int, str]]:
+    """The output's files written by runs: (``base`` or ``batch``, batch id, name)."""
+    found = []
+    for entry in folder.entries():
+        parts = entry.name.split("-")
+        if len(parts) >= 3 and parts[0] in ("base", "batch") and parts[1].isdigit():
+            found.append((parts[0], int(parts[1]), entry.name))
+    return found
+
+
+def batch_files(folder: Folder, batch_id: int) -> list[str]:
+    """The names of the files that hold a folder's rows before batch ``batch_id``: the newest
+    ``base`` written by an earlier batch, and the ``batch`` files of the batches after it."""
+    numbered = _output_files(folder)
+    base = max((n for kind, n, _ in numbered if kind == "base" and n < batch_id), default=-1)
+    return sorted(name for kind, n, name in numbered
                   if (kind == "base" and n == base) or (kind == "batch" and base < n < batch_id))
 
 
-def forget_batch_files(folder: Path, batch_id: int) -> None:
+def forget_batch_files(folder: Folder, batch_id: int) -> None:
     """Delete the files older than the ones batch ``batch_id`` reads: once it runs, the batches
     before it are committed and will not be replayed."""
+    numbered = _output_files(folder)
     keep = set(batch_files(folder, batch_id))
-    oldest = min((int(p.name.split("-")[1]) for p in keep), default=None)
-    for path in folder.glob("*-*-*") if oldest is not None else []:
-        if path not in keep and path.name.split("-")[0] in ("base", "batch") and int(path.name.split("-")[1]) < oldest:
-            path.unlink()
+    oldest = min((n for _, n, name in numbered if name in keep), default=None)
+    for _, n, name in numbered if oldest is not None else []:
+        if name not in keep and n < oldest:
+            (folder / name).delete()
 
 
 def late_refusal(late, function: str, shape, schema, across_inputs: bool = False):

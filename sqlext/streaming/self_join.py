@@ -283,7 +283,7 @@ class TableStateSelfJoin(TableStateRun):
             finally:
                 spark.catalog.dropTempView(name)
             out = grouped.changes(finals, batch_id, self.shape.output_arrow)
-            check_columns(self.checkpoint, str(self.output), spark_columns(out.schema))
+            check_columns(self.checkpoint, self.output, spark_columns(out.schema))
             if self.output_format == "parquet":
                 write_arrow_files(out, self.output, batch_id)
             else:
@@ -296,7 +296,7 @@ class TableStateSelfJoin(TableStateRun):
         from sqlext.streaming.checkpoint import check_columns
         from sqlext.streaming.run import write_batch_files
 
-        check_columns(self.checkpoint, str(self.output), [(f.name, f.dataType.simpleString())
+        check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in forwarded.schema.fields])
         write_batch_files(forwarded, self.output, batch_id, self.output_format)
 

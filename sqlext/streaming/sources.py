@@ -3,13 +3,13 @@ name), a streaming temporary view, or a table Spark can read as a stream."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping
 
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
+from sqlext.storage import Folder, resolve
 
 FUNCTION = "sqlext stream"
 
@@ -38,7 +38,7 @@ class Sources:
     other name is a streaming view or a table."""
 
     def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
-                 schemas: Mapping[str, str] | None = None, checkpoint: str | None = None):
+                 schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None):
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
@@ -49,11 +49,12 @@ class Sources:
                               fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
                                   "table or view has its own columns.")
 
-    def parquet_folder(self, call: exp.Anonymous) -> str | None:
+    def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one."""
         if self.file_format != "parquet":
             return None
-        return next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
+        folder = next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
+        return None if folder is None else resolve(self.spark, folder)
 
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names."""
@@ -81,7 +82,7 @@ class Sources:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"the schema of {name}",
                               expected="a column list such as 'id BIGINT, name STRING'",
                               value=repr(self.schemas[name]), fix="Name each column and its type.")
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        resolve(self.spark, folder).mkdirs()
         found = self._found(name, folder, missing_ok=True)
         if found is not None:
             have = [(f.name, f.dataType.simpleString()) for f in found.fields]
@@ -96,8 +97,8 @@ class Sources:
         """The columns of the folder's files (every file's: a changed file is noticed). Parquet
         files already read by an earlier run of the checkpoint are not read again: only the
         footers of new files are compared with the columns recorded then."""
-        known = _FileColumns(self.checkpoint, name, folder) if self.file_format == "parquet" and self.checkpoint \
-            else None
+        known = _FileColumns(self.checkpoint, name, resolve(self.spark, folder)) \
+            if self.file_format == "parquet" and self.checkpoint is not None else None
         if known is not None and known.unchanged():
             return known.schema
         schema = self._inferred(name, folder, missing_ok)
@@ -134,35 +135,30 @@ class _FileColumns:
     the files' own (Arrow) schema, and the files it read them from (in
     ``<checkpoint>/sqlext-source-files.json``). A later run reads the footers of new files only."""
 
-    def __init__(self, checkpoint: str, name: str, folder: str):
-        self.path, self.name, self.folder = Path(checkpoint) / "sqlext-source-files.json", name, Path(folder)
+    def __init__(self, checkpoint: Folder, name: str, folder: Folder):
+        self.path, self.name, self.folder = checkpoint / "sqlext-source-files.json", name, folder
         self.schema = None
 
-    def _files(self) -> list[Path] | None:
+    def _files(self) -> list[Folder] | None:
         """The folder's data files; None where it holds folders (partitions), left to Spark."""
-        if not self.folder.is_dir():
+        entries = self.folder.entries()
+        if not entries:
             return None
         files = []
-        for entry in self.folder.iterdir():
+        for entry in entries:
             if entry.name.startswith((".", "_")):
                 continue
-            if entry.is_dir():
+            if entry.is_dir:
                 return None
-            files.append(entry)
-        return sorted(files)
+            files.append(self.folder / entry.name)
+        return sorted(files, key=lambda f: f.name)
 
     def _recorded(self) -> dict:
-        import json
-
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
+        return self.path.read_json() or {}
 
     def unchanged(self) -> bool:
         """Whether the recorded columns still hold: every file not read before has the same
         footer schema as those that were."""
-        import pyarrow.parquet as pq
         from pyspark.sql.types import StructType
 
         record = self._recorded().get(self.name)
@@ -172,7 +168,7 @@ class _FileColumns:
         seen = set(record["files"])
         try:
             for file in files:
-                if file.name not in seen and _footer(pq.read_schema(file)) != record["footer"]:
+                if file.name not in seen and _footer(file.parquet_schema()) != record["footer"]:
                     return False
         except Exception:  # noqa: BLE001 - not a Parquet file Arrow can read: Spark decides
             return False
@@ -180,25 +176,17 @@ class _FileColumns:
         self.record(self.schema, files)
         return True
 
-    def record(self, schema, files: list[Path] | None = None) -> None:
-        import json
-        import os
-
-        import pyarrow.parquet as pq
-
+    def record(self, schema, files: list[Folder] | None = None) -> None:
         files = self._files() if files is None else files
         if not files:
             return
         try:
-            footer = _footer(pq.read_schema(files[0]))
+            footer = _footer(files[0].parquet_schema())
         except Exception:  # noqa: BLE001 - nothing to record: Spark reads every file next time
             return
         records = self._recorded()
         records[self.name] = {"spark": schema.jsonValue(), "footer": footer, "files": [f.name for f in files]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name("." + self.path.name + ".tmp")
-        temporary.write_text(json.dumps(records))
-        os.replace(temporary, self.path)
+        self.path.write_json(records)
 
 
 def _footer(schema) -> str:
@@ -208,19 +196,18 @@ def _footer(schema) -> str:
 
 # -- the files of one micro-batch, read without Spark
 
-def batch_files(checkpoint: str, batch_id: int, source: int, folder: str) -> list[str] | None:
+def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) -> list[Folder] | None:
     """The files micro-batch ``batch_id`` of the query checkpointed in ``checkpoint`` reads from
     its ``source``-th source, a Parquet folder: from Spark's own records of the batch (the
     query's offset log names the source's log offsets a batch covers; the source's file log, the
     files each log offset added). None where these records are not as read here or name files
     outside ``folder``: the caller then lets Spark read the batch."""
     import json
-    from urllib.parse import unquote, urlparse
 
-    root = Path(checkpoint)
+    from sqlext.errors import SqlextError
 
     def log_offset(batch: int):
-        lines = (root / "offsets" / str(batch)).read_text().splitlines()
+        lines = (checkpoint / "offsets" / str(batch)).read_bytes().decode().splitlines()
         if not lines or lines[0] != "v1" or len(lines) < 3 + source:
             raise ValueError("an offset log entry in another form")
         entry = lines[2 + source].strip()
@@ -229,59 +216,68 @@ def batch_files(checkpoint: str, batch_id: int, source: int, folder: str) -> lis
     try:
         current = log_offset(batch_id)
         previous = log_offset(batch_id - 1) if batch_id > 0 else -1
-        log = root / "sources" / str(source)
+        log = checkpoint / "sources" / str(source)
+        names = None
         entries = []
         for offset in range(previous + 1, current + 1):
-            single = log / str(offset)
-            if single.exists():
-                entries += _log_entries(single)
+            if names is None:
+                names = {e.name for e in log.entries()}
+            if str(offset) in names:
+                entries += _log_entries(log / str(offset))
                 continue
-            compacted = sorted((int(p.name.split(".")[0]), p) for p in log.glob("*.compact")
-                               if p.name.split(".")[0].isdigit() and int(p.name.split(".")[0]) >= offset)
+            compacted = sorted(int(n.split(".")[0]) for n in names
+                               if n.endswith(".compact") and n.split(".")[0].isdigit() and int(n.split(".")[0]) >= offset)
             if not compacted:
                 return None
-            entries += [e for e in _log_entries(compacted[0][1]) if e.get("batchId") == offset]
+            entries += [e for e in _log_entries(log / f"{compacted[0]}.compact") if e.get("batchId") == offset]
         files = []
-        inside = Path(folder).resolve()
+        inside = _place(folder.uri)
         for entry in entries:
-            uri = urlparse(entry["path"])
-            if uri.scheme not in ("file", ""):
+            place = _place(entry["path"])
+            parent, _, name = place[2].rpartition("/")
+            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
                 return None
-            path = Path(unquote(uri.path))
-            if path.parent.resolve() != inside:
-                return None
-            files.append(str(path))
+            files.append(folder / name)
         return files
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, SqlextError):
         return None
 
 
-def _log_entries(path: Path) -> list[dict]:
+def _place(uri: str) -> tuple[str, str, str]:
+    """A URI as (scheme, authority, path), a plain path as a local file's."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return (parsed.scheme or "file").lower(), parsed.netloc, unquote(parsed.path)
+
+
+def _log_entries(path: Folder) -> list[dict]:
     import json
 
-    lines = path.read_text().splitlines()
+    lines = path.read_bytes().decode().splitlines()
     if not lines or lines[0] != "v1":
         raise ValueError("a file log in another form")
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
-def read_parquet_files(files: list[str], schema):
+def read_parquet_files(files: list[Folder], schema):
     """The rows of Parquet files as Arrow data in the columns ``schema`` (Arrow) names, when
     every file holds each of them under that name with that type (as Spark reads them then);
     None otherwise, for Spark to read."""
     import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
+
+    from sqlext.errors import SqlextError
+    from sqlext.storage import read_parquet
 
     if not files:
         return schema.empty_table()
     try:
         for file in files:
-            found = pq.read_schema(file)
+            found = file.parquet_schema()
             for field in schema:
                 index = found.get_field_index(field.name)
                 if index < 0 or found.field(index).type != field.type:
                     return None
-        return ds.dataset(files, schema=schema, format="parquet").to_table()
-    except (OSError, pa.ArrowException):
+        return read_parquet(files, schema)
+    except (OSError, pa.ArrowException, SqlextError):
         return None

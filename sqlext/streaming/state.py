@@ -1,6 +1,7 @@
 """The one keyed state of every incremental function: a compacted base and one cumulative delta.
 
-A state is a folder of Parquet layers holding one row per key:
+A state is a folder (any store :mod:`sqlext.storage` reaches) of Parquet layers
+holding one row per key:
 
 * ``base-<batch>``: every key, as batch ``<batch>`` left it (the compaction);
 * ``delta-<batch>``: every key changed since the base, as batch ``<batch>`` left it. Each batch
@@ -15,34 +16,32 @@ compaction costs the whole state.
 
 The state's columns are recorded once, in ``schema.json``, and every read uses them: no file's
 schema is inferred. A batch reads only the layers of earlier batches and writes layers named
-by its own id (a layer appears whole, by renaming a finished folder), so a batch replayed after
-a crash reads what it read before and writes the same layers again. Layers that no replay can
+by its own id (a layer appears whole: renamed into place, or committed by a commit file on an
+object store; see :mod:`sqlext.storage`), so a batch replayed after a crash reads
+what it read before and writes the same layers again. Layers that no replay can
 read any more are deleted.
 
 Lookups run on the driver over Arrow data (a scan of the key or foreign-key column and an
 in-memory hash join: no Spark job), or as Spark frames for large batches. The layers a process
 reads or writes on the driver stay in its memory for the next batch (:data:`CACHE_BYTES` in
 all, the least recently used dropped first), as Spark's own state stores keep the loaded version
-of their state between micro-batches: a layer is immutable once its folder has its name, and a
-folder written again (a replayed batch) is a new folder, which the cache tells by its identity.
+of their state between micro-batches: a layer is immutable once committed, and a layer written
+again (a replayed batch) has new files, which the cache tells by their names, sizes and times.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sqlext.catalog.arguments import quote
+from sqlext.storage import Folder, read_parquet
 
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
@@ -69,8 +68,8 @@ class KeyedState:
     """One keyed state in ``folder``: rows of the columns ``schema`` (a Spark ``StructType``),
     one per value of the ``keys`` columns."""
 
-    def __init__(self, folder: Path, keys: Sequence[str], share: float | None = None):
-        self.folder, self.keys = Path(folder), list(keys)
+    def __init__(self, folder: Folder, keys: Sequence[str], share: float | None = None):
+        self.folder, self.keys = folder, list(keys)
         self.share = share  # this state's compaction share (None: COMPACT_SHARE)
         self._schema = None
 
@@ -79,19 +78,18 @@ class KeyedState:
     @property
     def schema(self):
         """The state's columns (a Spark ``StructType``), as recorded; None before the first write."""
-        if self._schema is None and (self.folder / SCHEMA_FILE).exists():
-            from pyspark.sql.types import StructType
+        if self._schema is None:
+            recorded = (self.folder / SCHEMA_FILE).read_json()
+            if recorded is not None:
+                from pyspark.sql.types import StructType
 
-            self._schema = StructType.fromJson(json.loads((self.folder / SCHEMA_FILE).read_text()))
+                self._schema = StructType.fromJson(recorded)
         return self._schema
 
     def record_schema(self, schema) -> None:
         """Record the state's columns on its first write (later writes keep them)."""
         if self.schema is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            temporary = self.folder / ("." + SCHEMA_FILE)
-            temporary.write_text(json.dumps(schema.jsonValue()))
-            os.replace(temporary, self.folder / SCHEMA_FILE)
+            (self.folder / SCHEMA_FILE).write_json(schema.jsonValue())
             self._schema = schema
 
     @property
@@ -104,11 +102,10 @@ class KeyedState:
 
     def _finished(self, kind: str) -> list[int]:
         found = []
-        if self.folder.is_dir():
-            for path in self.folder.iterdir():
-                number = path.name[len(kind) + 1:]
-                if path.name.startswith(kind + "-") and number.isdigit() and path.is_dir():
-                    found.append(int(number))
+        for name in self.folder.committed_names():
+            number = name[len(kind) + 1:]
+            if name.startswith(kind + "-") and number.isdigit():
+                found.append(int(number))
         return sorted(found)
 
     def before(self, batch_id: int) -> "StateView":
@@ -119,7 +116,7 @@ class KeyedState:
         deltas = [d for d in self._finished("delta") if base is not None and base < d < batch_id]
         return StateView(self, base, deltas[-1] if deltas else None)
 
-    def path(self, kind: str, batch_id: int) -> Path:
+    def path(self, kind: str, batch_id: int) -> Folder:
         return self.folder / f"{kind}-{batch_id}"
 
     def write(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
@@ -169,13 +166,14 @@ class KeyedState:
             self._put_base(batch_id, over(view.frame_of(spark, view.base), delta, self.keys), keep)
             return
         delta = delta.localCheckpoint()
-        temporary = self._put_frame("delta", batch_id, delta, rename=False)
-        if _rows(temporary) >= self._share * view.base_rows():
+        layer = self.path("delta", batch_id)
+        self._put_frame("delta", batch_id, delta, commit=False)
+        if _rows(layer.pending()) >= self._share * view.base_rows():
             rows = over(view.frame_of(spark, view.base), delta, self.keys)
-            shutil.rmtree(temporary, ignore_errors=True)
+            layer.pending().delete()
             self._put_base(batch_id, rows, keep)
         else:
-            self._rename(temporary, self.path("delta", batch_id))
+            layer.commit_layer()
 
     def _put_base(self, batch_id: int, rows, keep=None) -> None:
         """A new base of the frame's rows, less those ``keep`` drops."""
@@ -187,27 +185,19 @@ class KeyedState:
                 table = table.sort_by([(k, "ascending") for k in self.keys])
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a key type without an order
                 pass
-        temporary = self.folder / f"_tmp-{kind}-{batch_id}"
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir(parents=True)
-        write_parquet(table, temporary / "part-00000.parquet", row_group_size=128 * 1024)
-        self._rename(temporary, self.path(kind, batch_id))
-        LAYERS.put(self.path(kind, batch_id), table)
+        layer = self.path(kind, batch_id)
+        (layer.begin_layer() / "part-00000.parquet").write_parquet(table, row_group_size=128 * 1024, whole=False)
+        layer.commit_layer()
+        LAYERS.put(layer, table)
 
-    def _put_frame(self, kind: str, batch_id: int, frame, rename: bool = True) -> Path:
-        temporary = self.folder / f"_tmp-{kind}-{batch_id}"
-        shutil.rmtree(temporary, ignore_errors=True)
+    def _put_frame(self, kind: str, batch_id: int, frame, commit: bool = True) -> None:
+        layer = self.path(kind, batch_id)
+        pending = layer.begin_layer()
         if kind == "base":
             frame = frame.sortWithinPartitions(*[quote(k) for k in self.keys])
-        frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(str(temporary))
-        if rename:
-            self._rename(temporary, self.path(kind, batch_id))
-        return temporary
-
-    @staticmethod
-    def _rename(temporary: Path, final: Path) -> None:
-        shutil.rmtree(final, ignore_errors=True)  # a replayed batch's earlier attempt
-        os.replace(temporary, final)
+        frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(pending.uri)
+        if commit:
+            layer.commit_layer()
 
     def _forget(self, view: "StateView") -> None:
         """Delete the layers older than those ``view`` holds: the batch that read ``view`` runs
@@ -219,7 +209,7 @@ class KeyedState:
                 older = number < view.base if kind == "base" else \
                     number <= view.base or (view.delta is not None and number < view.delta)
                 if older:
-                    shutil.rmtree(self.path(kind, number), ignore_errors=True)
+                    self.path(kind, number).delete_layer()
                     LAYERS.forget(self.path(kind, number))
 
 
@@ -258,13 +248,11 @@ class StateView:
         if table is None:  # too large to keep: read what is asked, the filter pushed into the files
             import pyarrow.dataset as ds
 
-            files = [str(p) for p in _parts(self._folder(batch_id))]
-            return ds.dataset(files, schema=self.state.arrow_schema, format="parquet").to_table(columns=columns,
-                                                                                               filter=filter)
+            return read_parquet(_parts(self._folder(batch_id)), self.state.arrow_schema, columns, filter)
         table = table if filter is None else table.filter(filter)
         return table if columns is None else table.select(columns)
 
-    def _folder(self, batch_id: int) -> Path:
+    def _folder(self, batch_id: int) -> Folder:
         return self.state.path("base" if batch_id == self.base else "delta", batch_id)
 
     def _in_memory(self, batch_id: int) -> pa.Table | None:
@@ -276,14 +264,12 @@ class StateView:
         table = LAYERS.get(folder)
         if table is not None:
             return table
-        files = [str(p) for p in _parts(folder)]
-        if not files:
+        entries = [e for e in folder.entries() if _is_part(e.name)]
+        if not entries:
             return self.state.arrow_schema.empty_table()
-        if sum(os.path.getsize(f) for f in files) * 4 > CACHE_BYTES:
+        if sum(e.size for e in entries) * 4 > CACHE_BYTES:
             return None
-        import pyarrow.dataset as ds
-
-        table = ds.dataset(files, schema=self.state.arrow_schema, format="parquet").to_table()
+        table = read_parquet([folder / e.name for e in entries], self.state.arrow_schema)
         LAYERS.put(folder, table)
         return table
 
@@ -323,7 +309,7 @@ class StateView:
         return pa.concat_tables([exclude(base, delta, self.state.keys), restricted(delta)])
 
     def frame_of(self, spark, batch_id: int):
-        return spark.read.schema(self.state.schema).parquet(str(self._folder(batch_id)))
+        return spark.read.schema(self.state.schema).parquet(self._folder(batch_id).uri)
 
     def frame(self, spark):
         """The current rows as a Spark frame (the base less the delta's keys, plus the delta):
@@ -343,23 +329,23 @@ class _Layers:
     def __init__(self):
         self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
 
-    def get(self, folder: Path) -> pa.Table | None:
+    def get(self, folder: Folder) -> pa.Table | None:
         entry = self._entry(folder)
         return None if entry is None else entry[1]
 
-    def _entry(self, folder: Path):
-        entry = self.tables.get(str(folder))
-        if entry is None or entry[0] != _identity(folder):
+    def _entry(self, folder: Folder):
+        entry = self.tables.get(folder.uri)
+        if entry is None or entry[0] != folder.identity():
             return None
-        self.tables.move_to_end(str(folder))
+        self.tables.move_to_end(folder.uri)
         return entry
 
-    def put(self, folder: Path, table: pa.Table) -> None:
-        self.tables.pop(str(folder), None)
-        identity = _identity(folder)
-        if identity is None or table.nbytes > CACHE_BYTES:
+    def put(self, folder: Folder, table: pa.Table) -> None:
+        self.tables.pop(folder.uri, None)
+        identity = folder.identity()
+        if not identity or table.nbytes > CACHE_BYTES:
             return
-        self.tables[str(folder)] = (identity, table, {})
+        self.tables[folder.uri] = (identity, table, {})
         self._fit()
 
     def _fit(self) -> None:
@@ -367,7 +353,7 @@ class _Layers:
                                            for _, t, indexes in self.tables.values()) > CACHE_BYTES:
             self.tables.popitem(last=False)
 
-    def lookup(self, folder: Path, column: str, values) -> np.ndarray | None:
+    def lookup(self, folder: Folder, column: str, values) -> np.ndarray | None:
         """The positions of the rows of the layer in memory whose ``column`` is among ``values``
         (NULL among them matching NULL), by its sorted index; None where the layer is not in
         memory or the column's type has no index (text: the caller scans)."""
@@ -383,8 +369,8 @@ class _Layers:
             self._fit()
         return indexes[column].rows(values)
 
-    def forget(self, folder: Path) -> None:
-        self.tables.pop(str(folder), None)
+    def forget(self, folder: Folder) -> None:
+        self.tables.pop(folder.uri, None)
 
 
 class _Index:
@@ -445,22 +431,6 @@ def _numbers(array: pa.Array) -> np.ndarray | None:
 LAYERS = _Layers()
 
 
-def _identity(folder: Path):
-    try:
-        found = os.stat(folder)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino, found.st_mtime_ns
-
-
-def write_parquet(table: pa.Table, path, row_group_size: int | None = None) -> None:
-    """Arrow data as one Parquet file that Spark reads. Dictionary encoding (costly to write,
-    and of no use to numbers that are mostly distinct) only for text and binary columns."""
-    text = [f.name for f in table.schema
-            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type)]
-    pq.write_table(table, path, row_group_size=row_group_size, use_dictionary=text, compression="snappy")
-
-
 def over(rows, newer, keys):
     """The rows of ``newer`` over those of ``rows`` (Spark frames): the rows of keys ``newer``
     does not hold, then all of ``newer``'s."""
@@ -490,13 +460,17 @@ def key_match(left, right, keys):
     return match
 
 
-def _rows(folder: Path) -> int:
+def _rows(folder: Folder) -> int:
     """The rows of a layer's files, from their footers."""
-    return sum(pq.read_metadata(p).num_rows for p in _parts(folder))
+    return sum(p.parquet_rows() for p in _parts(folder))
 
 
-def _parts(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("part-*") if p.suffix == ".parquet") if folder.is_dir() else []
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
+def _parts(folder: Folder) -> list[Folder]:
+    return folder.files()
 
 
 # -- matching rows by key on Arrow data (NULL equal to NULL, as the functions group keys)

@@ -31,10 +31,12 @@ batches = st.lists(st.dictionaries(keys, st.integers(-5, 5), max_size=6), min_si
 
 
 @settings(max_examples=examples(60, 600), deadline=None)
-@given(batches=batches, share=st.sampled_from([0.0, 0.5, float("inf")]), probe=st.lists(keys, max_size=4))
-def test_the_current_rows_are_the_newest_write_of_each_key(tmp_path_factory, batches, share, probe):
+@given(batches=batches, share=st.sampled_from([0.0, 0.5, float("inf")]), probe=st.lists(keys, max_size=4),
+       buckets=st.sampled_from([1, 3]))
+def test_the_current_rows_are_the_newest_write_of_each_key(tmp_path_factory, batches, share, probe, buckets):
+    """In one bucket or several: a state's buckets each hold the keys that hash to them."""
     state = KeyedState(local(tmp_path_factory.mktemp("state")), ["k1", "k2"])
-    state.record_schema(SCHEMA)
+    state.record_schema(SCHEMA, buckets=buckets)
     expected: dict = {}
     default, state_module.COMPACT_SHARE = state_module.COMPACT_SHARE, share
     try:
@@ -125,3 +127,20 @@ def test_matching_by_several_columns_treats_null_as_equal_to_null(how):
     wanted = pa.table({"k1": pa.array([None, 1, None], pa.int64()), "k2": pa.array(["a", None, None])})
     kept = sorted(r["v"] for r in how(rows, wanted, ["k1", "k2"]).to_pylist())
     assert kept == ([2, 3, 4] if how is restrict else [1, 5])
+
+
+def test_a_task_reads_and_writes_its_own_bucket_only(tmp_path):
+    """The view of one bucket finds only that bucket's keys; a write through it keeps only the
+    rows of that bucket (the rest belong to other tasks); uncommitted layers stay invisible."""
+    state = KeyedState(local(tmp_path), ["k1", "k2"])
+    state.record_schema(SCHEMA, buckets=4)
+    rows = _table([(k, "a", k, True) for k in range(40)])
+    owner = state.bucket_of(rows)
+    assert set(owner.tolist()) == {0, 1, 2, 3}
+    pending = state.write(state.before(0, only=2), rows, 0, commit=False)
+    assert [p.bucket for p in pending] == [2]
+    assert state.before(1).rows().num_rows == 0  # written, not committed
+    state.commit(pending)
+    found = sorted(r["k1"] for r in state.before(1).rows().to_pylist())
+    assert found == sorted(k for k, b in zip(range(40), owner) if b == 2)
+    assert state.before(1, only=1).rows(column="v", values=pa.array(found, pa.int64())).num_rows == 0

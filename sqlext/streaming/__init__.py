@@ -232,7 +232,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         from sqlext.streaming.changelog_filter import TableStateFilter
 
         return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format,
-                                        source.schema)
+                                        source.schema, TableStateFilter.state_buckets(spark))
     table = joins[0]
     call = _stream_call(table, FK_JOIN, FK_JOIN_ARGUMENTS, ("left", "right"))
     inputs = {}
@@ -250,7 +250,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     both = one_stream(inputs["left"], inputs["right"], spec.foreign_key)
     folders = tuple(sources.parquet_folder(call.tables[side].this.this) for side in ("left", "right"))
     return both, TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format, both.schema,
-                                  folders)
+                                  folders, TableStateFkJoin.state_buckets(spark))
 
 
 def _refuse_shape(filters: list, joins: list, streams: list) -> None:

@@ -4,19 +4,24 @@ Both inputs arrive in one stream (each row in the column of its side, the left r
 foreign key computed). The state is KIP-213's two stores, each a
 :class:`~sqlext.streaming.state.KeyedState`: the left rows by left key, each with its foreign
 key (looked up by foreign key, the left state is the subscription store), and the right rows by
-right key. Each holds the key's last applied change, present or not. A micro-batch:
+right key. Each holds the key's last applied change, present or not. A micro-batch's step
+(:meth:`TableStateFkJoin.step`, the same wherever the engine runs it:
+:mod:`sqlext.streaming.engine`):
 
 1. finds the rows its changes can meet: the left rows of the changed left keys and of the left
    keys subscribed to a changed right key, and the right rows of every foreign key those left
    rows (old or new) point at and of the changed right keys: one probe of each state;
-2. computes what the new changes forward over those rows: on the driver for small batches,
-   column-wise over Arrow data (:func:`sqlext.udfs.fk_join.join_increment`: each affected left
-   key's result row before and after each version that touches it), or key by key for
-   ``emit => 'records'`` and ``sequence_by``; for large batches the batch function, the native
-   rewrite, over those rows as the changes that left them and the new changes, the replayed
-   rows' own output dropped;
-3. writes the statement's rows as the batch's output files (a replay replaces them), then the
-   changed keys' last rows into the states and the highest ordering value processed.
+2. computes what the new changes forward over those rows, column-wise over Arrow data
+   (:func:`sqlext.udfs.fk_join.join_increment`: each affected left key's result row before and
+   after each version that touches it), or key by key for ``emit => 'records'`` and
+   ``sequence_by``;
+3. gives the forwarded rows (written through the statement as the batch's output files, which a
+   replay replaces) and the changed keys' last rows in both states; the engine records the
+   highest ordering value processed.
+
+On the executors each task owns a bucket of left keys: it gets the left changes of its keys and
+every right change, reads its bucket of the left state and the right state wherever the foreign
+keys point, and writes its bucket of both states (the right rows of the keys that hash to it).
 
 One order runs across both inputs, and a change of either input can meet any row of the other,
 so every new change must be above the highest ordering value an earlier run processed; one
@@ -34,11 +39,12 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, changes_by_key, late_change
+from sqlext.catalog.changes import CHANGE_TYPE, changes_by_key, late_change
 from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
-from sqlext.streaming.changelog_filter import PRESENT, _present, as_changes, present_column
-from sqlext.streaming.run import LAST, STEPS, TableStateRun, arrow_schema, instant, late_refusal, on_driver, step
-from sqlext.streaming.state import KeyedState, key_match
+from sqlext.streaming.changelog_filter import PRESENT, _present
+from sqlext.streaming.engine import EVERY, KeyedOperator, Step
+from sqlext.streaming.run import arrow_schema, instant, step
+from sqlext.streaming.state import KeyedState
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
 FOREIGN_KEY = "__sx_fk"
@@ -58,16 +64,18 @@ def one_stream(left, right, foreign_key: str):
                                         F.lit(None).cast(fk_type).alias(FOREIGN_KEY)))
 
 
-class TableStateFkJoin(TableStateRun):
-    """The ``foreachBatch`` function of one incremental FK_JOIN."""
+class TableStateFkJoin(KeyedOperator):
+    """One incremental FK_JOIN: its two states and its step."""
+
+    shared = frozenset({"right"})  # a task reads the right rows wherever its foreign keys point
 
     def __init__(self, spec: FkJoinSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint: str, output: str, output_format: str, stream_schema, folders=(None, None)):
+                 checkpoint, output, output_format: str, stream_schema, folders=(None, None), buckets: int = 1):
         super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
         from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-        self.spec = spec
-        # where each input's files are, for reading a small batch without Spark (see _read_files)
+        self.spec, self.emit = spec, spec.emit
+        # where each input's files are, for reading a small batch without Spark (see increment_files)
         self.folders = folders
         self.side_schemas = (arrow_schema(stream_schema[LEFT].dataType), arrow_schema(stream_schema[RIGHT].dataType))
         self.foreign_column = _plain_column(spec.foreign_key, stream_schema[LEFT].dataType.names)
@@ -78,62 +86,26 @@ class TableStateFkJoin(TableStateRun):
         self.left = KeyedState(self.state / "left", spec.left.key)
         self.left.record_schema(StructType(
             [left_fields[c] for c in (*spec.left.data_columns, spec.left.order_by)]
-            + [StructField(FOREIGN_KEY, stream_schema[FOREIGN_KEY].dataType, True), present]))
+            + [StructField(FOREIGN_KEY, stream_schema[FOREIGN_KEY].dataType, True), present]), buckets)
         self.right = KeyedState(self.state / "right", spec.right.key)
         self.right.record_schema(StructType(
-            [right_fields[c] for c in (*spec.right.data_columns, spec.right.order_by)] + [present]))
+            [right_fields[c] for c in (*spec.right.data_columns, spec.right.order_by)] + [present]),
+            self.left.buckets)
+        self.states = {"left": self.left, "right": self.right}
         names = spec.right_names
         output = [left_fields[c] for c in spec.left.data_columns]
         output += [StructField(names[c], right_fields[c].dataType, True) for c in spec.right.data_columns]
         if spec.emit != "final":
             output += [StructField(CHANGE_TYPE, StringType(), True), left_fields[spec.left.order_by]]
         self.output_arrow = arrow_schema(StructType(output))
+        self.highest = None
 
-    def __call__(self, batch, batch_id: int) -> None:
-        spark = batch.sparkSession
-        left_view, right_view = self.left.before(batch_id), self.right.before(batch_id)
-        highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
-        STEPS.clear()
-        if on_driver(batch):
-            newest = self._on_driver(spark, batch, left_view, right_view, highest, batch_id)
-        else:
-            with step("spark"):
-                newest = self._in_spark(spark, batch, left_view, right_view, highest, batch_id)
-        if self.spec.emit == "final":
-            with step("write the final table"):
-                self._write_final(spark, batch_id)
-        self.record("highest", batch_id, max([v for v in (highest, instant(newest)) if v is not None], default=None))
+    def begin(self, batch_id: int) -> None:
+        self.highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
 
-    # -- small batches: the replay on the driver over Arrow data
+    # -- the increment
 
-    def _on_driver(self, spark, batch, left_view, right_view, highest, batch_id: int):
-        from sqlext.udfs.fk_join import join_increment
-
-        spec = self.spec
-        with step("collect the increment"):
-            read = self._read_files(batch_id)
-            if read is None:
-                rows = batch.toArrow()
-                read = _side(rows, LEFT, extra=FOREIGN_KEY), _side(rows, RIGHT)
-            left_rows, right_rows = read
-            newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
-        with step("look up the state"):
-            met_left, met_right = self._met(left_view, right_view, left_rows, right_rows)
-        with step("join the changes"):
-            result = join_increment(spec, FOREIGN_KEY, PRESENT, left_rows, right_rows, met_left, met_right, highest,
-                                    self.output_arrow)
-            if result is None:  # emit => 'records', sequence_by: key by key
-                result = self._replayed(left_rows, right_rows, met_left, met_right, highest)
-            out, left_last, right_last = result
-        if spec.emit != "final":
-            with step("write the output"):
-                self.write_rows(spark, out, batch_id)
-        with step("write the state"):
-            self.left.write(left_view, left_last, batch_id)
-            self.right.write(right_view, right_last, batch_id)
-        return newest
-
-    def _read_files(self, batch_id: int):
+    def increment_files(self, batch_id: int):
         """Both inputs' changes in this batch, read from their files on the driver (no Spark
         job), where both are folders of Parquet files whose columns Arrow reads as Spark does
         and the foreign key is a column; None otherwise."""
@@ -154,6 +126,48 @@ class TableStateFkJoin(TableStateRun):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         return left.append_column(FOREIGN_KEY, foreign_key), right
+
+    def rows_of(self, table: pa.Table):
+        return _side(table, LEFT, extra=FOREIGN_KEY), _side(table, RIGHT)
+
+    def route(self, table: pa.Table) -> np.ndarray:
+        """A left change goes to the bucket of its key; a right change to every bucket (any
+        left row may point at it)."""
+        is_left = np.asarray(pc.is_valid(table[LEFT]), dtype=bool)
+        owner = np.full(table.num_rows, EVERY, dtype=np.int64)
+        if is_left.any():
+            left = table.filter(pa.array(is_left))[LEFT].combine_chunks()
+            keys = pa.table([left.field(k) for k in self.spec.left.key], names=list(self.spec.left.key))
+            owner[is_left] = self.left.bucket_of(keys)
+        return owner
+
+    # -- the step
+
+    def step(self, rows, views, batch_id: int) -> Step:
+        """The changes of both inputs over the state rows they meet: the rows they forward and
+        the changed keys' last rows in both states."""
+        from sqlext.udfs.fk_join import join_increment
+
+        spec = self.spec
+        left_rows, right_rows = rows
+        newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
+        with step("look up the state"):
+            met_left, met_right = self._met(views["left"], views["right"], left_rows, right_rows)
+        with step("join the changes"):
+            result = join_increment(spec, FOREIGN_KEY, PRESENT, left_rows, right_rows, met_left, met_right,
+                                    self.highest, self.output_arrow)
+            if result is None:  # emit => 'records', sequence_by: key by key
+                result = self._replayed(left_rows, right_rows, met_left, met_right, self.highest)
+            out, left_last, right_last = result
+        return Step(None if spec.emit == "final" else out, {"left": left_last, "right": right_last},
+                    {"newest": instant(newest)})
+
+    def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
+        if self.spec.emit == "final":
+            with step("write the final table"):
+                self._write_final(spark, batch_id)
+        newest = facts.get("newest")
+        self.record("highest", batch_id, max([v for v in (self.highest, newest) if v is not None], default=None))
 
     def _met(self, left_view, right_view, left_rows: pa.Table, right_rows: pa.Table):
         """The state rows the increment's changes can meet: the left rows of the changed left
@@ -233,88 +247,6 @@ class TableStateFkJoin(TableStateRun):
                               *[F.col("r." + quote(c)).alias(names[c]) for c in spec.right.data_columns])
         self.write_statement(spark, table, batch_id, whole=True)
 
-    # -- large batches: the batch function over the met rows and the new changes
-
-    def _in_spark(self, spark, batch, left_view, right_view, highest, batch_id: int):
-        from pyspark.sql import functions as F
-
-        spec = self.spec
-        left_shape, right_shape = spec.left, spec.right
-        new_left = _without_preimages(batch.where(F.col(LEFT).isNotNull()).select(f"{LEFT}.*", FOREIGN_KEY),
-                                      left_shape)
-        new_right = _without_preimages(batch.where(F.col(RIGHT).isNotNull()).select(f"{RIGHT}.*"), right_shape)
-        left_columns = [c for c in new_left.columns if c != FOREIGN_KEY]
-        newest = batch.agg(F.max(F.col(LEFT)[left_shape.order_by]), F.max(F.col(RIGHT)[right_shape.order_by])).first()
-        if left_view.empty:
-            feed_left, feed_right = new_left.select(*[quote(c) for c in left_columns]), new_right
-            left_last, right_last = new_left, new_right
-        else:
-            old_left, old_right = self._met_frames(spark, left_view, right_view, new_left, new_right)
-            checked_left = self._in_order_frame(new_left, left_shape, highest, old_left)
-            checked_right = self._in_order_frame(new_right, right_shape, highest, old_right)
-            # the met rows replayed in front of the new changes (the left ones with their foreign key)
-            left_last = as_changes(old_left, left_shape, new_left.columns).unionByName(checked_left).localCheckpoint()
-            right_last = as_changes(old_right, right_shape, new_right.columns).unionByName(checked_right) \
-                .localCheckpoint()
-            feed_left, feed_right = left_last.select(*[quote(c) for c in left_columns]), right_last
-        if spec.emit != "final":
-            with self.called(spark, {"left": feed_left, "right": feed_right}) as forwarded:
-                if highest is not None:  # what the replayed rows forward was forwarded by earlier runs
-                    forwarded = forwarded.where(F.col(left_shape.order_by) > F.lit(highest))
-                self.write_statement(spark, forwarded, batch_id)
-        changed_left = F.broadcast(new_left.select(*[quote(k) for k in left_shape.key]).distinct())
-        changed_right = F.broadcast(new_right.select(*[quote(k) for k in right_shape.key]).distinct())
-        left_last = left_last.join(changed_left, key_match(left_last, changed_left, list(left_shape.key)), "left_semi")
-        right_last = right_last.join(changed_right, key_match(right_last, changed_right, list(right_shape.key)),
-                                     "left_semi")
-        self.left.write(left_view, _last_frame(left_last, left_shape, FOREIGN_KEY), batch_id)
-        self.right.write(right_view, _last_frame(right_last, right_shape), batch_id)
-        return max([instant(v) for v in newest if v is not None], default=None)
-
-    def _met_frames(self, spark, left_view, right_view, new_left, new_right):
-        """The present rows the new changes can meet, in both states; materialised."""
-        from pyspark.sql import functions as F
-
-        left_keys, right_key = list(self.spec.left.key), self.spec.right_key
-        changed_left = F.broadcast(new_left.select(*[quote(k) for k in left_keys]).distinct())
-        changed_right = F.broadcast(new_right.select(F.col(quote(right_key)).alias(FOREIGN_KEY)).distinct())
-        state = left_view.frame(spark)
-        by_key = state.join(changed_left, key_match(state, changed_left, left_keys), "left_semi")
-        by_fk = state.join(changed_right, state[FOREIGN_KEY] == changed_right[FOREIGN_KEY], "left_semi")
-        old_left = by_key.unionByName(by_fk).dropDuplicates(left_keys).localCheckpoint()
-        pointed = F.broadcast(
-            old_left.where(F.col(PRESENT)).select(FOREIGN_KEY).unionByName(new_left.select(FOREIGN_KEY))
-            .unionByName(changed_right).where(F.col(FOREIGN_KEY).isNotNull()).distinct())
-        right = right_view.frame(spark)
-        old_right = right.join(pointed, right[quote(right_key)] == pointed[FOREIGN_KEY], "left_semi")
-        changed = F.broadcast(new_right.select(quote(right_key)).distinct())
-        old_right = old_right.unionByName(right.join(changed, key_match(right, changed, [right_key]), "left_semi")) \
-            .dropDuplicates([right_key]).localCheckpoint()
-        return old_left, old_right
-
-    def _in_order_frame(self, changes, shape, highest, old):
-        """The new changes of one input without the stale ones; one at or below ``highest`` that
-        is not stale stops the batch with ``[LATE_CHANGE]``."""
-        from pyspark.sql import functions as F
-
-        if highest is None:
-            return changes
-        checked = changes.withColumn(LAST, F.lit(highest))
-        late = F.col(shape.order_by) <= F.col(LAST)
-        stale = F.lit(False)
-        if shape.sequence_by is not None:
-            keys = list(shape.key)
-            seen = old.select(*[F.col(quote(k)).alias(f"__sx_k{i}") for i, k in enumerate(keys)],
-                              F.col(quote(shape.sequence_by)).alias("__sx_seq"))
-            match = None
-            for i, k in enumerate(keys):
-                term = F.col(quote(k)).eqNullSafe(F.col(f"__sx_k{i}"))
-                match = term if match is None else match & term
-            checked = checked.join(F.broadcast(seen), match, "left")
-            stale = late & F.col(quote(shape.sequence_by)).isNotNull() & \
-                (F.col(quote(shape.sequence_by)) < F.col("__sx_seq"))
-        refused = late_refusal(late & ~stale, FUNCTION, shape, checked.schema, across_inputs=True)
-        return checked.where(refused & ~stale).select(*[F.col(quote(c)) for c in changes.columns])
 
 def _plain_column(expression: str, columns) -> str | None:
     """The column an expression names, if it is just a column of ``columns`` (resolved as
@@ -366,29 +298,3 @@ def _last_rows(changes, shape, schema: pa.Schema, *extra) -> pa.Table:
         rows.append({**{c: row[c] for c in (*shape.data_columns, shape.order_by, *extra)},
                      PRESENT: _present(shape, row)})
     return pa.Table.from_pylist(rows, schema=schema)
-
-
-def _without_preimages(changes, shape):
-    from pyspark.sql import functions as F
-
-    if not shape.has_change_type:
-        return changes
-    return changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
-
-
-def _last_frame(changes, shape, *extra):
-    """Each changed key's last applied change as state rows (a window over the batch's rows:
-    with ``sequence_by``, a change older than an earlier one of the batch is not applied)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    keys = [F.col(quote(k)) for k in shape.key]
-    if shape.sequence_by is not None:
-        earlier = Window.partitionBy(*keys).orderBy(F.col(quote(shape.order_by))) \
-            .rowsBetween(Window.unboundedPreceding, -1)
-        changes = changes.withColumn("__sx_newest", F.max(F.col(quote(shape.sequence_by))).over(earlier)) \
-            .where(F.col("__sx_newest").isNull() | (F.col(quote(shape.sequence_by)) >= F.col("__sx_newest")))
-    last = Window.partitionBy(*keys).orderBy(F.col(quote(shape.order_by)).desc())
-    return changes.withColumn("__sx_rank", F.row_number().over(last)).where(F.col("__sx_rank") == 1) \
-        .withColumn(PRESENT, present_column(shape)) \
-        .select(*[F.col(quote(c)) for c in (*shape.data_columns, shape.order_by, *extra)], PRESENT)

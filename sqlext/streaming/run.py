@@ -200,6 +200,13 @@ def spark_columns(schema: pa.Schema) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in from_arrow_schema(schema).fields]
 
 
+def spark_schema(schema: pa.Schema):
+    """The Spark columns of Arrow ones."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
 def arrow_schema(spark_schema) -> pa.Schema:
     """The Arrow form of Spark columns, as sqlext writes and reads them (timestamps in UTC)."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -265,43 +272,3 @@ def forget_batch_files(folder: Folder, batch_id: int) -> None:
     for _, n, name in numbered if oldest is not None else []:
         if name not in keep and n < oldest:
             (folder / name).delete()
-
-
-def late_refusal(late, function: str, shape, schema, across_inputs: bool = False):
-    """A condition that is true, or stops the plan with ``[LATE_CHANGE]`` on a row where
-    ``late`` holds (the key's or both inputs' last ordering value is in ``__sx_last``)."""
-    from pyspark.sql import functions as F
-
-    return F.when(late, F.raise_error(_late_message(function, shape, schema, across_inputs))).otherwise(F.lit(True))
-
-
-LAST = "__sx_last"
-
-
-def _late_message(function: str, shape, schema, across_inputs: bool):
-    """``[LATE_CHANGE]``'s text for the row at hand, as a column: the message is made by the
-    error class with markers where the row's values go."""
-    from pyspark.sql import functions as F
-
-    from sqlext.catalog.changes import late_change
-
-    marks = {"key": "\x00key\x00", "value": "\x00value\x00", "last": "\x00last\x00"}
-    text = str(late_change(function, order_by=shape.order_by, across_inputs=across_inputs, **marks))
-    types = {field.name: field.dataType for field in schema.fields}
-    values = {
-        "key": F.concat_ws(", ", *[F.concat(F.lit(k + "="), _shown(F.col(k), types[k])) for k in shape.key]),
-        "value": _shown(F.col(shape.order_by), types[shape.order_by]),
-        "last": _shown(F.col(LAST), types[shape.order_by]),
-    }
-    return F.concat(*[values[piece] if piece in values else F.lit(piece) for piece in text.split("\x00")])
-
-
-def _shown(column, data_type):
-    """A value as the error message shows it: text in quotes, anything else as Spark prints it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
-    text = column.cast("string")
-    if isinstance(data_type, StringType):
-        text = F.concat(F.lit("'"), text, F.lit("'"))
-    return F.when(column.isNull(), F.lit("None")).otherwise(text)

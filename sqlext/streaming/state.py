@@ -46,6 +46,7 @@ from sqlext.storage import Folder, read_parquet
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
 SCHEMA_FILE = "schema.json"
+BUCKETS_FILE = "buckets.json"
 # Parquet row groups this small keep the statistics that let a lookup skip most of them
 ROW_GROUP_BYTES = 2 * 1024 * 1024
 
@@ -66,14 +67,19 @@ CACHE_BYTES = _cache_bytes()
 
 class KeyedState:
     """One keyed state in ``folder``: rows of the columns ``schema`` (a Spark ``StructType``),
-    one per value of the ``keys`` columns."""
+    one per value of the ``keys`` columns, held in ``buckets`` parts by a hash of the key
+    (:func:`buckets_of`), each part a base and at most one delta. A state of one bucket keeps
+    its layers in ``folder`` itself; of several, in ``folder/bucket-<n>``. The engine gives each
+    bucket of a large run to a task of its own (:mod:`sqlext.streaming.engine`); the bucket
+    count is recorded with the columns on the first write and never changes."""
 
     def __init__(self, folder: Folder, keys: Sequence[str], share: float | None = None):
         self.folder, self.keys = folder, list(keys)
         self.share = share  # this state's compaction share (None: COMPACT_SHARE)
         self._schema = None
+        self._buckets = None
 
-    # -- the columns
+    # -- the columns and buckets
 
     @property
     def schema(self):
@@ -86,11 +92,22 @@ class KeyedState:
                 self._schema = StructType.fromJson(recorded)
         return self._schema
 
-    def record_schema(self, schema) -> None:
-        """Record the state's columns on its first write (later writes keep them)."""
+    @property
+    def buckets(self) -> int:
+        """The number of parts the state is kept in (1 where none is recorded: a state of an
+        earlier sqlext, kept in one part)."""
+        if self._buckets is None:
+            recorded = (self.folder / BUCKETS_FILE).read_json()
+            self._buckets = int(recorded["buckets"]) if recorded else 1
+        return self._buckets
+
+    def record_schema(self, schema, buckets: int = 1) -> None:
+        """Record the state's columns and bucket count on its first write (later writes keep them)."""
         if self.schema is None:
+            if buckets != 1:
+                (self.folder / BUCKETS_FILE).write_json({"buckets": int(buckets)})
             (self.folder / SCHEMA_FILE).write_json(schema.jsonValue())
-            self._schema = schema
+            self._schema, self._buckets = schema, int(buckets)
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -98,7 +115,82 @@ class KeyedState:
 
         return to_arrow_schema(self.schema, timezone="UTC")
 
-    # -- the layers
+    def part(self, bucket: int) -> "_Part":
+        return _Part(self, self.folder if self.buckets == 1 else self.folder / f"bucket-{bucket}")
+
+    def bucket_of(self, rows: pa.Table, columns: Sequence[str] | None = None) -> np.ndarray:
+        """The bucket of each row, by its key (in ``columns``, by default the key's own names),
+        read as the key's recorded types."""
+        columns = list(columns or self.keys)
+        if self.buckets == 1:
+            return np.zeros(rows.num_rows, dtype=np.int64)
+        schema = self.arrow_schema
+        typed = pa.table([rows[c].cast(schema.field(k).type, safe=False) for c, k in zip(columns, self.keys)],
+                         names=self.keys)
+        return buckets_of(typed, self.keys, self.buckets)
+
+    # -- reading and writing
+
+    def before(self, batch_id: int, only: int | None = None) -> "StateView":
+        """The state as batch ``batch_id`` reads it: in each bucket the newest base of an
+        earlier batch and the newest delta after it; only bucket ``only`` where given (a task's
+        own bucket)."""
+        return StateView(self, batch_id, only)
+
+    def write(self, view: "StateView", changed, batch_id: int, keep=None, commit: bool = True) -> list["Pending"]:
+        """Batch ``batch_id``'s layers: the rows of the keys it changed (``changed``: an Arrow
+        table, or for a state of one bucket a Spark frame, of the state's columns, one row per
+        key) on top of ``view``, in the buckets the view reads (rows of other buckets belong to
+        another task and are left out). ``keep`` (a Spark column for frames, an Arrow expression
+        for Arrow data) says which rows a new base keeps: rows that can no longer matter are
+        dropped when the state is compacted. The layers no replay reads are forgotten. With
+        ``commit=False`` the layers are written but not visible: :meth:`commit` the returned
+        pending layers once the whole batch is written."""
+        if not isinstance(changed, pa.Table):
+            if self.buckets != 1:
+                raise ValueError("a state of several buckets is written from Arrow data")
+            pending = [self.part(0).write_frame(view.part(0), changed, batch_id, keep)]
+        else:
+            changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
+            owner = self.bucket_of(changed)
+            pending = []
+            for bucket in view.bucket_numbers():
+                mine = changed if self.buckets == 1 else changed.filter(pa.array(owner == bucket))
+                if mine.num_rows or self.buckets == 1:
+                    pending.append(self.part(bucket).write_arrow(view.part(bucket), mine, batch_id, keep))
+        pending = [p for p in pending if p is not None]
+        if commit:
+            self.commit(pending)
+        return pending
+
+    def commit(self, pending: Sequence["Pending"]) -> None:
+        """Make written layers visible (each whole) and forget the layers no replay reads."""
+        for layer in pending:
+            part = self.part(layer.bucket)
+            part.path(layer.kind, layer.batch_id).commit_layer()
+            part.forget(layer.read)
+
+    @property
+    def _share(self) -> float:
+        return COMPACT_SHARE if self.share is None else self.share
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A layer written and not yet committed: its bucket, kind (``base`` or ``delta``), batch,
+    and the layers the batch read in that bucket (older ones are forgotten on commit)."""
+
+    bucket: int
+    kind: str
+    batch_id: int
+    read: tuple
+
+
+class _Part:
+    """One bucket of a state: a folder of layers."""
+
+    def __init__(self, state: KeyedState, folder: Folder):
+        self.state, self.folder = state, folder
 
     def _finished(self, kind: str) -> list[int]:
         found = []
@@ -108,126 +200,185 @@ class KeyedState:
                 found.append(int(number))
         return sorted(found)
 
-    def before(self, batch_id: int) -> "StateView":
-        """The layers batch ``batch_id`` reads: the newest base of an earlier batch and the
-        newest delta after it."""
-        bases = [b for b in self._finished("base") if b < batch_id]
+    def before(self, batch_id: int) -> "PartView":
+        finished = {kind: self._finished(kind) for kind in ("base", "delta")}
+        bases = [b for b in finished["base"] if b < batch_id]
         base = bases[-1] if bases else None
-        deltas = [d for d in self._finished("delta") if base is not None and base < d < batch_id]
-        return StateView(self, base, deltas[-1] if deltas else None)
+        deltas = [d for d in finished["delta"] if base is not None and base < d < batch_id]
+        return PartView(self, base, deltas[-1] if deltas else None)
 
     def path(self, kind: str, batch_id: int) -> Folder:
         return self.folder / f"{kind}-{batch_id}"
 
-    def write(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
-        """Batch ``batch_id``'s layer: the rows of the keys it changed (``changed``: an Arrow
-        table or a Spark frame of the state's columns, one row per key) on top of ``view``.
-        ``keep`` (a Spark column for frames, an Arrow expression for Arrow data) says which rows
-        a new base keeps: rows that can no longer matter are dropped when the state is compacted.
-        Then the layers no replay reads are forgotten."""
-        if isinstance(changed, pa.Table):
-            self._write_arrow(view, changed, batch_id, keep)
-        else:
-            self._write_frame(view, changed, batch_id, keep)
-        self._forget(view)
-
-    @property
-    def _share(self) -> float:
-        return COMPACT_SHARE if self.share is None else self.share
-
-    def _write_arrow(self, view: "StateView", changed: pa.Table, batch_id: int, keep=None) -> None:
-        changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
+    def write_arrow(self, view: "PartView", changed: pa.Table, batch_id: int, keep=None) -> Pending:
+        state = self.state
         kept = (lambda rows: rows) if keep is None else (lambda rows: rows.filter(keep))
         if view.base is None:
-            self._put("base", batch_id, kept(changed))
-            return
+            return self._put("base", batch_id, kept(changed), view)
         delta = changed
         if view.delta is not None:
             old = view.read_layer(view.delta)
-            delta = pa.concat_tables([exclude(old, changed, self.keys), changed])
-        if delta.num_rows >= self._share * view.base_rows():
+            delta = pa.concat_tables([exclude(old, changed, state.keys), changed])
+        if delta.num_rows >= state._share * view.base_rows():
             base = view.read_layer(view.base)
-            self._put("base", batch_id, kept(pa.concat_tables([exclude(base, delta, self.keys), delta])))
-        else:
-            self._put("delta", batch_id, delta)
+            return self._put("base", batch_id, kept(pa.concat_tables([exclude(base, delta, state.keys), delta])), view)
+        return self._put("delta", batch_id, delta, view)
 
-    def _write_frame(self, view: "StateView", changed, batch_id: int, keep=None) -> None:
+    def write_frame(self, view: "PartView", changed, batch_id: int, keep=None) -> Pending:
         from pyspark.sql import functions as F
 
+        state = self.state
         spark = changed.sparkSession
-        changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in self.schema.fields])
+        changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in state.schema.fields])
         if view.base is None:
-            self._put_base(batch_id, changed, keep)
-            return
+            return self._put_frame("base", batch_id, changed if keep is None else changed.where(keep), view)
         delta = changed
         if view.delta is not None:
-            delta = over(view.frame_of(spark, view.delta), changed, self.keys)
-        if self._share == 0:  # compacted every batch: straight into a new base
-            self._put_base(batch_id, over(view.frame_of(spark, view.base), delta, self.keys), keep)
-            return
+            delta = over(view.frame_of(spark, view.delta), changed, state.keys)
+        if state._share == 0:  # compacted every batch: straight into a new base
+            rows = over(view.frame_of(spark, view.base), delta, state.keys)
+            return self._put_frame("base", batch_id, rows if keep is None else rows.where(keep), view)
         delta = delta.localCheckpoint()
         layer = self.path("delta", batch_id)
-        self._put_frame("delta", batch_id, delta, commit=False)
-        if _rows(layer.pending()) >= self._share * view.base_rows():
-            rows = over(view.frame_of(spark, view.base), delta, self.keys)
+        written = self._put_frame("delta", batch_id, delta, view)
+        if _rows(layer.pending()) >= state._share * view.base_rows():
+            rows = over(view.frame_of(spark, view.base), delta, state.keys)
             layer.pending().delete()
-            self._put_base(batch_id, rows, keep)
-        else:
-            layer.commit_layer()
+            return self._put_frame("base", batch_id, rows if keep is None else rows.where(keep), view)
+        return written
 
-    def _put_base(self, batch_id: int, rows, keep=None) -> None:
-        """A new base of the frame's rows, less those ``keep`` drops."""
-        self._put_frame("base", batch_id, rows if keep is None else rows.where(keep))
-
-    def _put(self, kind: str, batch_id: int, table: pa.Table) -> None:
+    def _put(self, kind: str, batch_id: int, table: pa.Table, view: "PartView") -> Pending:
         if kind == "base":  # in key order: a lookup's values then fall in few row groups
             try:
-                table = table.sort_by([(k, "ascending") for k in self.keys])
+                table = table.sort_by([(k, "ascending") for k in self.state.keys])
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a key type without an order
                 pass
         layer = self.path(kind, batch_id)
-        (layer.begin_layer() / "part-00000.parquet").write_parquet(table, row_group_size=128 * 1024, whole=False)
-        layer.commit_layer()
-        LAYERS.put(layer, table)
-
-    def _put_frame(self, kind: str, batch_id: int, frame, commit: bool = True) -> None:
-        layer = self.path(kind, batch_id)
         pending = layer.begin_layer()
-        if kind == "base":
-            frame = frame.sortWithinPartitions(*[quote(k) for k in self.keys])
-        frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(pending.uri)
-        if commit:
-            layer.commit_layer()
+        (pending / "part-00000.parquet").write_parquet(table, row_group_size=128 * 1024, whole=False)
+        # kept under the layer's own name: renamed or committed, its files stay as they are
+        LAYERS.put(layer, table, identity=pending.identity())
+        return Pending(view.bucket, kind, batch_id, (view.base, view.delta))
 
-    def _forget(self, view: "StateView") -> None:
-        """Delete the layers older than those ``view`` holds: the batch that read ``view`` runs
+    def _put_frame(self, kind: str, batch_id: int, frame, view: "PartView") -> Pending:
+        pending = self.path(kind, batch_id).begin_layer()
+        if kind == "base":
+            frame = frame.sortWithinPartitions(*[quote(k) for k in self.state.keys])
+        frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(pending.uri)
+        return Pending(view.bucket, kind, batch_id, (view.base, view.delta))
+
+    def forget(self, read: tuple) -> None:
+        """Delete the layers older than those a batch read (``(base, delta)``): the batch ran
         after every earlier batch committed, so no replay reads them."""
-        if view.base is None:
+        base, delta = read
+        if base is None:
             return
         for kind in ("base", "delta"):
             for number in self._finished(kind):
-                older = number < view.base if kind == "base" else \
-                    number <= view.base or (view.delta is not None and number < view.delta)
+                older = number < base if kind == "base" else number <= base or (delta is not None and number < delta)
                 if older:
                     self.path(kind, number).delete_layer()
                     LAYERS.forget(self.path(kind, number))
 
 
-@dataclass(frozen=True)
 class StateView:
-    """The state as one batch reads it: a base and at most one delta."""
+    """The state as one batch reads it: in each bucket (or in the one bucket of a task) a base
+    and at most one delta, found when a lookup first needs that bucket."""
 
-    state: KeyedState
+    def __init__(self, state: KeyedState, batch_id: int, only: int | None = None):
+        self.state, self.batch_id, self.only = state, batch_id, only
+        self._parts: dict[int, PartView] = {}
+
+    def bucket_numbers(self) -> list[int]:
+        return [self.only] if self.only is not None else list(range(self.state.buckets))
+
+    def part(self, bucket: int) -> "PartView":
+        view = self._parts.get(bucket)
+        if view is None:
+            view = self._parts[bucket] = self.state.part(bucket).before(self.batch_id)
+            view.bucket = bucket
+        return view
+
+    def owned(self, bucket: int) -> "StateView":
+        """The same view, of one bucket only (what a task writes: the rows of its own keys)."""
+        view = StateView(self.state, self.batch_id, bucket)
+        view._parts = self._parts
+        return view
+
+    def parts(self) -> list["PartView"]:
+        return [self.part(b) for b in self.bucket_numbers()]
+
+    def layers(self) -> tuple:
+        """The layers read, by bucket: (bucket, base, delta)."""
+        return tuple((b, v.base, v.delta) for b, v in zip(self.bucket_numbers(), self.parts()))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StateView) and self.state.folder == other.state.folder \
+            and self.layers() == other.layers()
+
+    @property
+    def empty(self) -> bool:
+        return all(v.empty for v in self.parts())
+
+    def load(self) -> "StateView":
+        for view in self.parts():
+            view.load()
+        return self
+
+    def stored_rows(self) -> int:
+        """The rows the view's layers hold, the bases' and the deltas', from their footers."""
+        return sum(v.stored_rows() for v in self.parts())
+
+    def stored_bytes(self) -> int:
+        """The bytes of the view's layer files."""
+        return sum(v.stored_bytes() for v in self.parts())
+
+    def rows(self, column: str | None = None, values: pa.Array | None = None, keys: pa.Table | None = None) -> pa.Table:
+        """The current rows (Arrow) whose ``column`` is among ``values``, or whose key is among the
+        rows of ``keys``; every current row when neither is given. Keys are looked up in their own
+        buckets only; a column in every bucket the view reads."""
+        buckets = self.bucket_numbers()
+        if keys is not None and self.state.buckets > 1:
+            owner = self.state.bucket_of(keys)
+            found = [self.part(b).rows(column, values, keys.filter(pa.array(owner == b)))
+                     for b in buckets if (owner == b).any()]
+        else:
+            found = [self.part(b).rows(column, values, keys) for b in buckets]
+        if not found:
+            return self.state.arrow_schema.empty_table()
+        return found[0] if len(found) == 1 else pa.concat_tables(found)
+
+    def frame(self, spark):
+        """The current rows as a Spark frame (the bases less the deltas' keys, plus the deltas)."""
+        parts = [v for v in self.parts() if not v.empty]
+        if not parts:
+            return spark.createDataFrame([], self.state.schema)
+        reader = spark.read.schema(self.state.schema)
+        base = reader.parquet(*[v.path_of(v.base).uri for v in parts])
+        deltas = [v.path_of(v.delta).uri for v in parts if v.delta is not None]
+        return over(base, reader.parquet(*deltas), self.state.keys) if deltas else base
+
+
+@dataclass
+class PartView:
+    """One bucket as one batch reads it: a base and at most one delta."""
+
+    part: _Part
     base: int | None
     delta: int | None
+    bucket: int = 0
     # the layers read whole, for a batch that looks the state up several times (see load)
     _loaded: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def state(self) -> KeyedState:
+        return self.part.state
 
     @property
     def empty(self) -> bool:
         return self.base is None
 
-    def load(self) -> "StateView":
+    def load(self) -> "PartView":
         """Read the layers once, whole, so that the lookups of this batch filter them in
         memory instead of reading the files again each time."""
         for batch_id in (self.base, self.delta):
@@ -236,31 +387,32 @@ class StateView:
         return self
 
     def base_rows(self) -> int:
-        return _rows(self.state.path("base", self.base)) if self.base is not None else 0
+        return _rows(self.path_of(self.base)) if self.base is not None else 0
 
     def stored_rows(self) -> int:
-        """The rows the view's layers hold, the base's and the delta's, from their footers."""
-        return self.base_rows() + (_rows(self.state.path("delta", self.delta)) if self.delta is not None else 0)
+        return self.base_rows() + (_rows(self.path_of(self.delta)) if self.delta is not None else 0)
+
+    def stored_bytes(self) -> int:
+        return sum(e.size for batch_id in (self.base, self.delta) if batch_id is not None
+                   for e in self.path_of(batch_id).entries() if _is_part(e.name))
+
+    def path_of(self, batch_id: int) -> Folder:
+        return self.part.path("base" if batch_id == self.base else "delta", batch_id)
 
     def read_layer(self, batch_id: int, columns: Sequence[str] | None = None, filter=None) -> pa.Table:
         """One layer's rows as Arrow data, with the state's recorded columns."""
         table = self._in_memory(batch_id)
         if table is None:  # too large to keep: read what is asked, the filter pushed into the files
-            import pyarrow.dataset as ds
-
-            return read_parquet(_parts(self._folder(batch_id)), self.state.arrow_schema, columns, filter)
+            return read_parquet(_parts(self.path_of(batch_id)), self.state.arrow_schema, columns, filter)
         table = table if filter is None else table.filter(filter)
         return table if columns is None else table.select(columns)
-
-    def _folder(self, batch_id: int) -> Folder:
-        return self.state.path("base" if batch_id == self.base else "delta", batch_id)
 
     def _in_memory(self, batch_id: int) -> pa.Table | None:
         """The layer's rows in memory: loaded by this view, kept from an earlier batch (see
         :data:`LAYERS`), or read now and kept; None for a layer too large to keep."""
         if batch_id in self._loaded:
             return self._loaded[batch_id]
-        folder = self._folder(batch_id)
+        folder = self.path_of(batch_id)
         table = LAYERS.get(folder)
         if table is not None:
             return table
@@ -274,8 +426,8 @@ class StateView:
         return table
 
     def rows(self, column: str | None = None, values: pa.Array | None = None, keys: pa.Table | None = None) -> pa.Table:
-        """The current rows (Arrow) whose ``column`` is among ``values``, or whose key is among the
-        rows of ``keys``; every current row when neither is given."""
+        """The current rows of this bucket whose ``column`` is among ``values``, or whose key is
+        among the rows of ``keys``; every current row when neither is given."""
         if self.base is None:
             return self.state.arrow_schema.empty_table()
 
@@ -296,7 +448,7 @@ class StateView:
         whole = self._in_memory(self.base)
         found = None
         if whole is not None and asked is not None and (column is None or keys is None):  # its index
-            found = LAYERS.lookup(self._folder(self.base), *asked)
+            found = LAYERS.lookup(self.path_of(self.base), *asked)
         if found is not None:
             base = whole.take(pa.array(found, pa.int64()))
         elif whole is not None:  # in memory, masks are quicker than a filter expression
@@ -309,17 +461,7 @@ class StateView:
         return pa.concat_tables([exclude(base, delta, self.state.keys), restricted(delta)])
 
     def frame_of(self, spark, batch_id: int):
-        return spark.read.schema(self.state.schema).parquet(self._folder(batch_id).uri)
-
-    def frame(self, spark):
-        """The current rows as a Spark frame (the base less the delta's keys, plus the delta):
-        for runs too large for the driver."""
-        if self.base is None:
-            return spark.createDataFrame([], self.state.schema)
-        base = self.frame_of(spark, self.base)
-        if self.delta is None:
-            return base
-        return over(base, self.frame_of(spark, self.delta), self.state.keys)
+        return spark.read.schema(self.state.schema).parquet(self.path_of(batch_id).uri)
 
 
 class _Layers:
@@ -340,9 +482,9 @@ class _Layers:
         self.tables.move_to_end(folder.uri)
         return entry
 
-    def put(self, folder: Folder, table: pa.Table) -> None:
+    def put(self, folder: Folder, table: pa.Table, identity: tuple | None = None) -> None:
         self.tables.pop(folder.uri, None)
-        identity = folder.identity()
+        identity = folder.identity() if identity is None else identity
         if not identity or table.nbytes > CACHE_BYTES:
             return
         self.tables[folder.uri] = (identity, table, {})
@@ -429,6 +571,40 @@ def _numbers(array: pa.Array) -> np.ndarray | None:
 
 
 LAYERS = _Layers()
+
+
+def buckets_of(rows: pa.Table, columns: Sequence[str], count: int) -> np.ndarray:
+    """The bucket (0 to ``count - 1``) of each row, by a hash of its ``columns`` that every
+    process computes alike (the driver and Spark's Python workers): integers and times by their
+    value, anything else by its text; NULL is a value of its own."""
+    if count == 1 or rows.num_rows == 0:
+        return np.zeros(rows.num_rows, dtype=np.int64)
+    hashed = np.full(rows.num_rows, 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for column in columns:
+        hashed = _mixed(hashed ^ _hashed(rows[column]))
+    return (hashed % np.uint64(count)).astype(np.int64)
+
+
+def _hashed(column) -> np.ndarray:
+    import pandas as pd
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    numbers = _numbers(column)
+    if numbers is not None:
+        hashed = _mixed(numbers.view(np.uint64))
+    else:
+        text = pc.fill_null(column.cast(pa.string()), "").to_numpy(zero_copy_only=False)
+        hashed = pd.util.hash_array(np.asarray(text, dtype=object), categorize=False).astype(np.uint64)
+    if column.null_count:
+        hashed[np.asarray(pc.is_null(column), dtype=bool)] = np.uint64(0x5851F42D4C957F2D)
+    return hashed
+
+
+def _mixed(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every bit of the input reaches every bit of the output."""
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
 
 
 def over(rows, newer, keys):

@@ -1,0 +1,238 @@
+"""How a keyed operator runs one micro-batch: its one step, placed on the driver or on the
+executors by the engine.
+
+An operator (:class:`KeyedOperator`) keeps keyed states (:class:`~sqlext.streaming.state.KeyedState`)
+and has one step: (the increment as Arrow data, the views of its states) -> (the rows it
+forwards, each state's changed rows, facts such as the highest ordering value seen). The step
+does not know where it runs. The engine runs it
+
+* on the driver, over the whole increment, when the increment is small (collecting it costs
+  less than planning and scheduling Spark jobs) and the state fits the driver's memory;
+* on the executors otherwise: the increment is routed to the buckets of the states (each row to
+  the bucket of its key, or, for a row every bucket must see, such as a right change of an
+  FK_JOIN, to all of them), and each bucket is a task that runs the same step over its rows
+  and its bucket of the states, reads the layers it needs from the store itself (``pyarrow.fs``,
+  cached in the Python worker between batches as on the driver), and writes its output rows
+  and state layers without committing them. One Spark job runs the tasks; the driver then
+  commits every task's layers and output at once, so a batch that fails anywhere (a late change
+  in one bucket) writes nothing.
+
+``spark.sqlext.streaming.path`` forces ``driver`` or ``spark`` (the executors);
+``spark.sqlext.streaming.driverBytes`` is the largest increment (Spark's estimate) the driver
+takes. A state whose layers do not fit the driver's cache, or an increment larger than that,
+goes to the executors, unless a store is read only through the driver's JVM
+(:mod:`sqlext.storage`), where everything runs on the driver.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from sqlext.storage import Folder, _HadoopIO
+from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, spark_columns, step,
+                                  write_arrow_files)
+from sqlext.streaming.state import CACHE_BYTES, KeyedState, StateView
+
+BUCKET = "__sx_bucket"
+EVERY = -1  # a row every bucket's task must see
+BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
+PENDING = "_pending"
+
+
+@dataclass
+class Step:
+    """What one step gives: the rows it forwards (the call's output columns), each state's new
+    rows by state name, and facts the engine combines over the tasks (a maximum each)."""
+
+    out: pa.Table | None
+    deltas: dict[str, pa.Table]
+    facts: dict = field(default_factory=dict)
+
+
+class KeyedOperator(TableStateRun):
+    """An incremental function over keyed states. A subclass sets :attr:`states` (by name) and
+    :attr:`shared` (the states a task reads in every bucket, not only its own), and gives
+    :meth:`increment`, :meth:`rows_of`, :meth:`route` and :meth:`step`."""
+
+    states: dict[str, KeyedState]
+    shared: frozenset = frozenset()
+
+    # -- what a subclass gives
+
+    def increment(self, batch):
+        """The micro-batch's rows as a Spark frame of the columns the step reads."""
+        return batch
+
+    def increment_files(self, batch_id: int):
+        """The increment read without Spark (the operator's own form of it), or None."""
+        return None
+
+    def rows_of(self, table: pa.Table):
+        """The increment in the operator's own form, from Arrow data of :meth:`increment`'s columns."""
+        return table
+
+    def route(self, table: pa.Table) -> np.ndarray:
+        """Each row's bucket (of the states' buckets), or :data:`EVERY`."""
+        raise NotImplementedError
+
+    def step(self, rows, views: dict[str, StateView], batch_id: int) -> Step:
+        raise NotImplementedError
+
+    def begin(self, batch_id: int) -> None:
+        """What a batch reads on the driver before its step runs anywhere (kept on ``self``)."""
+
+    def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
+        """What a batch does after its rows and states are written (the final table, records)."""
+
+    # -- the engine
+
+    @staticmethod
+    def state_buckets(spark) -> int:
+        """How many buckets a new state gets: ``spark.sqlext.streaming.stateBuckets``, by default
+        Spark's default parallelism (the cores a run can use at once)."""
+        value = spark.conf.get(BUCKETS_SETTING, "")
+        return max(1, int(value) if value else int(spark.sparkContext.defaultParallelism))
+
+    def __call__(self, batch, batch_id: int) -> None:
+        spark = batch.sparkSession
+        STEPS.clear()
+        self.begin(batch_id)
+        driver = self.on_driver(batch, batch_id)
+        if driver:
+            facts = self._on_driver(spark, batch, batch_id)
+        else:
+            with step("on the executors"):
+                facts = self._on_executors(spark, batch, batch_id)
+        self.finish(spark, batch_id, facts, driver)
+
+    def on_driver(self, batch, batch_id: int) -> bool:
+        """Where this batch runs (see the module's docstring)."""
+        if not self._executors_can():
+            return True
+        if batch.sparkSession.conf.get(PATH_SETTING, "auto").lower() in ("driver", "spark"):
+            return on_driver(batch)  # forced
+        if not on_driver(batch):  # the increment is too large
+            return False
+        stored = sum(state.before(batch_id).stored_bytes() for state in self.states.values())
+        return stored * 4 <= CACHE_BYTES
+
+    def _executors_can(self) -> bool:
+        """Whether the executors reach every folder the tasks write (not through the driver's JVM)."""
+        folders = [self.output, self.state] + [s.folder for s in self.states.values()]
+        return not any(isinstance(f.io, _HadoopIO) for f in folders)
+
+    def _on_driver(self, spark, batch, batch_id: int) -> dict:
+        with step("collect the increment"):
+            rows = self.increment_files(batch_id)
+            if rows is None:
+                rows = self.rows_of(self.increment(batch).toArrow())
+        views = {name: state.before(batch_id) for name, state in self.states.items()}
+        result = self.step(rows, views, batch_id)
+        if result.out is not None:
+            with step("write the output"):
+                self.write_rows(spark, result.out, batch_id)
+        with step("write the state"):
+            for name, rows in result.deltas.items():
+                self.states[name].write(views[name], rows, batch_id)
+        return result.facts
+
+    def _on_executors(self, spark, batch, batch_id: int) -> dict:
+        from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+        from sqlext.streaming.run import arrow_schema
+
+        frame = self.increment(batch)
+        buckets = next(iter(self.states.values())).buckets
+        schema = arrow_schema(frame.schema)
+        tagged_schema = StructType(list(frame.schema.fields) + [StructField(BUCKET, IntegerType(), False)])
+        pending = self.state / f"{PENDING}-{batch_id}"
+        pending.delete()
+        task = _Task(self, batch_id, pending, schema)
+        route = _Router(self, buckets, schema)
+
+        def run_task(table: pa.Table) -> pa.Table:  # a function with type hints: Spark reads its kind from them
+            return task(table)
+
+        summaries = frame.mapInArrow(route, tagged_schema) \
+            .groupBy(BUCKET).applyInArrow(run_task, StructType([StructField("summary", BinaryType())])).collect()
+        done = [pickle.loads(row["summary"]) for row in summaries]
+        facts: dict = {}
+        for summary in done:
+            for name, value in summary["facts"].items():
+                if value is not None:
+                    facts[name] = value if facts.get(name) is None else max(facts[name], value)
+        with step("write the output"):
+            self._commit_output(spark, pending, batch_id, [s["out"] for s in done if s["out"]])
+        with step("write the state"):
+            for summary in done:
+                for name, layers in summary["pending"].items():
+                    self.states[name].commit(layers)
+        pending.delete()
+        return facts
+
+    def _commit_output(self, spark, pending: Folder, batch_id: int, parts: list[str]) -> None:
+        """The tasks' forwarded rows, through the statement, as the batch's output files."""
+        if getattr(self, "emit", None) == "final":
+            return
+        if self.outer_is_all and self.output_format == "parquet":
+            check_columns(self.checkpoint, self.output, spark_columns(self.output_arrow))
+            write_arrow_files(self.output_arrow.empty_table(), self.output, batch_id)  # clears an earlier attempt
+            for name in sorted(parts):
+                (pending / name).rename_to(self.output / f"batch-{batch_id:010d}-{name}")
+            return
+        from sqlext.streaming.run import spark_schema
+
+        frame = spark.read.schema(spark_schema(self.output_arrow)).parquet(pending.uri) if parts else \
+            spark.createDataFrame([], spark_schema(self.output_arrow))
+        self.write_statement(spark, frame, batch_id)
+
+
+class _Router:
+    """The function Spark's ``mapInArrow`` runs before the shuffle: each row with its bucket,
+    a row every bucket must see once per bucket."""
+
+    def __init__(self, operator: KeyedOperator, buckets: int, schema: pa.Schema):
+        self.operator, self.buckets, self.schema = operator, buckets, schema
+
+    def __call__(self, batches):
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            owner = self.operator.route(table).astype(np.int32)
+            every = owner == EVERY
+            own = table.filter(pa.array(~every)).append_column(BUCKET, pa.array(owner[~every], pa.int32()))
+            yield from own.to_batches()
+            if every.any():
+                shared = table.filter(pa.array(every))
+                for bucket in range(self.buckets):
+                    yield from shared.append_column(BUCKET, pa.array(np.full(shared.num_rows, bucket, np.int32))) \
+                        .to_batches()
+
+
+class _Task:
+    """One bucket's task: the operator's step over the bucket's rows and its bucket of the
+    states; the forwarded rows and the state layers written, not committed."""
+
+    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, schema: pa.Schema):
+        self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        op, batch_id = self.operator, self.batch_id
+        bucket = int(table[BUCKET][0].as_py())
+        rows = op.rows_of(table.drop_columns([BUCKET]).cast(self.schema))
+        views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
+                 for name, state in op.states.items()}
+        result = op.step(rows, views, batch_id)
+        out = None
+        if result.out is not None and result.out.num_rows:
+            out = f"part-{bucket:05d}.parquet"
+            (self.pending / out).write_parquet(result.out)
+        written = {}
+        for name, rows in result.deltas.items():
+            view = views[name] if name not in op.shared else views[name].owned(bucket)
+            written[name] = op.states[name].write(view, rows, batch_id, commit=False)
+        summary = {"bucket": bucket, "out": out, "pending": written, "facts": result.facts}
+        return pa.table({"summary": pa.array([pickle.dumps(summary)], pa.binary())})

@@ -34,6 +34,11 @@ class Storage:
         assert not inside.startswith(".."), f"{path} is not under {TEMP}, which the viewfs mount table maps"
         return VIEWFS + "/" + inside
 
+    def qualified(self, path) -> str:
+        """The URI Hadoop makes of :meth:`uri`, by which sqlext names the folder in its messages
+        and records: ``file:/...`` for a plain path or a ``file://`` URI, a viewfs URI as it is."""
+        return self.uri(path) if self.form == "viewfs" else "file:" + os.path.realpath(str(path))
+
     def child_env(self, env: dict | None = None) -> dict:
         """The environment of a child process that starts Spark (``sqlext stream``) over these
         folders: its session is given the mount table too (through ``PYSPARK_SUBMIT_ARGS``,

@@ -47,6 +47,8 @@ IO_SETTING = "spark.sqlext.storage.io"
 # stores whose rename of a file or folder is atomic; elsewhere a commit file marks a layer whole
 ATOMIC_RENAME = ("file", "hdfs")
 COMMIT_SUFFIX = ".commit"
+# where a layer is written before it is renamed into place (stores that rename atomically)
+PENDING_PREFIX = "_tmp-"
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class Folder:
     def committed_names(self) -> set[str]:
         """The names of the whole layers in this folder, from one listing."""
         entries = self.entries()
-        folders = {e.name for e in entries if e.is_dir}
+        folders = {e.name for e in entries if e.is_dir and not e.name.startswith(PENDING_PREFIX)}
         if self.io.atomic_rename:
             return folders
         commits = {e.name[:-len(COMMIT_SUFFIX)] for e in entries if e.name.endswith(COMMIT_SUFFIX)}
@@ -180,7 +182,7 @@ class Folder:
         (renamed into place), or the layer itself (an object store: the commit file is what
         makes it visible)."""
         if self.io.atomic_rename:
-            return self.parent / ("_tmp-" + self.name)
+            return self.parent / (PENDING_PREFIX + self.name)
         return self
 
     def begin_layer(self) -> "Folder":

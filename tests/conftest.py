@@ -20,6 +20,7 @@ import pytest
 from hypothesis import settings
 
 from profiles import PROFILE
+from storage_forms import STORAGE_CONF, STORAGE_FORMS, Storage
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # a rule that fails on a tree it did not expect fails the test (production notes it and
@@ -41,35 +42,7 @@ settings.load_profile(PROFILE)
 
 
 # -- where incremental runs keep their files: plain paths, file: URIs, or a viewfs mount table
-
-TEMP = os.path.realpath(tempfile.gettempdir())
-# a Hadoop mount table standing in for a remote store: viewfs://lake/data/... is TEMP/...
-VIEWFS = "viewfs://lake/data"
-STORAGE_CONF = {"spark.hadoop.fs.viewfs.mounttable.lake.link./data": "file://" + TEMP}
-STORAGE_FORMS = ("viewfs", "file", "plain")
-
-
-class Storage:
-    """How a test names its checkpoint, output and source folders: ``form`` is ``plain`` (a
-    local path), ``file`` (a ``file://`` URI) or ``viewfs`` (the same folder through the mount
-    table above). The test keeps its local paths to look at files; sqlext gets :meth:`uri`."""
-
-    def __init__(self, form: str):
-        self.form = form
-
-    def uri(self, path) -> str:
-        path = os.path.realpath(str(path))
-        if self.form == "plain":
-            return path
-        if self.form == "file":
-            return "file://" + path
-        inside = os.path.relpath(path, TEMP)
-        assert not inside.startswith(".."), f"{path} is not under {TEMP}, which the viewfs mount table maps"
-        return VIEWFS + "/" + inside
-
-    def __repr__(self) -> str:
-        return self.form
-
+# (tests/storage_forms.py)
 
 _storage_counts: dict[str, int] = {}
 
@@ -77,11 +50,16 @@ _storage_counts: dict[str, int] = {}
 def pytest_generate_tests(metafunc):
     """A test that takes ``storage`` runs with its folders named in one of the forms, the forms
     taken in turn through a file's tests (viewfs first), so every file meets each of them; under
-    the nightly profile every such test runs in all three."""
+    the nightly profile every such test runs in all three. A test marked
+    ``@pytest.mark.storage("viewfs")`` runs in the forms it names (all three under nightly) and
+    leaves the turn to the next test."""
     if "storage" not in metafunc.fixturenames:
         return
+    marker = metafunc.definition.get_closest_marker("storage")
     if PROFILE == "nightly":
         forms = list(STORAGE_FORMS)
+    elif marker is not None:
+        forms = list(marker.args)
     else:
         module = metafunc.module.__name__
         count = _storage_counts.get(module, 0)

@@ -121,17 +121,17 @@ def test_numeric_date_and_timestamp_ordering_columns_still_run(run, view, kind, 
 
 
 @pytest.mark.parametrize("engine", ["tables", "state_store"])
-def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_written(spark, tmp_path, engine):
+def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_written(spark, tmp_path, storage, engine):
     from sqlext.streaming import run_available_now
 
     source, output = tmp_path / "changes", tmp_path / "out"
     spark.createDataFrame([(1, 5, "insert", "9"), (1, 7, "update_postimage", "10")], TEXT_ORDER) \
-        .coalesce(1).write.parquet(str(source))
+        .coalesce(1).write.parquet(storage.uri(source))
     with pytest.raises(SqlextError) as caught:
         run_available_now(spark, "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "
                                  "predicate => 'balance > 0', order_by => 'seq')",
-                          checkpoint=str(tmp_path / "checkpoint"), output=str(output),
-                          sources={"changes": str(source)}, engine=engine)
+                          checkpoint=storage.uri(tmp_path / "checkpoint"), output=storage.uri(output),
+                          sources={"changes": storage.uri(source)}, engine=engine)
     assert caught.value.error_class == "ORDER_BY_TEXT"
     assert not list(output.glob("*.parquet"))
 

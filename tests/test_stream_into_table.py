@@ -3,7 +3,8 @@ adapter's incremental models over ``STREAM(...)`` use): the table holds, after e
 exactly the batch result over everything that has landed so far; the checkpoint lives in the
 table's folder; a table the runs did not write, or whose columns differ from the statement's,
 is refused until a full refresh. The database's folder holds quotes, a backtick and
-spaces (Spark's catalog refuses them in names)."""
+spaces (Spark's catalog refuses them in names), and its LOCATION is given in the test's storage
+form (a plain path, a file:// URI, or a viewfs:// URI through a mount table)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ LANDINGS = [
 
 
 @pytest.fixture
-def database(spark, tmp_path):
-    location = str(tmp_path / LOCATION).replace("\\", "\\\\").replace("'", "\\'")
+def database(spark, tmp_path, storage):
+    """The database, its LOCATION named in the storage form; the local path of its folder."""
+    location = storage.uri(tmp_path / LOCATION).replace("\\", "\\\\").replace("'", "\\'")
     spark.sql(f"CREATE DATABASE {DATABASE} LOCATION '{location}'")
     spark.sql(f"CREATE TABLE {FEED} ({SCHEMA}) USING parquet")
     yield tmp_path / LOCATION
@@ -105,12 +107,12 @@ def test_a_table_name_that_does_not_parse_is_a_classed_error(spark):
         run_into_table(spark, GOLD, "`unterminated")
 
 
-def test_the_checkpoint_folder_is_invisible_to_readers_of_the_table(spark, database):
+def test_the_checkpoint_folder_is_invisible_to_readers_of_the_table(spark, database, storage):
     land(spark, LANDINGS[0])
     run_into_table(spark, GOLD, TARGET)
     folder = Path(database) / FOLDER
     assert any(folder.glob("batch-*")) and (folder / CHECKPOINT_FOLDER).is_dir()
-    assert spark.read.parquet(str(folder)).count() == spark.table(TARGET).count() == 2
+    assert spark.read.parquet(storage.uri(folder)).count() == spark.table(TARGET).count() == 2
 
 
 def test_a_recursion_runs_into_a_table_without_computing_the_whole_history(spark, database, monkeypatch):

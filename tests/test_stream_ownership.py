@@ -23,19 +23,34 @@ def files(*folders: Path) -> dict[str, str]:
             for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+class Root:
+    """The test's folder: ``root / name`` is a local path to look at files, ``root.uri(name)``
+    names the same folder to sqlext and Spark in the test's storage form."""
+
+    def __init__(self, path: Path, storage):
+        self.path, self.storage = path, storage
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def uri(self, name: str) -> str:
+        return self.storage.uri(self.path / name)
+
+
 @pytest.fixture
-def acc(spark, tmp_path):
+def acc(spark, tmp_path, storage):
     """A folder of account changes with one file, the run's checkpoint and output folders."""
+    root = Root(tmp_path, storage)
     spark.createDataFrame(
         [(1, 10, "insert", 1), (2, -5, "insert", 2), (1, 20, "update_postimage", 3)],
         "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT",
-    ).coalesce(1).write.parquet(str(tmp_path / "acc"))
-    return tmp_path
+    ).coalesce(1).write.parquet(root.uri("acc"))
+    return root
 
 
-def run(spark, root: Path, sql: str, output: str = "out", checkpoint: str = "cp", **options):
-    run_available_now(spark, sql, checkpoint=str(root / checkpoint), output=str(root / output),
-                      sources={"acc": str(root / "acc")}, **options)
+def run(spark, root: Root, sql: str, output: str = "out", checkpoint: str = "cp", **options):
+    run_available_now(spark, sql, checkpoint=root.uri(checkpoint), output=root.uri(output),
+                      sources={"acc": root.uri("acc")}, **options)
 
 
 @pytest.mark.parametrize("changed, difference", [
@@ -52,7 +67,7 @@ def test_another_statement_on_a_checkpoint_is_refused_and_nothing_written_change
     with pytest.raises(SqlextError) as raised:
         run(spark, acc, changed)
     assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH"
-    assert difference in str(raised.value) and str(acc / "cp") in str(raised.value)
+    assert difference in str(raised.value) and acc.storage.qualified(acc / "cp") in str(raised.value)
     assert files(acc / "cp", acc / "out") == before
 
 
@@ -60,10 +75,10 @@ def test_the_same_statement_written_differently_runs_on(spark, acc):
     run(spark, acc, FILTER)
     spark.createDataFrame([(2, 7, "update_postimage", 4)],
                           "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT") \
-        .write.mode("append").parquet(str(acc / "acc"))
+        .write.mode("append").parquet(acc.uri("acc"))
     respelt = "-- the same filter\n" + FILTER.replace("SELECT * FROM", "select *\n  from").replace(", key", ",\n key")
     run(spark, acc, respelt)
-    rows = sorted(tuple(r) for r in spark.read.parquet(str(acc / "out")).collect())
+    rows = sorted(tuple(r) for r in spark.read.parquet(acc.uri("out")).collect())
     assert (2, 7, "insert", 4) in rows
 
 
@@ -78,7 +93,7 @@ def test_output_columns_that_change_under_the_same_text_are_refused(spark, acc):
         spark.sql("SELECT 1 AS one, 'x' AS two").createOrReplaceTempView("d_view")
         spark.createDataFrame([(2, 7, "update_postimage", 4)],
                               "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT") \
-            .write.mode("append").parquet(str(acc / "acc"))
+            .write.mode("append").parquet(acc.uri("acc"))
         before = files(acc / "out")
         with pytest.raises(SqlextError) as raised:
             run(spark, acc, sql)
@@ -116,15 +131,15 @@ def test_a_failed_first_run_does_not_claim_the_checkpoint(spark, acc):
     with pytest.raises(Exception):  # Spark's assert_true stops the first batch before its commit
         run(spark, acc, FILTER.replace("balance >= 0", "balance >= 0 AND assert_true(balance < 15) IS NULL"))
     run(spark, acc, FILTER)
-    assert sorted(tuple(r) for r in spark.read.parquet(str(acc / "out")).collect()) == [
+    assert sorted(tuple(r) for r in spark.read.parquet(acc.uri("out")).collect()) == [
         (1, 10, "insert", 1), (1, 10, "update_preimage", 3), (1, 20, "update_postimage", 3)]
 
 
 def test_run_into_table_refuses_another_statement_and_keeps_the_table(spark, acc):
-    spark.sql("CREATE DATABASE IF NOT EXISTS owned LOCATION '" + str(acc / "owned.db") + "'")
+    spark.sql("CREATE DATABASE IF NOT EXISTS owned LOCATION '" + acc.uri("owned.db") + "'")
     try:
         source = FILTER.replace("STREAM(acc)", "STREAM(owned.acc_table)")
-        spark.read.parquet(str(acc / "acc")).write.saveAsTable("owned.acc_table")
+        spark.read.parquet(acc.uri("acc")).write.saveAsTable("owned.acc_table")
         run_into_table(spark, source, "owned.filtered")
         folder = acc / "owned.db" / "filtered"
         before = files(folder)
@@ -181,15 +196,15 @@ def test_a_declared_schema_lets_a_join_start_before_its_right_input_has_a_file(s
     sql = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(acc)), right => TABLE(STREAM(`cust omers`)), "
            "left_key => 'id', foreign_key => 'balance', right_key => 'cid', join_type => 'left')")
     schemas = {"cust omers": "cid BIGINT, name STRING, _change_type STRING, _commit_version BIGINT"}
-    sources = {"acc": str(acc / "acc"), "cust omers": str(acc / "customers")}
-    options = dict(checkpoint=str(acc / "cp"), output=str(acc / "out"), sources=sources, schemas=schemas)
+    sources = {"acc": acc.uri("acc"), "cust omers": acc.uri("customers")}
+    options = dict(checkpoint=acc.uri("cp"), output=acc.uri("out"), sources=sources, schemas=schemas)
     run_available_now(spark, sql, **options)
     spark.createDataFrame([(20, "twenty", "insert", 5)], schemas["cust omers"]).write.mode("append") \
-        .parquet(str(acc / "customers"))
+        .parquet(acc.uri("customers"))
     run_available_now(spark, sql, **options)
-    got = sorted((tuple(r) for r in spark.read.parquet(str(acc / "out")).collect()), key=repr)
-    spark.read.parquet(str(acc / "acc")).createOrReplaceTempView("acc_all")
-    spark.read.parquet(str(acc / "customers")).createOrReplaceTempView("customers_all")
+    got = sorted((tuple(r) for r in spark.read.parquet(acc.uri("out")).collect()), key=repr)
+    spark.read.parquet(acc.uri("acc")).createOrReplaceTempView("acc_all")
+    spark.read.parquet(acc.uri("customers")).createOrReplaceTempView("customers_all")
     try:
         batch = sqlext.sql(spark, sql.replace("STREAM(acc)", "acc_all").replace("STREAM(`cust omers`)",
                                                                                  "customers_all"))
@@ -210,8 +225,8 @@ def test_a_declared_schema_that_disagrees_with_the_files_is_refused(spark, acc):
 def test_stream_refuses_before_starting_a_query(spark, acc):
     run(spark, acc, FILTER)
     with pytest.raises(SqlextError):
-        stream(spark, FILTER.replace("'changes'", "'records'"), checkpoint=str(acc / "cp"),
-               output=str(acc / "out"), sources={"acc": str(acc / "acc")})
+        stream(spark, FILTER.replace("'changes'", "'records'"), checkpoint=acc.uri("cp"),
+               output=acc.uri("out"), sources={"acc": acc.uri("acc")})
     assert not spark.streams.active
 
 

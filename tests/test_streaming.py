@@ -31,10 +31,11 @@ def filter_sql(emit="changes", extra=""):
 
 
 class Feed:
-    """A folder of change files, the runs' checkpoint and output folder."""
+    """A folder of change files, the runs' checkpoint and output folder: local paths to look at
+    their files, named to sqlext and Spark in the form of ``storage`` (:meth:`uri`)."""
 
-    def __init__(self, spark, shape, root: Path, engine: str):
-        self.spark, self.shape, self.root, self.engine = spark, shape, root, engine
+    def __init__(self, spark, shape, root: Path, engine: str, storage):
+        self.spark, self.shape, self.root, self.engine, self.storage = spark, shape, root, engine, storage
         self.source, self.output, self.checkpoint = root / "changes", root / "out", root / "checkpoint"
         self.seen: list[dict] = []
         self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
@@ -45,14 +46,29 @@ class Feed:
         # no events land as an empty file: an empty micro-batch, which changes nothing
         rows = rows_for(self.shape, events)
         self.spark.createDataFrame(rows, schema=_parse_datatype_string(schema_for(self.shape))) \
-            .coalesce(1).write.mode("append").parquet(str(self.source))
+            .coalesce(1).write.mode("append").parquet(self.uri(self.source))
+
+    def uri(self, path: Path) -> str:
+        return self.storage.uri(path)
+
+    def options(self) -> dict:
+        """The folders of an incremental run (checkpoint, output, sources) and its engine."""
+        return dict(checkpoint=self.uri(self.checkpoint), output=self.uri(self.output),
+                    sources={"changes": self.uri(self.source)}, engine=self.engine)
+
+    def cli_options(self) -> list[str]:
+        """The same, as options of ``sqlext stream``."""
+        return ["--checkpoint", self.uri(self.checkpoint), "--output", self.uri(self.output),
+                "--source", f"changes={self.uri(self.source)}", "--engine", self.engine]
+
+    def output_frame(self):
+        return self.spark.read.parquet(self.uri(self.output))
 
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                              sources={"changes": str(self.source)}, engine=self.engine)
-        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
+            run_available_now(self.spark, sql, **self.options())
+        rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) or (self.output / "_spark_metadata").exists() else []
         new = multiset(rows) - multiset(self.seen)
         self.seen = rows
@@ -66,12 +82,12 @@ def engine(request):
 
 
 @pytest.fixture
-def feed(spark, engine):
+def feed(spark, engine, storage):
     roots = []
 
     def make(shape="cdf"):
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-")))
-        return Feed(spark, shape, roots[-1], engine)
+        return Feed(spark, shape, roots[-1], engine, storage)
 
     yield make
     for root in roots:
@@ -106,8 +122,8 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(["cdf", "upsert"]),
        share=st.sampled_from([0.5, float("inf")]), path=st.sampled_from(["driver", "spark"]))
 @example(events=[(1, 0, 0), (2, 0, None)], cuts=[1], shape="cdf", share=0.5, path="driver")  # the table empties
-def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_path_factory, events, cuts, shape,
-                                                                    share, path):
+def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_path_factory, storage, events, cuts,
+                                                                    shape, share, path):
     """engine 'tables' rewrites its output folder as the final table each run: after every
     run it holds exactly the batch run's final table over the changes so far (the state
     compacted now and then, or kept as deltas)."""
@@ -115,7 +131,7 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
 
     last = len(events)
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
-    current = Feed(spark, shape, tmp_path_factory.mktemp("final"), "tables")
+    current = Feed(spark, shape, tmp_path_factory.mktemp("final"), "tables", storage)
     current.path = path
     done = 0
     default, stream_state.COMPACT_SHARE = stream_state.COMPACT_SHARE, share
@@ -152,7 +168,7 @@ def test_a_late_change_stops_the_run_and_writes_nothing(feed):
     current.add([(2, 2, 3), (1, 1, 9)])  # version 1 of key 1 again: the earlier run applied 2
     with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*id=1.*_commit_version = 1.*not above 2"):
         current.run(filter_sql())
-    assert current.spark.read.parquet(str(current.output)).count() == 3  # key 2 not written either
+    assert current.output_frame().count() == 3  # key 2 not written either
 
 
 def test_with_sequence_by_a_late_stale_change_is_ignored(feed):
@@ -175,24 +191,24 @@ def test_sequence_by_cases_across_runs(spark, feed, case):
     assert compact(out, "changes") == changes
 
 
-def test_a_streaming_view_is_read_as_it_is(spark, tmp_path):
-    current = Feed(spark, "cdf", tmp_path, "state_store")
+def test_a_streaming_view_is_read_as_it_is(spark, tmp_path, storage):
+    current = Feed(spark, "cdf", tmp_path, "state_store", storage)
     current.add([(1, 1, 5), (2, 2, -1), (3, 1, NULL_V)])
-    schema = spark.read.parquet(str(current.source)).schema
-    spark.readStream.schema(schema).parquet(str(current.source)).createOrReplaceTempView("stream_view_changes")
+    schema = spark.read.parquet(current.uri(current.source)).schema
+    spark.readStream.schema(schema).parquet(current.uri(current.source)).createOrReplaceTempView("stream_view_changes")
     frame = streaming_frame(spark, filter_sql().replace("STREAM(changes)", "STREAM(stream_view_changes)")
                             .replace("SELECT *", "SELECT id, v, _change_type"))
     assert frame.isStreaming and frame.columns == ["id", "v", "_change_type"]
     query = frame.writeStream.format("memory").queryName("stream_view_out") \
-        .option("checkpointLocation", str(current.checkpoint)).trigger(availableNow=True).start()
+        .option("checkpointLocation", current.uri(current.checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination()
     assert sorted(tuple(r) for r in spark.table("stream_view_out").collect()) == [(1, 5, "delete"), (1, 5, "insert")]
     spark.catalog.dropTempView("stream_view_changes")
 
 
-def test_emit_final_into_a_streaming_sink_is_a_classed_error(spark, tmp_path):
+def test_emit_final_into_a_streaming_sink_is_a_classed_error(spark, tmp_path, storage):
     """The state-store engine streams into a sink that only appends: no final table there."""
-    current = Feed(spark, "cdf", tmp_path, "state_store")
+    current = Feed(spark, "cdf", tmp_path, "state_store", storage)
     current.add([(1, 1, 5)])
     with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*emit => 'final'.*engine 'tables'"):
         current.run(filter_sql("final"))
@@ -211,17 +227,15 @@ def test_emit_final_into_a_streaming_sink_is_a_classed_error(spark, tmp_path):
 def test_what_cannot_run_incrementally_is_a_classed_error(spark, feed, sql, error):
     current = feed("cdf")
     current.add([(1, 1, 5)])
-    spark.read.parquet(str(current.source)).createOrReplaceTempView("changes_table")
+    spark.read.parquet(current.uri(current.source)).createOrReplaceTempView("changes_table")
     with pytest.raises(SqlextError, match=rf"\[{error}\]"):
-        stream(spark, sql, checkpoint=str(current.checkpoint), output=str(current.output),
-               sources={"changes": str(current.source)}, engine=current.engine)
+        stream(spark, sql, **current.options())
 
 
 def test_an_empty_source_folder_is_a_classed_error(spark, feed):
     current = feed("cdf")
     with pytest.raises(SqlextError, match=r"\[STREAM_SOURCE_EMPTY\]"):
-        stream(spark, filter_sql(), checkpoint=str(current.checkpoint), output=str(current.output),
-               sources={"changes": str(current.source)}, engine=current.engine)
+        stream(spark, filter_sql(), **current.options())
 
 
 def test_the_cli_runs_a_file_incrementally_and_reports_late_changes(spark, feed, tmp_path, capsys):
@@ -231,11 +245,10 @@ def test_the_cli_runs_a_file_incrementally_and_reports_late_changes(spark, feed,
     current.add([(1, 1, 5)])
     query = tmp_path / "filter `{x}`.sql"
     query.write_text(filter_sql() + ";\n")
-    argv = ["stream", str(query), "--checkpoint", str(current.checkpoint), "--output", str(current.output),
-            "--source", f"changes={current.source}", "--engine", current.engine]
+    argv = ["stream", str(query), *current.cli_options()]
     assert main(argv) == 0
     assert "run complete" in capsys.readouterr().out
-    assert [tuple(r) for r in spark.read.parquet(str(current.output)).collect()] == [(1, "acct1", 5, 1, "insert", 1)]
+    assert [tuple(r) for r in current.output_frame().collect()] == [(1, "acct1", 5, 1, "insert", 1)]
     current.add([(1, 2, 1)])
     assert main(argv) == 0
     current.add([(1, 1, 8)])
@@ -247,13 +260,13 @@ def _batch_rows(spark, current, emit="changes"):
     """The batch output over every change file in the feed's folder."""
     import sqlext
 
-    spark.read.parquet(str(current.source)).createOrReplaceTempView("all_changes_so_far")
+    spark.read.parquet(current.uri(current.source)).createOrReplaceTempView("all_changes_so_far")
     sql = filter_sql(emit).replace("STREAM(changes)", "all_changes_so_far")
     return multiset(r.asDict() for r in sqlext.sql(spark, sql).collect())
 
 
 def _output_rows(spark, current):
-    return multiset(r.asDict() for r in spark.read.parquet(str(current.output)).collect())
+    return multiset(r.asDict() for r in current.output_frame().collect())
 
 
 def _run_and_compare(spark, current) -> None:
@@ -267,7 +280,8 @@ def _many_events(first_version, keys, versions):
             for v in range(versions) for k in range(keys)]
 
 
-def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
+@pytest.mark.storage("viewfs")
+def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, storage):
     """SIGKILL the process while its micro-batch runs (offsets logged, no commit yet); the next
     run redoes it: every expected row exactly once, and the state carries on as if nothing
     had happened (a later increment gives the batch result too)."""
@@ -281,9 +295,9 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
     current.add(_many_events(1, 4000, 6))
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql())
-    command = [sys.executable, "-m", "sqlext.cli", "stream", str(query), "--checkpoint", str(current.checkpoint),
-               "--output", str(current.output), "--source", f"changes={current.source}", "--engine", current.engine]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = [sys.executable, "-m", "sqlext.cli", "stream", str(query), *current.cli_options()]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             env=storage.child_env())
     started = time.monotonic()
     while not (current.checkpoint / "offsets" / "0").exists():
         assert child.poll() is None, "the run ended before its first micro-batch was logged"
@@ -297,6 +311,7 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path):
     _run_and_compare(spark, current)
 
 
+@pytest.mark.storage("viewfs")
 def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, feed):
     """The state a crash leaves between the sink's write and the checkpoint's commit: the
     batch's output is in the sink's log, its commit is not. The next run redoes the batch;
@@ -333,18 +348,19 @@ def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):
     current.run(filter_sql())
     spark.createDataFrame([(2, "acct2", 3, 2, "insert", 2, "extra")],
                           "id BIGINT, name STRING, v BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT, "
-                          "note STRING").write.mode("append").parquet(str(current.source))
+                          "note STRING").write.mode("append").parquet(current.uri(current.source))
     with pytest.raises(SqlextError, match=r"\[STREAM_SCHEMA_CHANGED\].*note was added"):
         current.run(filter_sql())
-    assert current.spark.read.parquet(str(current.output)).count() == 1
+    assert current.output_frame().count() == 1
 
 
 def _layers(current) -> list[str]:
     return sorted(p.name for p in (current.checkpoint / "sqlext-state" / "rows").iterdir())
 
 
+@pytest.mark.storage("viewfs")
 @pytest.mark.parametrize("share", [0.0, float("inf")], ids=["compact-every-batch", "deltas-only"])
-def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, share):
+def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, storage, share):
     """The 'tables' engine keeps its state as a base and deltas: whether every batch writes a
     new base or none after the first does, each run's output is the batch output, a batch
     redone after a lost commit gives it too, and only the layers a replay can read are kept."""
@@ -353,7 +369,7 @@ def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, sh
     monkeypatch.setattr(stream_state, "COMPACT_SHARE", share)
     root = Path(tempfile.mkdtemp(prefix="sqlext-layers-"))
     try:
-        current = Feed(spark, "upsert", root, "tables")
+        current = Feed(spark, "upsert", root, "tables", storage)
         for first in (1, 3, 5, 7):
             current.add(_many_events(first, 40, 2))
             _run_and_compare(spark, current)

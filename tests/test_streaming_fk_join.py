@@ -32,12 +32,13 @@ def join_sql(join_type="inner", emit="changes", extra=""):
 
 class Feeds:
     """Two folders of change files (left: orders, right: customers), made from a whole list
-    of events (version, side, key, row) and released an increment at a time."""
+    of events (version, side, key, row) and released an increment at a time. The test looks at
+    the local paths; sqlext and Spark are given them in the form of ``storage`` (:meth:`uri`)."""
 
-    def __init__(self, spark, shape: str, events, root: Path):
+    def __init__(self, spark, shape: str, events, root: Path, storage):
         from pyspark.sql.types import _parse_datatype_string
 
-        self.spark, self.root = spark, root
+        self.spark, self.root, self.storage = spark, root, storage
         self.schemas = {"orders": _parse_datatype_string(LEFT_CDF if shape == "cdf" else LEFT_UPSERT),
                         "customers": _parse_datatype_string(RIGHT_CDF if shape == "cdf" else RIGHT_UPSERT)}
         self.rows = {
@@ -48,22 +49,31 @@ class Feeds:
         self.seen: list[dict] = []
         self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
         for name, schema in self.schemas.items():  # both folders hold their columns from the start
-            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(str(root / name))
+            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(root / name))
 
     def release(self, after, upto) -> None:
         for name, rows in self.rows.items():
             chosen = [r for r in rows if after < r["_commit_version"] <= upto]
             if chosen:
                 self.spark.createDataFrame(chosen, self.schemas[name]).coalesce(1) \
-                    .write.mode("append").parquet(str(self.root / name))
+                    .write.mode("append").parquet(self.uri(self.root / name))
+
+    def uri(self, path: Path) -> str:
+        return self.storage.uri(path)
+
+    def options(self) -> dict:
+        """The folders of an incremental run: checkpoint, output and both sources."""
+        return dict(checkpoint=self.uri(self.checkpoint), output=self.uri(self.output),
+                    sources={name: self.uri(self.root / name) for name in ("orders", "customers")})
+
+    def output_frame(self):
+        return self.spark.read.parquet(self.uri(self.output))
 
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                              sources={"orders": str(self.root / "orders"),
-                                       "customers": str(self.root / "customers")})
-        rows = [r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()] \
+            run_available_now(self.spark, sql, **self.options())
+        rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) else []
         new = multiset(rows) - multiset(self.seen)
         self.seen = rows
@@ -71,12 +81,12 @@ class Feeds:
 
 
 @pytest.fixture
-def feeds(spark):
+def feeds(spark, storage):
     roots = []
 
     def make(shape, events):
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-fk-")))
-        return Feeds(spark, shape, events, roots[-1])
+        return Feeds(spark, shape, events, roots[-1], storage)
 
     yield make
     for root in roots:
@@ -156,7 +166,7 @@ def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
     current.release(0, 2)  # version 2 of a right key: the earlier run went up to version 2
     with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*rid=2.*_commit_version = 2.*not above 2.*both inputs"):
         current.run(join_sql())
-    assert current.spark.read.parquet(str(current.output)).count() == 1
+    assert current.output_frame().count() == 1
 
 
 @pytest.mark.parametrize("sql, engine, error", [
@@ -165,11 +175,10 @@ def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
 def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, engine, error):
     current = feeds("cdf", [(1, "left", "k", {"fk": 1, "note": "n"})])
     with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*" + error):
-        run_available_now(current.spark, sql, checkpoint=str(current.checkpoint), output=str(current.output),
-                          sources={"orders": str(current.root / "orders"),
-                                   "customers": str(current.root / "customers")}, engine=engine)
+        run_available_now(current.spark, sql, **current.options(), engine=engine)
 
 
+@pytest.mark.storage("viewfs")
 def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch):
     """With the state kept as deltas (no compaction), a batch whose commit was lost is redone
     from the layers before it: the output holds each row once and later runs stay exact."""
@@ -189,7 +198,7 @@ def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, m
     current.run(join_sql("left", "changes"))
     current.release(6, 8)
     current.run(join_sql("left", "changes"))
-    written = [r.asDict() for r in spark.read.parquet(str(current.output)).collect()]
+    written = [r.asDict() for r in current.output_frame().collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
 
@@ -233,8 +242,8 @@ def sequenced_events(draw):
 @given(rows=sequenced_events(), cuts=st.lists(st.integers(1, 16), max_size=3),
        join_type=st.sampled_from(["inner", "left"]), emit=st.sampled_from(["changes", "records"]),
        path=st.sampled_from(["driver", "spark"]))
-def test_sequence_by_increments_concatenate_to_the_batch_output(spark, tmp_path_factory, rows, cuts, join_type, emit,
-                                                                 path):
+def test_sequence_by_increments_concatenate_to_the_batch_output(spark, tmp_path_factory, storage, rows, cuts,
+                                                                 join_type, emit, path):
     """Versioned inputs (KIP-914): a change older by ``ts`` than its key's latest applied one is
     ignored, by the increments as by the batch function, wherever the runs are cut."""
     import sqlext
@@ -251,12 +260,13 @@ def test_sequence_by_increments_concatenate_to_the_batch_output(spark, tmp_path_
     for bound in bounds:
         for name, side in sides.items():
             chosen = [r for r in side if done < r["_commit_version"] <= bound]
-            spark.createDataFrame(chosen, schemas[name]).coalesce(1).write.mode("append").parquet(str(root / name))
+            spark.createDataFrame(chosen, schemas[name]).coalesce(1).write.mode("append") \
+                .parquet(storage.uri(root / name))
         with computed_on(spark, path):
-            run_available_now(spark, sql, checkpoint=str(root / "cp"), output=str(root / "out"),
-                              sources={name: str(root / name) for name in sides})
+            run_available_now(spark, sql, checkpoint=storage.uri(root / "cp"), output=storage.uri(root / "out"),
+                              sources={name: storage.uri(root / name) for name in sides})
         done = bound
-    out = [r.asDict() for r in spark.read.parquet(str(root / "out")).collect()] \
+    out = [r.asDict() for r in spark.read.parquet(storage.uri(root / "out")).collect()] \
         if any((root / "out").glob("*.parquet")) else []
     for name, side in sides.items():
         spark.createDataFrame(side, schemas[name]).createOrReplaceTempView(name + "_all")
@@ -309,7 +319,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds):
+@pytest.mark.storage("viewfs")
+def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds, storage):
     """SIGKILL the process inside its second micro-batch (offsets logged, its output and one of
     its two state layers written, no commit yet); the next run redoes it, and the output holds
     every row of the batch result exactly once."""
@@ -325,11 +336,12 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds):
     current.release(3, 6)
     query = current.root / "fk.sql"
     query.write_text(join_sql("left", "changes"))
+    options = current.options()
     command = [sys.executable, "-c", KILLED_BETWEEN_THE_STATES, "stream", str(query),
-               "--checkpoint", str(current.checkpoint), "--output", str(current.output),
-               "--source", f"orders={current.root / 'orders'}", "--source", f"customers={current.root / 'customers'}"]
+               "--checkpoint", options["checkpoint"], "--output", options["output"],
+               *[part for name, folder in options["sources"].items() for part in ("--source", f"{name}={folder}")]]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                             env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+                             env=storage.child_env(dict(os.environ, PYSPARK_PYTHON=sys.executable)))
     try:
         child.wait(timeout=300)
     finally:
@@ -341,7 +353,7 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds):
     layers = {side: any((current.checkpoint / "sqlext-state" / side).glob("*-1")) for side in ("left", "right")}
     assert layers == {"left": True, "right": False}, layers
     current.run(join_sql("left", "changes"))
-    written = [r.asDict() for r in spark.read.parquet(str(current.output)).collect()]
+    written = [r.asDict() for r in current.output_frame().collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
 
@@ -364,16 +376,13 @@ def test_runs_read_their_files_without_spark_past_the_source_logs_compaction(spa
         for run in range(5):
             current.release(2 * run, 2 * run + 2)
             with computed_on(spark, "driver"):
-                query = run_available_now(spark, join_sql("left", "changes"), checkpoint=str(current.checkpoint),
-                                          output=str(current.output),
-                                          sources={"orders": str(current.root / "orders"),
-                                                   "customers": str(current.root / "customers")})
+                query = run_available_now(spark, join_sql("left", "changes"), **current.options())
             jobs.append(len(jobs_of(spark, query)))
     finally:
         spark.conf.unset("spark.sql.streaming.fileSource.log.compactInterval")
     assert len(list((current.checkpoint / "sources" / "0").glob("*.compact"))) >= 2
     assert jobs == [0] * 5
-    written = [r.asDict() for r in spark.read.parquet(str(current.output)).collect()]
+    written = [r.asDict() for r in current.output_frame().collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
     other = feeds("cdf", events)
@@ -382,11 +391,11 @@ def test_runs_read_their_files_without_spark_past_the_source_logs_compaction(spa
         other.release(bound - 6, bound)
         out = other.run(sql)
         assert out, bound
-    written = [r.asDict() for r in spark.read.parquet(str(other.output)).collect()]
+    written = [r.asDict() for r in other.output_frame().collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
 
-def test_a_timestamp_order_recorded_on_one_path_is_compared_on_the_other(spark, tmp_path):
+def test_a_timestamp_order_recorded_on_one_path_is_compared_on_the_other(spark, tmp_path, storage):
     """The highest ordering value a run records is compared by the next run, which may compute
     on the other path (Spark's collect gives TIMESTAMPs as naive local datetimes, Arrow as aware
     ones): runs alternate between the paths, the output is the batch's, and a late change is
@@ -400,24 +409,26 @@ def test_a_timestamp_order_recorded_on_one_path_is_compared_on_the_other(spark, 
     schemas = {"orders": "id STRING, fk BIGINT, at TIMESTAMP", "customers": "rid BIGINT, name STRING, at TIMESTAMP"}
     start = datetime(2026, 3, 1, 8, 0)
     rows = {"orders": [], "customers": []}
+    options = dict(checkpoint=storage.uri(tmp_path / "cp"), output=storage.uri(tmp_path / "out"),
+                   sources={name: storage.uri(tmp_path / name) for name in schemas})
     for run, path in enumerate(["driver", "spark", "driver", "spark"]):
         at = start + timedelta(hours=run)
         new = {"customers": [(run % 2, f"c{run}", at)],
                "orders": [(f"o{run}", run % 2, at + timedelta(minutes=1)), ("o0", (run + 1) % 2, at + timedelta(minutes=2))]}
         for name, batch in new.items():
-            spark.createDataFrame(batch, schemas[name]).coalesce(1).write.mode("append").parquet(str(tmp_path / name))
+            spark.createDataFrame(batch, schemas[name]).coalesce(1).write.mode("append") \
+                .parquet(storage.uri(tmp_path / name))
             rows[name] += batch
         with computed_on(spark, path):
-            run_available_now(spark, sql, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"),
-                              sources={name: str(tmp_path / name) for name in schemas})
+            run_available_now(spark, sql, **options)
     for name in schemas:
         spark.createDataFrame(rows[name], schemas[name]).createOrReplaceTempView(name + "_all")
     batch = sqlext.sql(spark, sql.replace("STREAM(orders)", "orders_all").replace("STREAM(customers)", "customers_all"))
-    written = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    written = [r.asDict() for r in spark.read.parquet(storage.uri(tmp_path / "out")).collect()]
     assert multiset(written) == multiset([r.asDict() for r in batch.collect()])
     late = [("o9", 1, start + timedelta(hours=3, minutes=2))]  # at the highest time processed
-    spark.createDataFrame(late, schemas["orders"]).coalesce(1).write.mode("append").parquet(str(tmp_path / "orders"))
+    spark.createDataFrame(late, schemas["orders"]).coalesce(1).write.mode("append") \
+        .parquet(storage.uri(tmp_path / "orders"))
     for path in ("driver", "spark"):
         with computed_on(spark, path), pytest.raises(SqlextError, match=r"\[LATE_CHANGE\]"):
-            run_available_now(spark, sql, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"),
-                              sources={name: str(tmp_path / name) for name in schemas})
+            run_available_now(spark, sql, **options)

@@ -24,6 +24,7 @@ from feeds import computed_on
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import batch_form, run_available_now
+from storage_forms import Storage
 
 PAIRS = ("WITH RECURSIVE reach(src, dst) AS ("
          "SELECT src, dst FROM STREAM(edges) "
@@ -40,10 +41,11 @@ ANCESTORS = ("WITH RECURSIVE anc(node, ancestor, depth) AS ("
 
 
 class Edges:
-    """A folder of edge files, a checkpoint and an output folder."""
+    """A folder of edge files, a checkpoint and an output folder: local paths to look at their
+    files, named to sqlext and Spark in the form of ``storage`` (:meth:`uri`)."""
 
-    def __init__(self, spark, root: Path):
-        self.spark, self.root = spark, root
+    def __init__(self, spark, root: Path, storage: Storage):
+        self.spark, self.root, self.storage = spark, root, storage
         self.source, self.output, self.checkpoint = root / "edges", root / "out", root / "checkpoint"
         self.all: list[tuple] = []
         self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
@@ -51,22 +53,33 @@ class Edges:
     def add(self, edges):
         if edges:
             self.spark.createDataFrame(edges, "src int, dst int").coalesce(1).write.mode("append") \
-                .parquet(str(self.source))
+                .parquet(self.uri(self.source))
             self.all += edges
+
+    def uri(self, path: Path) -> str:
+        return self.storage.uri(path)
+
+    def cli_options(self) -> list[str]:
+        """The folders of a run, as options of ``sqlext stream``."""
+        return ["--checkpoint", self.uri(self.checkpoint), "--output", self.uri(self.output),
+                "--source", f"edges={self.uri(self.source)}"]
 
     def run(self, sql):
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, checkpoint=str(self.checkpoint), output=str(self.output),
-                              sources={"edges": str(self.source)})
+            run_available_now(self.spark, sql, checkpoint=self.uri(self.checkpoint), output=self.uri(self.output),
+                              sources={"edges": self.uri(self.source)})
+
+    def output_frame(self):
+        return self.spark.read.parquet(self.uri(self.output))
 
     def written(self):
         if not any(self.output.glob("*.parquet")):
             return multiset([])
-        return multiset([r.asDict() for r in self.spark.read.parquet(str(self.output)).collect()])
+        return multiset([r.asDict() for r in self.output_frame().collect()])
 
     def present(self):
         """The edges as they stand after every landing so far."""
-        return self.spark.read.parquet(str(self.source))
+        return self.spark.read.parquet(self.uri(self.source))
 
     def batch(self, sql):
         """The batch recursion over the present edges."""
@@ -77,13 +90,13 @@ class Edges:
             self.spark.catalog.dropTempView("edges")
 
 
-def _folders(spark, kind):
-    """A fixture's factory of ``kind`` folders, each removed afterwards."""
+def _folders(spark, kind, storage):
+    """A fixture's factory of ``kind`` folders (named in ``storage``'s form), each removed afterwards."""
     roots = []
 
     def make():
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-rec-stream-")))
-        return kind(spark, roots[-1])
+        return kind(spark, roots[-1], storage)
 
     yield make
     for root in roots:
@@ -91,8 +104,8 @@ def _folders(spark, kind):
 
 
 @pytest.fixture
-def edges(spark):
-    yield from _folders(spark, Edges)
+def edges(spark, storage):
+    yield from _folders(spark, Edges, storage)
 
 
 graphs = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=12)
@@ -140,6 +153,7 @@ def test_a_forest_grows_leaf_by_leaf_and_each_run_adds_the_new_leaves_ancestors(
     assert sum(current.written().values()) == 5 + 3 + 5
 
 
+@pytest.mark.storage("viewfs")
 def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, edges):
     current = edges()
     for part in ([(0, 1), (1, 2)], [(2, 3)], [(3, 0), (5, 6)]):
@@ -168,12 +182,13 @@ def test_what_cannot_run_incrementally_is_a_classed_error(spark, edges, sql):
         current.run(sql)
 
 
-def _batch_rows(spark, folder: Path) -> list[dict]:
+def _batch_rows(spark, folder: Path, uri=str) -> list[dict]:
     """The rows of a folder of batch files (``<kind>-<batch>-*``), each with the kind
-    (``__kind``: ``batch`` or ``base``) and the batch (``__batch``) of the file holding it."""
+    (``__kind``: ``batch`` or ``base``) and the batch (``__batch``) of the file holding it;
+    Spark reads each file by ``uri(path)``."""
     from pyspark.sql import functions as F
 
-    files = [str(p) for kind in ("batch", "base") for p in folder.glob(f"{kind}-*")]
+    files = [uri(p) for kind in ("batch", "base") for p in folder.glob(f"{kind}-*")]
     if not files:
         return []
     name = r"^(batch|base)-(\d+)-"
@@ -183,10 +198,10 @@ def _batch_rows(spark, folder: Path) -> list[dict]:
     return [r.asDict() for r in frame.collect()]
 
 
-def _by_batch(spark, folder: Path):
+def _by_batch(spark, folder: Path, uri=str):
     """The rows of a folder of batch files, each with the kind and batch of its file, as a
     multiset."""
-    return multiset(_batch_rows(spark, folder))
+    return multiset(_batch_rows(spark, folder, uri))
 
 
 class ChangedEdges(Edges):
@@ -196,13 +211,13 @@ class ChangedEdges(Edges):
     def change(self, rows):
         if rows:
             self.spark.createDataFrame(rows, "src int, dst int, _change_type string, _commit_version bigint") \
-                .coalesce(1).write.mode("append").parquet(str(self.source))
+                .coalesce(1).write.mode("append").parquet(self.uri(self.source))
             self.all += rows
 
     def applied(self):
         """The output's changes applied batch by batch, in order: the rows they leave (a
         multiset). After every batch, no row has been deleted more often than inserted."""
-        rows = _batch_rows(self.spark, self.output)
+        rows = _batch_rows(self.spark, self.output, self.uri)
         result = multiset([])
         for batch in sorted({r["__batch"] for r in rows}):
             for r in (dict(r) for r in rows if r["__batch"] == batch):
@@ -223,8 +238,8 @@ class ChangedEdges(Edges):
 
 
 @pytest.fixture
-def changed_edges(spark):
-    yield from _folders(spark, ChangedEdges)
+def changed_edges(spark, storage):
+    yield from _folders(spark, ChangedEdges, storage)
 
 
 @st.composite
@@ -272,11 +287,11 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
     current = changed_edges()
     current.change([(1, 0, "insert", 1), (2, 1, "insert", 1), (3, 2, "insert", 1), (4, 0, "insert", 1)])
     current.run(PAIRS)
-    first = current.spark.read.parquet(str(current.output)).count()
+    first = current.output_frame().count()
     assert first == 7
     current.change([(2, 1, "update_preimage", 2), (2, 4, "update_postimage", 2)])
     current.run(PAIRS)
-    second = [r.asDict() for r in current.spark.read.parquet(str(current.output)).where("_commit_version = 2").collect()]
+    second = [r.asDict() for r in current.output_frame().where("_commit_version = 2").collect()]
     assert multiset(second) == multiset([
         {"src": 2, "dst": 1, "_change_type": "delete", "_commit_version": 2},
         {"src": 3, "dst": 1, "_change_type": "delete", "_commit_version": 2},
@@ -284,7 +299,7 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
         {"src": 3, "dst": 4, "_change_type": "insert", "_commit_version": 2}])
     current.change([(3, 2, "delete", 3)])  # a leaf's edge goes: its rows go, nothing else
     current.run(PAIRS)
-    third = [r.asDict() for r in current.spark.read.parquet(str(current.output)).where("_commit_version = 3").collect()]
+    third = [r.asDict() for r in current.output_frame().where("_commit_version = 3").collect()]
     assert multiset(third) == multiset([{"src": 3, "dst": d, "_change_type": "delete", "_commit_version": 3}
                                         for d in (2, 4, 0)])
     assert current.applied() == current.batch(PAIRS)
@@ -433,8 +448,9 @@ def _land(current, rows) -> None:
 
 
 def _stream_in_a_child(current, *python_args):
-    """``python <python_args> stream FILE.sql ...`` over the edges' folders, in a session of its
-    own (its JVM with it), importing this sqlext."""
+    """``python <python_args> stream FILE.sql ...`` over the edges' folders (named in their
+    storage form, the child's session given the viewfs mount table), in a session of its own
+    (its JVM with it), importing this sqlext."""
     import os
     import subprocess
     import sys
@@ -442,10 +458,10 @@ def _stream_in_a_child(current, *python_args):
     query = current.root / "reach.sql"
     query.write_text(PAIRS)
     here = str(Path(sqlext.__file__).resolve().parents[1])
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
-    command = [sys.executable, *python_args, "stream", str(query), "--checkpoint", str(current.checkpoint),
-               "--output", str(current.output), "--source", f"edges={current.source}"]
+    env = current.storage.child_env(dict(
+        os.environ, PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)))
+    command = [sys.executable, *python_args, "stream", str(query), *current.cli_options()]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env=env)
 
@@ -454,13 +470,13 @@ def _state_and_output(current):
     """Each state's layers (``base-N``, ``delta-N``) with their rows, and the output's rows with
     the kind (``batch`` or ``base``) and batch of the file holding each, as multisets."""
     state = current.checkpoint / "sqlext-state"
-    files = {name: _layers(current.spark, state / name) for name in ("result", "edges")}
-    files["output"] = _by_batch(current.spark, current.output)
+    files = {name: _layers(current.spark, state / name, current.uri) for name in ("result", "edges")}
+    files["output"] = _by_batch(current.spark, current.output, current.uri)
     return files
 
 
-def _layers(spark, folder: Path) -> dict:
-    return {layer.name: multiset([r.asDict() for r in spark.read.parquet(str(layer)).collect()])
+def _layers(spark, folder: Path, uri=str) -> dict:
+    return {layer.name: multiset([r.asDict() for r in spark.read.parquet(uri(layer)).collect()])
             for layer in sorted(folder.glob("*-*")) if layer.is_dir() and layer.name.split("-")[0] in ("base", "delta")}
 
 
@@ -473,11 +489,11 @@ def _assert_same_files(current, unkilled) -> None:
 
 
 def _never_killed(spark, kind, increments):
-    """What a run that is never killed leaves after the increments: each batch's files of
-    state and output, and the batch recursion over the edges present."""
+    """What a run that is never killed leaves after the increments (on plain paths): each
+    batch's files of state and output, and the batch recursion over the edges present."""
     root = Path(tempfile.mkdtemp(prefix="sqlext-rec-unkilled-"))
     try:
-        twin = kind(spark, root)
+        twin = kind(spark, root, Storage("plain"))
         for increment in increments:
             _land(twin, increment)
             twin.run(PAIRS)
@@ -535,6 +551,7 @@ def _kill_around_output(current, point: str) -> None:
     assert any(current.output.glob("batch-0000000001-*")) == (point != "before the output")
 
 
+@pytest.mark.storage("viewfs")
 @pytest.mark.parametrize("point", ["before the output", "between the states", "after the output"])
 def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, point):
     """SIGKILL ``sqlext stream`` at a set point of micro-batch 1 (offsets logged, no commit):
@@ -549,6 +566,7 @@ def test_a_run_killed_around_its_output_is_redone_exactly_once(edges, unkilled, 
     _assert_same_files(current, unkilled)
 
 
+@pytest.mark.storage("viewfs")
 @pytest.mark.parametrize("point", ["before the output", "between the states", "after the output"])
 def test_a_run_over_changed_edges_killed_around_its_output_is_redone_exactly_once(changed_edges, unkilled_changes,
                                                                                   point):

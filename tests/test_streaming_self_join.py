@@ -23,20 +23,29 @@ SCHEMA = "id BIGINT, k INT, ts BIGINT, v INT"
 
 
 class Events:
-    def __init__(self, spark, root, schema=SCHEMA):
-        self.spark, self.root, self.schema, self.all = spark, root, schema, []
+    """A folder of events, a checkpoint and an output folder under ``root``: local paths to look
+    at their files, named to sqlext and Spark in the form of ``storage`` (:meth:`uri`)."""
+
+    def __init__(self, spark, root, storage, schema=SCHEMA):
+        self.spark, self.root, self.storage, self.schema, self.all = spark, root, storage, schema, []
+
+    def uri(self, name: str) -> str:
+        return self.storage.uri(self.root / name)
 
     def land(self, rows) -> None:
-        self.spark.createDataFrame(rows, self.schema).coalesce(1).write.mode("append").parquet(str(self.root / "ev"))
+        self.spark.createDataFrame(rows, self.schema).coalesce(1).write.mode("append").parquet(self.uri("ev"))
         self.all += rows
 
     def run(self, sql):
-        return run_available_now(self.spark, sql, checkpoint=str(self.root / "cp"), output=str(self.root / "out"),
-                                 sources={"ev": str(self.root / "ev")})
+        return run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
+                                 sources={"ev": self.uri("ev")})
+
+    def output_frame(self):
+        return self.spark.read.parquet(self.uri("out"))
 
     def written(self):
         out = self.root / "out"
-        return multiset([r.asDict() for r in self.spark.read.parquet(str(out)).collect()]) \
+        return multiset([r.asDict() for r in self.output_frame().collect()]) \
             if any(out.glob("*.parquet")) else multiset([])
 
     def batch(self, sql):
@@ -65,8 +74,8 @@ def event_runs(draw):
 
 @settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs=event_runs())
-def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, runs):
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin"))
+def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs):
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin"), storage)
     for run in runs:
         if run:
             events.land(run)
@@ -74,26 +83,26 @@ def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, runs):
     assert events.written() == (events.batch(BAND) if events.all else multiset([]))
 
 
-def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path):
+def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, storage):
     """After many runs the state holds the events of the last two band widths, once each (not
     once per side)."""
-    events = Events(spark, tmp_path)
+    events = Events(spark, tmp_path, storage)
     for first in range(0, 200, 20):
         events.land([(i, i % 3, i, 1) for i in range(first, first + 20)])
         query = events.run(BAND)
     assert events.written() == events.batch(BAND)
     state = sorted(p for p in (tmp_path / "cp" / "sqlext-state" / "events").glob("base-*"))
-    kept = spark.read.parquet(str(state[-1])).select("id").collect()
+    kept = spark.read.parquet(storage.uri(state[-1])).select("id").collect()
     assert sorted(r.id for r in kept) == list(range(199 - 6, 200))  # ts >= newest - 2 * width (3)
     assert len(jobs_of(spark, query)) <= 8
 
 
-def test_timestamps_and_interval_bands(spark, tmp_path):
+def test_timestamps_and_interval_bands(spark, tmp_path, storage):
     schema = "id BIGINT, k INT, ts TIMESTAMP, v INT"
     sql = ("SELECT a.id AS a_id, b.id AS b_id FROM STREAM(ev) AS a JOIN STREAM(ev) AS b ON a.k = b.k "
            "AND b.ts BETWEEN a.ts - INTERVAL 10 MINUTES AND a.ts")
     start = datetime(2026, 1, 1, 12, 0)
-    events = Events(spark, tmp_path, schema)
+    events = Events(spark, tmp_path, storage, schema)
     for first in (0, 4, 8):
         events.land([(i, i % 2, start + timedelta(minutes=4 * i), 0) for i in range(first, first + 4)])
         events.run(sql)
@@ -101,8 +110,8 @@ def test_timestamps_and_interval_bands(spark, tmp_path):
     assert sum(events.written().values()) > 12
 
 
-def test_an_event_too_late_for_its_partners_stops_the_run_and_writes_nothing(spark, tmp_path):
-    events = Events(spark, tmp_path)
+def test_an_event_too_late_for_its_partners_stops_the_run_and_writes_nothing(spark, tmp_path, storage):
+    events = Events(spark, tmp_path, storage)
     events.land([(i, 0, i, 0) for i in range(20)])
     events.run(BAND)
     before = events.written()
@@ -140,16 +149,17 @@ def folded(rows):
 
 def _feed(events):
     out = events.root / "out"
-    return [r.asDict() for r in events.spark.read.parquet(str(out)).collect()] if any(out.glob("*.parquet")) else []
+    return [r.asDict() for r in events.output_frame().collect()] if any(out.glob("*.parquet")) else []
 
 
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs=event_runs(), sql=st.sampled_from([AGGREGATE, PER_EVENT, EVERYTHING, BY_ORDINAL]))
-def test_an_aggregate_over_the_self_join_is_the_batch_aggregate_as_a_change_feed(spark, tmp_path_factory, runs, sql):
+def test_an_aggregate_over_the_self_join_is_the_batch_aggregate_as_a_change_feed(spark, tmp_path_factory, storage,
+                                                                                 runs, sql):
     """The runs write the aggregate's change feed (each group the run changed: an insert, or its
     old and new rows), and the table it leaves is the batch statement's result; no update
     leaves a row as it was."""
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin-aggregate"))
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin-aggregate"), storage)
     for run in runs:
         if run:
             events.land(run)
@@ -167,15 +177,15 @@ def test_an_aggregate_over_the_self_join_is_the_batch_aggregate_as_a_change_feed
                 {k: v for k, v in p.items() if k != "_change_type"} not in strip for p in posts)
 
 
-def test_an_aggregate_run_stays_within_its_job_budget_and_keeps_one_row_per_group(spark, tmp_path):
-    events = Events(spark, tmp_path)
+def test_an_aggregate_run_stays_within_its_job_budget_and_keeps_one_row_per_group(spark, tmp_path, storage):
+    events = Events(spark, tmp_path, storage)
     for first in range(0, 90, 30):
         events.land([(i, i % 3, i, i % 5) for i in range(first, first + 30)])
         query = events.run(AGGREGATE)
     assert folded(_feed(events)) == events.batch(AGGREGATE)
     assert len(jobs_of(spark, query)) <= 8
     groups = sorted(p for p in (tmp_path / "cp" / "sqlext-state" / "groups").glob("*-*"))
-    assert sum(spark.read.parquet(str(p)).count() for p in groups) <= 6  # three groups, in a base and a delta
+    assert sum(spark.read.parquet(storage.uri(p)).count() for p in groups) <= 6  # three groups, in a base and a delta
 
 
 @pytest.mark.parametrize("sql, said", [
@@ -185,8 +195,9 @@ def test_an_aggregate_run_stays_within_its_job_budget_and_keeps_one_row_per_grou
     (AGGREGATE.replace("MIN(b.v) AS lo", "COLLECT_LIST(b.v) AS lo"), "COLLECT_LIST"),
     (AGGREGATE.replace("COUNT(*) AS n", "COUNT(*) FILTER (WHERE b.v > 1) AS n"), "FILTER"),
 ])
-def test_what_an_aggregate_over_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_path, sql, said):
-    events = Events(spark, tmp_path)
+def test_what_an_aggregate_over_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_path, storage, sql,
+                                                                                      said):
+    events = Events(spark, tmp_path, storage)
     events.land([(0, 0, 0, 0)])
     with pytest.raises(SqlextError) as raised:
         events.run(sql)
@@ -198,8 +209,8 @@ def test_what_an_aggregate_over_a_self_join_of_a_stream_cannot_run_is_a_classed_
     BAND.replace("AND b.ts BETWEEN a.ts - 3 AND a.ts + 1", "AND b.ts >= a.ts"),
     BAND.replace("JOIN STREAM(ev) AS b", "LEFT JOIN STREAM(ev) AS b"),
 ])
-def test_what_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_path, sql):
-    events = Events(spark, tmp_path)
+def test_what_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_path, storage, sql):
+    events = Events(spark, tmp_path, storage)
     events.land([(0, 0, 0, 0)])
     with pytest.raises(SqlextError) as raised:
         events.run(sql)

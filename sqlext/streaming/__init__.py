@@ -468,7 +468,11 @@ def _table_folder(spark, target: exp.Table, exists: bool) -> str:
                               fix="Drop it and let the run create it, or run sqlext.stream with an output folder.")
         return uri
     database = target.db or spark.catalog.currentDatabase()
-    return spark.catalog.getDatabase(database).locationUri.rstrip("/") + "/" + target.name
+    # the catalog gives the database's location as an encoded URI ('ware%20house'); a path
+    # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
+    jvm = spark._jvm
+    location = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(spark.catalog.getDatabase(database).locationUri))
+    return location.toString().rstrip("/") + "/" + target.name
 
 
 def _columns(columns) -> str:

@@ -163,15 +163,15 @@ def test_a_keyed_state_reads_no_layer_without_its_commit_file(tmp_path):
     table = pa.table({"k": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
     state.write(state.before(0), table, 0)
     state.write(state.before(1), pa.table({"k": pa.array([2], pa.int64()), "v": ["c"]}), 1)
-    assert (state.before(2).base, state.before(2).delta) == (0, 1)
+    assert state.before(2).layers() == ((0, 0, 1),)
     assert sorted(state.before(2).rows().to_pylist(), key=lambda r: r["k"]) == [{"k": 1, "v": "a"},
                                                                                 {"k": 2, "v": "c"}]
     for kind, batch_id in (("base", 2), ("delta", 3)):  # layers of batches that died before their commit files
-        (state.path(kind, batch_id).begin_layer() / "part-00000.parquet") \
+        (state.part(0).path(kind, batch_id).begin_layer() / "part-00000.parquet") \
             .write_parquet(pa.table({"k": pa.array([9], pa.int64()), "v": ["late"]}), whole=False)
     assert (tmp_path / "state" / "base-2").is_dir() and (tmp_path / "state" / "delta-3").is_dir()
     view = state.before(4)
-    assert (view.base, view.delta) == (0, 1)
+    assert view.layers() == ((0, 0, 1),)
     assert sorted(view.rows().to_pylist(), key=lambda r: r["k"]) == [{"k": 1, "v": "a"}, {"k": 2, "v": "c"}]
 
 

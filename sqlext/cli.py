@@ -244,6 +244,13 @@ def _add_bench(commands) -> None:
     runs(incremental)
     incremental.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
                              help="where the state lives (FK_JOIN and recursion: tables only)")
+    incremental.add_argument("--path", choices=["auto", "driver", "spark"], default="auto", dest="place",
+                             help="where a run's step computes: chosen by the engine (auto), the driver, or "
+                                  "Spark's executors (spark)")
+    incremental.add_argument("--uri", action="store_true",
+                             help="give the checkpoint, output and sources as file: URIs (as a cluster names them)")
+    incremental.add_argument("--master", metavar="URL", default=None,
+                             help="run on this Spark master (spark://host:port) instead of the embedded session")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,7 +282,8 @@ def _dispatch(args) -> int:
 def _bench(args) -> int:
     from sqlext.session import local_session
 
-    spark = local_session("sqlext-bench")
+    master = getattr(args, "master", None)
+    spark = local_session("sqlext-bench", master=master) if master else local_session("sqlext-bench")
     if args.what == "filter":
         from sqlext.bench.changes import bench_filter
 
@@ -298,7 +306,7 @@ def _bench(args) -> int:
         engines = ("tables", "state_store") if args.engine == "both" else (args.engine,)
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
                           engines=engines, function=args.function, left=args.left, right=args.right,
-                          nodes=args.nodes)
+                          nodes=args.nodes, place=args.place, uri=args.uri)
     elif args.levels_only:
         from sqlext.bench.recursion import bench_levels
 

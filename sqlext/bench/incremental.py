@@ -242,7 +242,8 @@ def self_join_workload(events: int, percent: float) -> Workload:
 
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
-                      left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000) -> dict:
+                      left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
+                      uri: bool = False) -> dict:
     """Each engine on its own copy of the same history and increments; returns, per engine,
     the first run's seconds, the incremental and batch seconds per increment, and the rows.
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
@@ -258,7 +259,13 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         engines = tuple(e for e in engines if e == "tables")
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
-    return {engine: _bench_engine(spark, workload, runs, percent, engine) for engine in engines}
+    from sqlext.streaming.run import PATH_SETTING
+
+    spark.conf.set(PATH_SETTING, place)
+    try:
+        return {engine: _bench_engine(spark, workload, runs, percent, engine, uri) for engine in engines}
+    finally:
+        spark.conf.unset(PATH_SETTING)
 
 
 def _copy_sql(name: str) -> str:
@@ -271,14 +278,15 @@ def _copy_sql(name: str) -> str:
     return to_sql(exp.select("*").from_(stream))
 
 
-def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: str) -> dict:
+def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: str, uri: bool = False) -> dict:
     import sqlext
     from sqlext.streaming import jobs_of, run_available_now
     from sqlext.streaming.run import STEPS
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
-    options = dict(checkpoint=f"{directory}/checkpoint", output=f"{directory}/out", engine=engine,
-                   sources={name: f"{directory}/{name}" for name in workload.feeds})
+    named = "file://" + directory if uri else directory  # how the runs name the folders
+    options = dict(checkpoint=f"{named}/checkpoint", output=f"{named}/out", engine=engine,
+                   sources={name: f"{named}/{name}" for name in workload.feeds})
     try:
         workload.make_history(spark, directory)
         copies = {name: dict(checkpoint=f"{directory}/copy-checkpoint-{name}", output=f"{directory}/copy-{name}",
@@ -337,9 +345,10 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         print(f"  batch recompute (history + increments): median {statistics.median(batch):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in batch))
         print(f"  ratio batch/incremental: {ratio:.2f}x (same output: {out_rows:,} rows)")
-        print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}")
+        print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}; computed on: "
+              f"{spark.conf.get('spark.sqlext.streaming.path', 'auto')} ({'executors' if steps and 'on the executors' in steps[-1] else 'driver'} in the last run)")
         if native:
-            ours = _state_rows(options["checkpoint"])
+            ours = _state_rows(f"{directory}/checkpoint")
             print(f"  Spark's own stream-stream join per increment: median {statistics.median(native):.2f} s   runs: "
                   + ", ".join(f"{s:.2f}" for s in native)
                   + f"; sqlext/native time {statistics.median(incremental) / statistics.median(native):.2f}x")

@@ -72,6 +72,10 @@ class TableStateFilter(KeyedOperator):
         from sqlext.udfs.changelog_filter import filter_increment
 
         spec, keys = self.spec, list(self.spec.shape.key)
+        if self.state_only:  # the output is recomputed: only the new state is needed
+            from dataclasses import replace
+
+            spec = replace(spec, emit="final")
         with step("look up the state"):
             touched = rows.select(keys).group_by(keys, use_threads=False).aggregate([]) \
                 .cast(pa.schema([self.keyed.arrow_schema.field(k) for k in keys]))
@@ -80,6 +84,11 @@ class TableStateFilter(KeyedOperator):
             result = filter_increment(spec, rows, before, PASSED, PRESENT)
             out, state = self._apply(rows, before) if result is None else result  # None: sequence_by, key by key
         return Step(None if spec.emit == "final" else out.cast(self.output_arrow), {"rows": state})
+
+    def recompute(self, spark, batch, batch_id: int) -> None:
+        """A first run's output: the batch function over its changes."""
+        with self.called(spark, {"input": batch}) as forwarded:
+            self.write_statement(spark, forwarded, batch_id)
 
     def _apply(self, rows: pa.Table, before: pa.Table):
         """The increment applied key by key with the reference logic: its forwarded rows and

@@ -17,6 +17,16 @@ does not know where it runs. The engine runs it
   commits every task's layers and output at once, so a batch that fails anywhere (a late change
   in one bucket) writes nothing.
 
+Where the operator can name the increment's files (folders of Parquet files, read through the
+store), the tasks read them themselves, each keeping its bucket's rows: the job is one stage,
+with no shuffle. Otherwise Spark routes the rows (``mapInArrow`` tags each with its bucket,
+``groupBy(...).applyInArrow`` runs a task per bucket).
+
+A first run over a large history (every state empty, an increment the driver does not take)
+is recomputed instead: its output is the batch function over the increment, which Spark runs
+natively, and the step only builds the states. Its output is the same (the batch result over the
+changes so far is the contract); :data:`LAST_RUN` says how a run was computed.
+
 ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark`` (the executors);
 ``spark.sqlext.streaming.driverBytes`` is the largest increment (Spark's estimate) the driver
 takes. A state whose layers do not fit the driver's cache, or an increment larger than that,
@@ -38,6 +48,8 @@ from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_colu
 from sqlext.streaming.state import CACHE_BYTES, KeyedState, StateView
 
 BUCKET = "__sx_bucket"
+# how the last micro-batch ran: where ("driver" or "executors"), whether its output was recomputed
+LAST_RUN: dict = {}
 EVERY = -1  # a row every bucket's task must see
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
@@ -60,6 +72,8 @@ class KeyedOperator(TableStateRun):
 
     states: dict[str, KeyedState]
     shared: frozenset = frozenset()
+    # this batch's output comes from the batch function (a recompute): the step builds the states only
+    state_only: bool = False
 
     # -- what a subclass gives
 
@@ -67,9 +81,24 @@ class KeyedOperator(TableStateRun):
         """The micro-batch's rows as a Spark frame of the columns the step reads."""
         return batch
 
-    def increment_files(self, batch_id: int):
-        """The increment read without Spark (the operator's own form of it), or None."""
+    def increment_sources(self, batch_id: int):
+        """The increment's files (picklable, read by :meth:`read_increment` on the driver or in a
+        task), or None where Spark must read the increment (not a folder of Parquet files whose
+        columns Arrow reads as Spark does)."""
         return None
+
+    def read_increment(self, sources):
+        """The increment in the operator's own form, read from :meth:`increment_sources`' files
+        (which hold what Spark would read: :meth:`increment_sources` checked their columns)."""
+        raise NotImplementedError
+
+    def of_bucket(self, rows, bucket: int):
+        """The rows of the operator's form that bucket ``bucket``'s task sees."""
+        raise NotImplementedError
+
+    def recompute(self, spark, batch, batch_id: int) -> None:
+        """The batch's output from the batch function over the increment (a first run)."""
+        raise NotImplementedError
 
     def rows_of(self, table: pa.Table):
         """The increment in the operator's own form, from Arrow data of :meth:`increment`'s columns."""
@@ -102,11 +131,20 @@ class KeyedOperator(TableStateRun):
         STEPS.clear()
         self.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
-        if driver:
-            facts = self._on_driver(spark, batch, batch_id)
-        else:
-            with step("on the executors"):
-                facts = self._on_executors(spark, batch, batch_id)
+        self.state_only = not driver and all(state.before(batch_id).empty for state in self.states.values())
+        LAST_RUN.clear()
+        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors", recomputed=self.state_only)
+        try:
+            if self.state_only and self.emit != "final":
+                with step("recompute the output"):
+                    self.recompute(spark, batch, batch_id)
+            if driver:
+                facts = self._on_driver(spark, batch, batch_id)
+            else:
+                with step("on the executors"):
+                    facts = self._on_executors(spark, batch, batch_id)
+        finally:
+            self.state_only = False
         self.finish(spark, batch_id, facts, driver)
 
     def on_driver(self, batch, batch_id: int) -> bool:
@@ -127,9 +165,9 @@ class KeyedOperator(TableStateRun):
 
     def _on_driver(self, spark, batch, batch_id: int) -> dict:
         with step("collect the increment"):
-            rows = self.increment_files(batch_id)
-            if rows is None:
-                rows = self.rows_of(self.increment(batch).toArrow())
+            sources = self.increment_sources(batch_id)
+            rows = self.read_increment(sources) if sources is not None else \
+                self.rows_of(self.increment(batch).toArrow())
         views = {name: state.before(batch_id) for name, state in self.states.items()}
         result = self.step(rows, views, batch_id)
         if result.out is not None:
@@ -145,28 +183,37 @@ class KeyedOperator(TableStateRun):
 
         from sqlext.streaming.run import arrow_schema
 
-        frame = self.increment(batch)
         buckets = next(iter(self.states.values())).buckets
-        schema = arrow_schema(frame.schema)
-        tagged_schema = StructType(list(frame.schema.fields) + [StructField(BUCKET, IntegerType(), False)])
         pending = self.state / f"{PENDING}-{batch_id}"
         pending.delete()
-        task = _Task(self, batch_id, pending, schema)
-        route = _Router(self, buckets, schema)
+        summary_schema = StructType([StructField("summary", BinaryType())])
+        sources = self.increment_sources(batch_id)
+        if sources is not None:  # the tasks read the files themselves: one stage, no shuffle
+            job = spark.range(0, buckets, 1, buckets).mapInArrow(_FileTasks(self, batch_id, pending, sources),
+                                                                 summary_schema)
+        else:  # Spark routes the rows to the buckets
+            frame = self.increment(batch)
+            schema = arrow_schema(frame.schema)
+            tagged_schema = StructType(list(frame.schema.fields) + [StructField(BUCKET, IntegerType(), False)])
+            task = _Task(self, batch_id, pending, schema)
 
-        def run_task(table: pa.Table) -> pa.Table:  # a function with type hints: Spark reads its kind from them
-            return task(table)
+            def run_task(table: pa.Table) -> pa.Table:  # a function with type hints: Spark reads its kind from them
+                return task(table)
 
-        summaries = frame.mapInArrow(route, tagged_schema) \
-            .groupBy(BUCKET).applyInArrow(run_task, StructType([StructField("summary", BinaryType())])).collect()
-        done = [pickle.loads(row["summary"]) for row in summaries]
+            job = frame.mapInArrow(_Router(self, buckets, schema), tagged_schema) \
+                .groupBy(BUCKET).applyInArrow(run_task, summary_schema)
+        done = [pickle.loads(row["summary"]) for row in job.collect()]
+        for summary in done:  # the slowest task's time of each step
+            for name, seconds in summary["steps"].items():
+                STEPS["task: " + name] = max(STEPS.get("task: " + name, 0.0), seconds)
         facts: dict = {}
         for summary in done:
             for name, value in summary["facts"].items():
                 if value is not None:
                     facts[name] = value if facts.get(name) is None else max(facts[name], value)
-        with step("write the output"):
-            self._commit_output(spark, pending, batch_id, [s["out"] for s in done if s["out"]])
+        if not self.state_only:
+            with step("write the output"):
+                self._commit_output(spark, pending, batch_id, [s["out"] for s in done if s["out"]])
         with step("write the state"):
             for summary in done:
                 for name, layers in summary["pending"].items():
@@ -212,27 +259,64 @@ class _Router:
                         .to_batches()
 
 
-class _Task:
+def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float) -> bytes:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
-    states; the forwarded rows and the state layers written, not committed."""
+    states; the forwarded rows and the state layers written, not committed. Returns what the
+    driver needs to commit them."""
+    import time
+
+    views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
+             for name, state in op.states.items()}
+    result = op.step(rows, views, batch_id)
+    out = None
+    if result.out is not None and result.out.num_rows:
+        out = f"part-{bucket:05d}.parquet"
+        (pending / out).write_parquet(result.out)
+    written = {}
+    for name, delta in result.deltas.items():
+        view = views[name] if name not in op.shared else views[name].owned(bucket)
+        written[name] = op.states[name].write(view, delta, batch_id, commit=False)
+    STEPS["the task"] = time.perf_counter() - started
+    return pickle.dumps({"bucket": bucket, "out": out, "pending": written, "facts": result.facts,
+                         "steps": dict(STEPS)})
+
+
+class _Task:
+    """A bucket's task over the rows Spark routed to it (``applyInArrow``)."""
 
     def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, schema: pa.Schema):
         self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        op, batch_id = self.operator, self.batch_id
+        import time
+
+        started = time.perf_counter()
+        STEPS.clear()
         bucket = int(table[BUCKET][0].as_py())
-        rows = op.rows_of(table.drop_columns([BUCKET]).cast(self.schema))
-        views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
-                 for name, state in op.states.items()}
-        result = op.step(rows, views, batch_id)
-        out = None
-        if result.out is not None and result.out.num_rows:
-            out = f"part-{bucket:05d}.parquet"
-            (self.pending / out).write_parquet(result.out)
-        written = {}
-        for name, rows in result.deltas.items():
-            view = views[name] if name not in op.shared else views[name].owned(bucket)
-            written[name] = op.states[name].write(view, rows, batch_id, commit=False)
-        summary = {"bucket": bucket, "out": out, "pending": written, "facts": result.facts}
-        return pa.table({"summary": pa.array([pickle.dumps(summary)], pa.binary())})
+        rows = self.operator.rows_of(table.drop_columns([BUCKET]).cast(self.schema))
+        summary = _run_bucket(self.operator, self.batch_id, self.pending, bucket, rows, started)
+        return pa.table({"summary": pa.array([summary], pa.binary())})
+
+
+class _FileTasks:
+    """The tasks that read the increment's files themselves (``mapInArrow`` over the bucket
+    numbers): each reads them once and runs the buckets it is given."""
+
+    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, sources):
+        self.operator, self.batch_id, self.pending, self.sources = operator, batch_id, pending, sources
+
+    def __call__(self, batches):
+        import time
+
+        op = self.operator
+        rows = None
+        for batch in batches:
+            for bucket in batch.column(0).to_pylist():
+                started = time.perf_counter()
+                STEPS.clear()
+                if rows is None:
+                    with step("read the increment"):
+                        rows = op.read_increment(self.sources)
+                mine = op.of_bucket(rows, int(bucket))
+                summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
+                yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])

@@ -75,7 +75,7 @@ class TableStateFkJoin(KeyedOperator):
         from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
         self.spec, self.emit = spec, spec.emit
-        # where each input's files are, for reading a small batch without Spark (see increment_files)
+        # where each input's files are, for reading a small batch without Spark (see increment_sources)
         self.folders = folders
         self.side_schemas = (arrow_schema(stream_schema[LEFT].dataType), arrow_schema(stream_schema[RIGHT].dataType))
         self.foreign_column = _plain_column(spec.foreign_key, stream_schema[LEFT].dataType.names)
@@ -105,27 +105,32 @@ class TableStateFkJoin(KeyedOperator):
 
     # -- the increment
 
-    def increment_files(self, batch_id: int):
-        """Both inputs' changes in this batch, read from their files on the driver (no Spark
-        job), where both are folders of Parquet files whose columns Arrow reads as Spark does
-        and the foreign key is a column; None otherwise."""
-        from sqlext.streaming.sources import batch_files, read_parquet_files
+    def increment_sources(self, batch_id: int):
+        """Both inputs' files in this batch, where both are folders of Parquet files whose
+        columns Arrow reads as Spark does and the foreign key is a column; None otherwise."""
+        from sqlext.streaming.sources import batch_files, readable_files
 
         if self.foreign_column is None or None in self.folders:
             return None
         sides = []
         for source, (folder, schema) in enumerate(zip(self.folders, self.side_schemas)):
             files = batch_files(self.checkpoint, batch_id, source, folder)
-            rows = None if files is None else read_parquet_files(files, schema)
-            if rows is None:
+            if files is None or not readable_files(files, schema):
                 return None
-            sides.append(rows)
-        left, right = sides
-        try:
-            foreign_key = left[self.foreign_column].cast(self.foreign_type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
+            sides.append(files)
+        return tuple(sides)
+
+    def read_increment(self, sources):
+        from sqlext.storage import read_parquet
+
+        left, right = (read_parquet(files, schema) for files, schema in zip(sources, self.side_schemas))
+        foreign_key = left[self.foreign_column].cast(self.foreign_type, safe=False)
         return left.append_column(FOREIGN_KEY, foreign_key), right
+
+    def of_bucket(self, rows, bucket: int):
+        """A task's rows: the left changes of its keys, and every right change."""
+        left, right = rows
+        return left.filter(pa.array(self.left.bucket_of(left) == bucket)), right
 
     def rows_of(self, table: pa.Table):
         return _side(table, LEFT, extra=FOREIGN_KEY), _side(table, RIGHT)
@@ -149,6 +154,10 @@ class TableStateFkJoin(KeyedOperator):
         from sqlext.udfs.fk_join import join_increment
 
         spec = self.spec
+        if self.state_only:  # the output is recomputed: only the new states are needed
+            from dataclasses import replace
+
+            spec = replace(spec, emit="final")
         left_rows, right_rows = rows
         newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
         with step("look up the state"):
@@ -161,6 +170,15 @@ class TableStateFkJoin(KeyedOperator):
             out, left_last, right_last = result
         return Step(None if spec.emit == "final" else out, {"left": left_last, "right": right_last},
                     {"newest": instant(newest)})
+
+    def recompute(self, spark, batch, batch_id: int) -> None:
+        """A first run's output: the batch function over both inputs' changes."""
+        from pyspark.sql import functions as F
+
+        feeds = {side: batch.where(F.col(column).isNotNull()).select(f"{column}.*")
+                 for side, column in (("left", LEFT), ("right", RIGHT))}
+        with self.called(spark, feeds) as forwarded:
+            self.write_statement(spark, forwarded, batch_id)
 
     def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
         if self.spec.emit == "final":

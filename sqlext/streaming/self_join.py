@@ -222,13 +222,13 @@ class TableStateSelfJoin(TableStateRun):
     def _read(self, batch, batch_id: int) -> pa.Table:
         """The run's new events as Arrow data: read from their files where they are a Parquet
         folder Arrow reads as Spark does, else collected from Spark."""
-        from sqlext.streaming.sources import batch_files, read_parquet_files
+        from sqlext.storage import read_parquet
+        from sqlext.streaming.sources import batch_files, readable_files
 
         if self.folder is not None:
             files = batch_files(self.checkpoint, batch_id, 0, self.folder)
-            rows = None if files is None else read_parquet_files(files, self.source_arrow)
-            if rows is not None:
-                return rows
+            if files is not None and readable_files(files, self.source_arrow):
+                return read_parquet(files, self.source_arrow)
         return batch.toArrow().cast(self.source_arrow)
 
     def _pair(self, spark, new, old, batch_id: int) -> None:

@@ -260,24 +260,20 @@ def _log_entries(path: Folder) -> list[dict]:
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
-def read_parquet_files(files: list[Folder], schema):
-    """The rows of Parquet files as Arrow data in the columns ``schema`` (Arrow) names, when
-    every file holds each of them under that name with that type (as Spark reads them then);
-    None otherwise, for Spark to read."""
+def readable_files(files: list[Folder], schema) -> bool:
+    """Whether every Parquet file holds each column of ``schema`` (Arrow) under its name with
+    its type, so that Arrow reads the files as Spark does (from their footers)."""
     import pyarrow as pa
 
     from sqlext.errors import SqlextError
-    from sqlext.storage import read_parquet
 
-    if not files:
-        return schema.empty_table()
     try:
         for file in files:
             found = file.parquet_schema()
             for field in schema:
                 index = found.get_field_index(field.name)
                 if index < 0 or found.field(index).type != field.type:
-                    return None
-        return read_parquet(files, schema)
+                    return False
     except (OSError, pa.ArrowException, SqlextError):
-        return None
+        return False
+    return True

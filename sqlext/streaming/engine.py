@@ -37,6 +37,7 @@ goes to the executors, unless a store is read only through the driver's JVM
 from __future__ import annotations
 
 import pickle
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,7 +137,7 @@ class KeyedOperator(TableStateRun):
         LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors", recomputed=self.state_only)
         try:
             if self.state_only and self.emit != "final":
-                with step("recompute the output"):
+                with step("recompute the output"), adaptive(spark):
                     self.recompute(spark, batch, batch_id)
             if driver:
                 facts = self._on_driver(spark, batch, batch_id)
@@ -236,6 +237,20 @@ class KeyedOperator(TableStateRun):
         frame = spark.read.schema(spark_schema(self.output_arrow)).parquet(pending.uri) if parts else \
             spark.createDataFrame([], spark_schema(self.output_arrow))
         self.write_statement(spark, frame, batch_id)
+
+
+@contextmanager
+def adaptive(spark):
+    """Adaptive query execution for a batch query run inside a micro-batch: Structured Streaming
+    turns it off in the session it hands ``foreachBatch``, and the batch function's joins over
+    a whole history need it (skewed keys, a side small enough to broadcast)."""
+    key = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(key, "false")
+    spark.conf.set(key, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 class _Router:

@@ -175,8 +175,16 @@ class TableStateFkJoin(KeyedOperator):
         """A first run's output: the batch function over both inputs' changes."""
         from pyspark.sql import functions as F
 
-        feeds = {side: batch.where(F.col(column).isNotNull()).select(f"{column}.*")
-                 for side, column in (("left", LEFT), ("right", RIGHT))}
+        from sqlext.streaming.run import spark_schema
+
+        sources = self.increment_sources(batch_id)
+        if sources is not None:  # each input's own files: a scan of each, not two of both
+            feeds = {side: spark.read.schema(spark_schema(schema)).parquet(*[f.uri for f in files])
+                     if files else spark.createDataFrame([], spark_schema(schema))
+                     for side, files, schema in zip(("left", "right"), sources, self.side_schemas)}
+        else:
+            feeds = {side: batch.where(F.col(column).isNotNull()).select(f"{column}.*")
+                     for side, column in (("left", LEFT), ("right", RIGHT))}
         with self.called(spark, feeds) as forwarded:
             self.write_statement(spark, forwarded, batch_id)
 

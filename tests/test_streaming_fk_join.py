@@ -19,14 +19,15 @@ from feeds import computed_on
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
+from sqlext.streaming.engine import LAST_RUN
 from test_fk_join import (
     LEFT_CDF, LEFT_UPSERT, RIGHT_CDF, RIGHT_UPSERT, SEED_EVENTS, SEED_EXPECTED, compact, event_lists, feed, fk_join,
 )
 
 
-def join_sql(join_type="inner", emit="changes", extra=""):
+def join_sql(join_type="inner", emit="changes", extra="", foreign_key="fk"):
     return ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
-            f"left_key => 'id', foreign_key => 'fk', right_key => 'rid', join_type => '{join_type}', "
+            f"left_key => 'id', foreign_key => '{foreign_key}', right_key => 'rid', join_type => '{join_type}', "
             f"emit => '{emit}'{extra})")
 
 
@@ -144,13 +145,21 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, feeds
 
 
 @pytest.mark.parametrize("join_type, emit", [("inner", "records"), ("left", "changes")])
-def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit):
-    """Each run forwards exactly the event table's rows for the event it sees."""
+@pytest.mark.parametrize("path, foreign_key", [("driver", "fk"), ("spark", "fk"), ("spark", "coalesce(fk, fk)")],
+                         ids=["driver", "executors-read-files", "executors-routed-by-spark"])
+def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit, path, foreign_key):
+    """Each run forwards exactly the event table's rows for the event it sees, wherever it runs:
+    on the driver, or on the executors, whose tasks read the files themselves where the foreign
+    key is a column, and get their rows from Spark where it is an expression (the first run,
+    over an empty state, is recomputed)."""
     current = feeds("cdf", SEED_EVENTS)
+    current.path = path
     expected = SEED_EXPECTED[(join_type, emit)]
     for version, *_ in SEED_EVENTS:
         current.release(version - 1, version)
-        got = compact(current.run(join_sql(join_type, emit)), emit)
+        got = compact(current.run(join_sql(join_type, emit, foreign_key=foreign_key)), emit)
+        assert LAST_RUN["placement"] == ("driver" if path == "driver" else "executors")
+        assert LAST_RUN["recomputed"] == (path == "spark" and version == SEED_EVENTS[0][0])
         assert got == [r for r in expected if r[4] == version], version
 
 

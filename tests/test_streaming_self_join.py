@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from profiles import examples
 
 import sqlext
+from feeds import computed_on
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import jobs_of, run_available_now
@@ -26,8 +27,9 @@ class Events:
     """A folder of events, a checkpoint and an output folder under ``root``: local paths to look
     at their files, named to sqlext and Spark in the form of ``storage`` (:meth:`uri`)."""
 
-    def __init__(self, spark, root, storage, schema=SCHEMA):
+    def __init__(self, spark, root, storage, schema=SCHEMA, path="auto"):
         self.spark, self.root, self.storage, self.schema, self.all = spark, root, storage, schema, []
+        self.path = path  # where a run computes: the driver, Spark's executors, or by size
 
     def uri(self, name: str) -> str:
         return self.storage.uri(self.root / name)
@@ -37,8 +39,9 @@ class Events:
         self.all += rows
 
     def run(self, sql):
-        return run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
-                                 sources={"ev": self.uri("ev")})
+        with computed_on(self.spark, self.path):
+            return run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
+                                     sources={"ev": self.uri("ev")})
 
     def output_frame(self):
         return self.spark.read.parquet(self.uri("out"))
@@ -73,9 +76,9 @@ def event_runs(draw):
 
 
 @settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
-@given(runs=event_runs())
-def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs):
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin"), storage)
+@given(runs=event_runs(), path=st.sampled_from(["driver", "spark"]))
+def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs, path):
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin"), storage, path=path)
     for run in runs:
         if run:
             events.land(run)
@@ -97,12 +100,13 @@ def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, stor
     assert len(jobs_of(spark, query)) <= 8
 
 
-def test_timestamps_and_interval_bands(spark, tmp_path, storage):
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_timestamps_and_interval_bands(spark, tmp_path, storage, path):
     schema = "id BIGINT, k INT, ts TIMESTAMP, v INT"
     sql = ("SELECT a.id AS a_id, b.id AS b_id FROM STREAM(ev) AS a JOIN STREAM(ev) AS b ON a.k = b.k "
            "AND b.ts BETWEEN a.ts - INTERVAL 10 MINUTES AND a.ts")
     start = datetime(2026, 1, 1, 12, 0)
-    events = Events(spark, tmp_path, storage, schema)
+    events = Events(spark, tmp_path, storage, schema, path)
     for first in (0, 4, 8):
         events.land([(i, i % 2, start + timedelta(minutes=4 * i), 0) for i in range(first, first + 4)])
         events.run(sql)
@@ -110,8 +114,9 @@ def test_timestamps_and_interval_bands(spark, tmp_path, storage):
     assert sum(events.written().values()) > 12
 
 
-def test_an_event_too_late_for_its_partners_stops_the_run_and_writes_nothing(spark, tmp_path, storage):
-    events = Events(spark, tmp_path, storage)
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_an_event_too_late_for_its_partners_stops_the_run_and_writes_nothing(spark, tmp_path, storage, path):
+    events = Events(spark, tmp_path, storage, path=path)
     events.land([(i, 0, i, 0) for i in range(20)])
     events.run(BAND)
     before = events.written()
@@ -153,13 +158,14 @@ def _feed(events):
 
 
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
-@given(runs=event_runs(), sql=st.sampled_from([AGGREGATE, PER_EVENT, EVERYTHING, BY_ORDINAL]))
+@given(runs=event_runs(), sql=st.sampled_from([AGGREGATE, PER_EVENT, EVERYTHING, BY_ORDINAL]),
+       path=st.sampled_from(["driver", "spark"]))
 def test_an_aggregate_over_the_self_join_is_the_batch_aggregate_as_a_change_feed(spark, tmp_path_factory, storage,
-                                                                                 runs, sql):
+                                                                                 runs, sql, path):
     """The runs write the aggregate's change feed (each group the run changed: an insert, or its
     old and new rows), and the table it leaves is the batch statement's result; no update
     leaves a row as it was."""
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin-aggregate"), storage)
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin-aggregate"), storage, path=path)
     for run in runs:
         if run:
             events.land(run)

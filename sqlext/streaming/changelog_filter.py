@@ -63,6 +63,9 @@ class TableStateFilter(KeyedOperator):
             changes = changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
         return changes.withColumn(PASS_COLUMN, F.coalesce(F.expr(self.spec.predicate), F.lit(False)))
 
+    def route_columns(self) -> list[str]:
+        return list(self.spec.shape.key)
+
     def route(self, table: pa.Table) -> np.ndarray:
         return self.keyed.bucket_of(table)
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from sqlext.catalog.arguments import quote
 from sqlext.storage import Folder, _HadoopIO
 from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, spark_columns, step,
                                   write_arrow_files)
@@ -105,8 +106,13 @@ class KeyedOperator(TableStateRun):
         """The increment in the operator's own form, from Arrow data of :meth:`increment`'s columns."""
         return table
 
+    def route_columns(self) -> list[str]:
+        """The columns of :meth:`increment` that :meth:`route` reads."""
+        raise NotImplementedError
+
     def route(self, table: pa.Table) -> np.ndarray:
-        """Each row's bucket (of the states' buckets), or :data:`EVERY`."""
+        """Each row's bucket (of the states' buckets), or :data:`EVERY`, from the columns
+        :meth:`route_columns` names."""
         raise NotImplementedError
 
     def step(self, rows, views: dict[str, StateView], batch_id: int) -> Step:
@@ -180,9 +186,7 @@ class KeyedOperator(TableStateRun):
         return result.facts
 
     def _on_executors(self, spark, batch, batch_id: int) -> dict:
-        from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
-
-        from sqlext.streaming.run import arrow_schema
+        from pyspark.sql.types import BinaryType, StructField, StructType
 
         buckets = next(iter(self.states.values())).buckets
         pending = self.state / f"{PENDING}-{batch_id}"
@@ -193,16 +197,7 @@ class KeyedOperator(TableStateRun):
             job = spark.range(0, buckets, 1, buckets).mapInArrow(_FileTasks(self, batch_id, pending, sources),
                                                                  summary_schema)
         else:  # Spark routes the rows to the buckets
-            frame = self.increment(batch)
-            schema = arrow_schema(frame.schema)
-            tagged_schema = StructType(list(frame.schema.fields) + [StructField(BUCKET, IntegerType(), False)])
-            task = _Task(self, batch_id, pending, schema)
-
-            def run_task(table: pa.Table) -> pa.Table:  # a function with type hints: Spark reads its kind from them
-                return task(table)
-
-            job = frame.mapInArrow(_Router(self, buckets, schema), tagged_schema) \
-                .groupBy(BUCKET).applyInArrow(run_task, summary_schema)
+            job = self._routed(spark, batch, batch_id, buckets, pending, summary_schema)
         done = [pickle.loads(row["summary"]) for row in job.collect()]
         for summary in done:  # the slowest task's time of each step
             for name, seconds in summary["steps"].items():
@@ -221,6 +216,27 @@ class KeyedOperator(TableStateRun):
                     self.states[name].commit(layers)
         pending.delete()
         return facts
+
+    def _routed(self, spark, batch, batch_id: int, buckets: int, pending: Folder, summary_schema):
+        """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
+        each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
+        bucket, and each partition's task runs the buckets it holds."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.functions import arrow_udf
+        from pyspark.sql.types import IntegerType
+        from pyspark.util import PythonEvalType
+
+        from sqlext.streaming.run import arrow_schema
+
+        frame = self.increment(batch)
+        columns = self.route_columns()
+        router = _Router(self, columns)
+        bucket = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)(
+            *[F.col(quote(c)) for c in columns])
+        everywhere = F.sequence(F.lit(0), F.lit(buckets - 1))
+        tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
+        task = _RoutedTasks(self, batch_id, pending, arrow_schema(frame.schema))
+        return tagged.repartition(buckets, BUCKET).mapInArrow(task, summary_schema)
 
     def _commit_output(self, spark, pending: Folder, batch_id: int, parts: list[str]) -> None:
         """The tasks' forwarded rows, through the statement, as the batch's output files."""
@@ -254,24 +270,15 @@ def adaptive(spark):
 
 
 class _Router:
-    """The function Spark's ``mapInArrow`` runs before the shuffle: each row with its bucket,
-    a row every bucket must see once per bucket."""
+    """The Arrow function that gives each row of the increment its bucket, from its routing
+    columns (Spark ships only those to Python)."""
 
-    def __init__(self, operator: KeyedOperator, buckets: int, schema: pa.Schema):
-        self.operator, self.buckets, self.schema = operator, buckets, schema
+    def __init__(self, operator: KeyedOperator, columns: list[str]):
+        self.operator, self.columns = operator, columns
 
-    def __call__(self, batches):
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            owner = self.operator.route(table).astype(np.int32)
-            every = owner == EVERY
-            own = table.filter(pa.array(~every)).append_column(BUCKET, pa.array(owner[~every], pa.int32()))
-            yield from own.to_batches()
-            if every.any():
-                shared = table.filter(pa.array(every))
-                for bucket in range(self.buckets):
-                    yield from shared.append_column(BUCKET, pa.array(np.full(shared.num_rows, bucket, np.int32))) \
-                        .to_batches()
+    def __call__(self, *arrays: pa.Array) -> pa.Array:
+        table = pa.table(list(arrays), names=self.columns)
+        return pa.array(self.operator.route(table).astype(np.int32), pa.int32())
 
 
 def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float) -> bytes:
@@ -296,21 +303,30 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
                          "steps": dict(STEPS)})
 
 
-class _Task:
-    """A bucket's task over the rows Spark routed to it (``applyInArrow``)."""
+class _RoutedTasks:
+    """The tasks over the rows Spark routed (``mapInArrow`` after the shuffle by bucket): each
+    runs the buckets its partition holds."""
 
     def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, schema: pa.Schema):
         self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
 
-    def __call__(self, table: pa.Table) -> pa.Table:
+    def __call__(self, batches):
         import time
 
+        import pyarrow.compute as pc
+
         started = time.perf_counter()
-        STEPS.clear()
-        bucket = int(table[BUCKET][0].as_py())
-        rows = self.operator.rows_of(table.drop_columns([BUCKET]).cast(self.schema))
-        summary = _run_bucket(self.operator, self.batch_id, self.pending, bucket, rows, started)
-        return pa.table({"summary": pa.array([summary], pa.binary())})
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
+            STEPS.clear()
+            mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
+            summary = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
+                                  self.operator.rows_of(mine), started)
+            started = time.perf_counter()
+            yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
 
 
 class _FileTasks:

@@ -135,6 +135,9 @@ class TableStateFkJoin(KeyedOperator):
     def rows_of(self, table: pa.Table):
         return _side(table, LEFT, extra=FOREIGN_KEY), _side(table, RIGHT)
 
+    def route_columns(self) -> list[str]:
+        return [LEFT]
+
     def route(self, table: pa.Table) -> np.ndarray:
         """A left change goes to the bucket of its key; a right change to every bucket (any
         left row may point at it)."""

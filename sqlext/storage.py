@@ -315,6 +315,13 @@ def resolve(spark, uri: str | Folder) -> Folder:
     return folder
 
 
+def decoded(spark, uri: str) -> str:
+    """A URI whose characters are escaped (``ware%20house``, as Spark's catalog gives a
+    database's location) as the path string Hadoop and :func:`resolve` take."""
+    jvm = spark._jvm
+    return _hadoop_path(jvm, jvm.java.net.URI(uri)).toString()
+
+
 def local(path) -> Folder:
     """A folder on this machine's disk, given as a plain path (for tools and tests that run
     without Spark)."""

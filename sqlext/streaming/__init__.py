@@ -470,9 +470,9 @@ def _table_folder(spark, target: exp.Table, exists: bool) -> str:
     database = target.db or spark.catalog.currentDatabase()
     # the catalog gives the database's location as an encoded URI ('ware%20house'); a path
     # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
-    jvm = spark._jvm
-    location = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(spark.catalog.getDatabase(database).locationUri))
-    return location.toString().rstrip("/") + "/" + target.name
+    from sqlext.storage import decoded
+
+    return decoded(spark, spark.catalog.getDatabase(database).locationUri).rstrip("/") + "/" + target.name
 
 
 def _columns(columns) -> str:

@@ -330,9 +330,9 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.storage("viewfs")
 def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds, storage):
-    """SIGKILL the process inside its second micro-batch (offsets logged, its output and one of
-    its two state layers written, no commit yet); the next run redoes it, and the output holds
-    every row of the batch result exactly once."""
+    """SIGKILL the process inside its second micro-batch (offsets logged, one of its two state
+    layers written but not committed, no output, no commit); the next run redoes it, and the
+    output holds every row of the batch result exactly once."""
     import os
     import signal
     import subprocess
@@ -359,9 +359,13 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds, storage):
             child.wait()
     assert child.returncode == -signal.SIGKILL, "the run was not killed inside its batch"
     assert (current.checkpoint / "offsets" / "1").exists() and not (current.checkpoint / "commits" / "1").exists()
-    layers = {side: any(p.name in ("base-1", "delta-1") for p in (current.checkpoint / "sqlext-state" / side).rglob("*"))
-              for side in ("left", "right")}
-    assert layers == {"left": True, "right": False}, layers
+    state = current.checkpoint / "sqlext-state"
+    written = {side: any(p.name in ("_tmp-base-1", "_tmp-delta-1") for p in (state / side).rglob("*"))
+               for side in ("left", "right")}
+    committed = {side: any(p.name in ("base-1", "delta-1") for p in (state / side).rglob("*"))
+                 for side in ("left", "right")}
+    assert written == {"left": True, "right": False} and committed == {"left": False, "right": False}, \
+        (written, committed)
     current.run(join_sql("left", "changes"))
     written = [r.asDict() for r in current.output_frame().collect()]
     assert multiset(written) == multiset(fk_join(spark, events, "cdf", "left", "changes"))

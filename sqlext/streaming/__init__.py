@@ -27,12 +27,12 @@ from sqlext.catalog.changelog_filter import FUNCTION as FILTER
 from sqlext.catalog.changelog_filter import check_incremental, filter_spec
 from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
 from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
-from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
 from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
-from sqlext.streaming.checkpoint import START_OVER, START_OVER_DBT, check_columns, check_source_columns, claim, purpose_of
+from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, check_columns,
+                                         check_source_columns, claim, purpose_of)
 from sqlext.streaming.sources import Sources, stream_argument
 
 FUNCTION = "sqlext stream"
@@ -213,79 +213,135 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         shape = SelfJoinShape(spark, tree, source.schema)
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
                                           source.schema, sources.parquet_folder(streams[0].this))
-    _refuse_shape(filters, joins, streams)
+    root = _refuse_shape(filters, joins, streams)
     placeholder = f"__sx_result_{next(_views)}"
-    if filters:
-        table = filters[0]
-        call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
-        name = to_sql(call.tables["input"].this.this)
-        source = sources.read(call.tables["input"].this.this)
-        check_source_columns(checkpoint, name, source.schema)
+    numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, as Pipeline.call_over numbers them
+    frames = []
+    for table in numbered:
+        frames.append(sources.read(table.this))
+        check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
+    operators: list = []
+    buckets = _buckets(spark)
+    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets)
+    _replace(root, placeholder)
+    from sqlext.streaming.engine import Pipeline, inputs_stream
+
+    return inputs_stream(frames), Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
+
+
+def _buckets(spark) -> int:
+    from sqlext.streaming.engine import KeyedOperator
+
+    return KeyedOperator.state_buckets(spark)
+
+
+def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,
+              buckets: int):
+    """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
+    each table argument a stream the statement reads, or another call's change feed."""
+    from sqlext.catalog.arguments import read_call
+    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
+    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
+    from sqlext.streaming.engine import Input
+    from sqlext.streaming.run import arrow_schema, spark_schema
+
+    function = table.this.name.upper()
+    arguments, names = (FILTER_ARGUMENTS, FILTER_TABLES) if function == FILTER else (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES)
+    call = read_call(table, function, arguments, tables=names)
+    inputs = {}
+    for name in names:
+        argument = call.tables.get(name)
+        inner = argument.this if argument is not None else None
+        if inner is not None and _is_stream(inner):
+            index = next(i for i, t in enumerate(numbered) if t is inner)
+            frame = frames[index]
+            inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
+                                 folder=sources.parquet_folder(inner.this))
+        elif inner is not None and isinstance(inner.this, exp.Anonymous) and inner.this.name.upper() in (FILTER, FK_JOIN):
+            upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets)
+            if upstream.emit != "changes":
+                raise SqlextError(
+                    "UNSUPPORTED_STREAM", function=FUNCTION, what=f"{upstream.function} with emit => "
+                    f"'{upstream.emit}' as the {name} input of {function}",
+                    reason="a call feeds another with its change feed, the rows emit => 'changes' gives",
+                    fix=f"Leave emit out of the inner {upstream.function} (or write emit => 'changes'); the outer "
+                        "call's emit says what the statement writes.")
+            inputs[name] = Input(name, upstream.output_arrow, spark_schema(upstream.output_arrow), upstream=upstream)
+        else:
+            _refuse_table_input(table, function, name, argument)
+    empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
+    if function == FILTER:
+        from sqlext.streaming.changelog_filter import TableStateFilter
+        from sqlext.udfs.changelog_stream import checked_predicate
+
+        source = empty["input"]
         spec = filter_spec(call.literals, source.columns)
         check_incremental(spec, rewrites_output=True)
         check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
-        from sqlext.udfs.changelog_stream import checked_predicate
-
         checked_predicate(source, spec)
-        call_node = table.copy()
-        _replace(table, placeholder)
-        from sqlext.streaming.changelog_filter import TableStateFilter
+        operator = TableStateFilter(spec, table.copy(), folder, inputs["input"], buckets)
+    else:
+        from pyspark.sql import functions as F
 
-        return source, TableStateFilter(spec, call_node, tree, placeholder, checkpoint, output, output_format,
-                                        source.schema, TableStateFilter.state_buckets(spark))
-    table = joins[0]
-    call = _stream_call(table, FK_JOIN, FK_JOIN_ARGUMENTS, ("left", "right"))
-    inputs = {}
-    for side in ("left", "right"):
-        stream_call = call.tables[side].this.this
-        inputs[side] = sources.read(stream_call)
-        check_source_columns(checkpoint, to_sql(stream_call), inputs[side].schema)
-    spec = fk_join_spec(call.literals, inputs["left"].columns, inputs["right"].columns)
-    for side, shape in (("left", spec.left), ("right", spec.right)):
-        check_order_type(shape, inputs[side].schema[shape.order_by].dataType.simpleString())
-    call_node = table.copy()
-    _replace(table, placeholder)
-    from sqlext.streaming.fk_join import TableStateFkJoin, one_stream
+        from sqlext.streaming.fk_join import TableStateFkJoin
 
-    both = one_stream(inputs["left"], inputs["right"], spec.foreign_key)
-    folders = tuple(sources.parquet_folder(call.tables[side].this.this) for side in ("left", "right"))
-    return both, TableStateFkJoin(spec, call_node, tree, placeholder, checkpoint, output, output_format, both.schema,
-                                  folders, TableStateFkJoin.state_buckets(spark))
+        spec = fk_join_spec(call.literals, empty["left"].columns, empty["right"].columns)
+        for side, shape in (("left", spec.left), ("right", spec.right)):
+            check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
+        foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias("__sx_fk")).schema.fields[0]
+        operator = TableStateFkJoin(spec, table.copy(), folder, inputs["left"], inputs["right"], foreign_field,
+                                    buckets)
+    operators.append(operator)
+    return operator
 
 
-def _refuse_shape(filters: list, joins: list, streams: list) -> None:
-    """What the 'tables' engine runs: one CHANGELOG_FILTER over one stream, or one FK_JOIN over
-    two, and no other stream; anything else is refused, saying what is missing or extra."""
+def _refuse_table_input(call: exp.Table, function: str, name: str, argument) -> None:
+    """A table argument that is neither a stream nor another call: read whole each run."""
+    source = to_sql(argument.this) if argument is not None and isinstance(argument.this, exp.Table) else "my_changes"
+    if function == FK_JOIN:
+        raise SqlextError(
+            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"an FK_JOIN whose {name} input is a table",
+            reason=f"its {name} input {source} is read whole, not as a stream; an incremental FK_JOIN reads both "
+                   "inputs as streams, because a change of either meets rows of the other",
+            fix=f"Write {name} => TABLE(STREAM({source})), with a change feed of {source} as that stream.")
+    raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a {function} over a table",
+                      reason="a streaming statement reads its inputs as streams",
+                      fix=f"Write {name} => TABLE(STREAM({source})).")
+
+
+def _refuse_shape(filters: list, joins: list, streams: list) -> exp.Table:
+    """What the 'tables' engine runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
+    arguments are streams or other such calls (a pipeline), and no stream outside it; anything
+    else is refused, saying what is missing or extra. Returns the outermost call."""
     if not streams:
         raise _reads_no_stream()
-    calls = len(filters) + len(joins)
-    if calls != 1:
+    calls = filters + joins
+    roots = [c for c in calls if not any(a in calls for a in _ancestors(c))]
+    if len(roots) != 1:
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-            reason=f"it holds {calls} calls of CHANGELOG_FILTER or FK_JOIN; an incremental run keeps the state of "
-                   "one call (or runs one WITH RECURSIVE over a stream of edges)",
-            fix="Run each call over STREAM(...) as its own statement, with its own checkpoint and output.")
-    call = (filters or joins)[0]
-    inside = [t for t in streams if t.find_ancestor(exp.Table) is call]
-    outside = [to_sql(t) for t in streams if t.find_ancestor(exp.Table) is not call]
+            reason=f"it holds {len(roots)} separate calls of CHANGELOG_FILTER or FK_JOIN; an incremental run keeps "
+                   "the state of one call and of the calls it reads through its table arguments (or runs one WITH "
+                   "RECURSIVE over a stream of edges)",
+            fix="Feed one call into the other (left => TABLE(CHANGELOG_FILTER(...))), or run each call over "
+                "STREAM(...) as its own statement, with its own checkpoint and output.")
+    root = roots[0]
+    outside = [to_sql(t) for t in streams if root not in _ancestors(t)]
     if outside:
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-            reason=f"it reads {', '.join(outside)} outside the {call.this.name.upper()} call; the rows around the "
+            reason=f"it reads {', '.join(outside)} outside the {root.this.name.upper()} call; the rows around the "
                    "call are read whole each run",
             fix="Read that source as a table (without STREAM), or in its own incremental statement.")
-    if joins and len(inside) != 2:
-        from sqlext.catalog.arguments import read_call
+    return root
 
-        tables = read_call(call, FK_JOIN, FK_JOIN_ARGUMENTS, FK_JOIN_TABLES).tables
-        static = [side for side in ("left", "right") if side in tables and not _is_stream(tables[side].this)]
-        side = static[0] if static else "right"
-        name = to_sql(tables[side].this) if side in tables else "my_changes"
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"an FK_JOIN whose {side} input is a table",
-            reason=f"its {side} input {name} is read whole, not as a stream; an incremental FK_JOIN reads both "
-                   "inputs as streams, because a change of either meets rows of the other",
-            fix=f"Write {side} => TABLE(STREAM({name})), with a change feed of {name} as that stream.")
+
+def _ancestors(node: exp.Expression) -> list:
+    found, current = [], node.find_ancestor(exp.Table)
+    while current is not None:
+        found.append(current)
+        current = current.find_ancestor(exp.Table)
+    return found
 
 
 def _is_recursion(tree: exp.Expression) -> bool:

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, PASS_COLUMN, FilterSpec
+from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec
 from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, SETS_VALUE, changes_by_key
-from sqlext.streaming.engine import KeyedOperator, Step
+from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, step
 from sqlext.streaming.state import KeyedState
 
@@ -37,14 +37,16 @@ PASSED = "__sx_passed"
 class TableStateFilter(KeyedOperator):
     """One incremental CHANGELOG_FILTER: its state and its step."""
 
-    def __init__(self, spec: FilterSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint, output, output_format: str, input_schema, buckets: int = 1):
-        super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
+    function = FUNCTION
+
+    def __init__(self, spec: FilterSpec, call: exp.Table, folder, source: Input, buckets: int = 1):
+        super().__init__(folder, call)
         from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
         self.spec, self.emit = spec, spec.emit
-        self.keyed = KeyedState(self.state / "rows", spec.shape.key)
-        fields = {f.name: f for f in input_schema.fields}
+        self.inputs = {"input": source}
+        self.keyed = KeyedState(folder / "rows", spec.shape.key)
+        fields = {f.name: f for f in source.spark_schema.fields}
         shape = spec.shape
         self.keyed.record_schema(StructType(
             [fields[c] for c in (*shape.data_columns, shape.order_by)]
@@ -54,14 +56,23 @@ class TableStateFilter(KeyedOperator):
                              for c in spec.output_columns])
         self.output_arrow = arrow_schema(output)
 
-    def increment(self, batch):
+    def prepare(self, frames: dict):
         """The changes without preimages, each with the predicate's value (computed by Spark)."""
         from pyspark.sql import functions as F
 
-        changes = batch
+        changes = frames["input"]
         if self.spec.shape.has_change_type:
             changes = changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
         return changes.withColumn(PASS_COLUMN, F.coalesce(F.expr(self.spec.predicate), F.lit(False)))
+
+    def rows_from(self, spark, tables: dict):
+        """Arrow rows with the predicate computed by Spark (one job)."""
+        from sqlext.streaming.run import arrow_frame
+
+        return self.prepare({"input": arrow_frame(spark, tables["input"])}).toArrow()
+
+    def of_bucket(self, rows, bucket: int):
+        return rows.filter(pa.array(self.keyed.bucket_of(rows) == bucket))
 
     def route_columns(self) -> list[str]:
         return list(self.spec.shape.key)
@@ -88,11 +99,6 @@ class TableStateFilter(KeyedOperator):
             out, state = self._apply(rows, before) if result is None else result  # None: sequence_by, key by key
         return Step(None if spec.emit == "final" else out.cast(self.output_arrow), {"rows": state})
 
-    def recompute(self, spark, batch, batch_id: int) -> None:
-        """A first run's output: the batch function over its changes."""
-        with self.called(spark, {"input": batch}) as forwarded:
-            self.write_statement(spark, forwarded, batch_id)
-
     def _apply(self, rows: pa.Table, before: pa.Table):
         """The increment applied key by key with the reference logic: its forwarded rows and
         the changed keys' new state rows (for ``sequence_by``, which drops stale changes)."""
@@ -116,27 +122,21 @@ class TableStateFilter(KeyedOperator):
         return (pa.Table.from_pylist(out, schema=self.output_arrow),
                 pa.Table.from_pylist(state, schema=self.keyed.arrow_schema))
 
-    def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
-        """For ``emit => 'final'``, the whole filtered table after this batch: the state's
-        passing rows (read on the driver, or by Spark where the batch ran on the executors)."""
+    def final(self, spark, batch_id: int, on_driver: bool):
+        """The whole filtered table after this batch: the state's passing rows (read on the
+        driver, or by Spark where the batch ran on the executors)."""
         import pyarrow.compute as pc
 
-        if self.spec.emit != "final":
-            return
-        with step("write the final table"):
-            view = self.keyed.before(batch_id + 1)
-            columns = list(self.spec.shape.data_columns)
-            if on_driver:
-                rows = view.rows()
-                rows = rows.filter(pc.fill_null(rows[PASSED], False)).select(columns)
-                self.write_rows(spark, rows.cast(self.output_arrow), batch_id, whole=True)
-            else:
-                from pyspark.sql import functions as F
+        view = self.keyed.before(batch_id + 1)
+        columns = list(self.spec.shape.data_columns)
+        if on_driver:
+            rows = view.rows()
+            return rows.filter(pc.fill_null(rows[PASSED], False)).select(columns)
+        from pyspark.sql import functions as F
 
-                from sqlext.catalog.arguments import quote
+        from sqlext.catalog.arguments import quote
 
-                rows = view.frame(spark).where(F.col(PASSED)).select(*[F.col(quote(c)) for c in columns])
-                self.write_statement(spark, rows, batch_id, whole=True)
+        return view.frame(spark).where(F.col(PASSED)).select(*[F.col(quote(c)) for c in columns])
 
 
 def _present(shape, row: dict) -> bool:

@@ -79,17 +79,25 @@ def purpose_of(tree: exp.Expression) -> Purpose:
     from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
 
     statement = to_sql(_without_comments(tree))
-    for function, arguments, tables, key_names in (
-            (FILTER, FILTER_ARGUMENTS, FILTER_TABLES, ("key",)),
-            (FK_JOIN, FK_JOIN_ARGUMENTS, FK_JOIN_TABLES, ("left_key", "foreign_key", "right_key"))):
-        calls = find_calls(tree, function)
-        if calls:
-            literals = read_call(calls[0], function, arguments, tables).literals
-            keys = tuple(f"{name} => {literals[name]!r}" for name in key_names if literals.get(name) is not None)
-            return Purpose(statement, function, literals.get("emit") or "changes", keys)
+    known = {FILTER: (FILTER_ARGUMENTS, FILTER_TABLES, ("key",)),
+             FK_JOIN: (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES, ("left_key", "foreign_key", "right_key"))}
+    calls = [(call, function) for function in known for call in find_calls(tree, function)]
+    if calls:  # the outermost call: the one whose rows the statement reads
+        call, function = min(calls, key=lambda c: _depth(c[0]))
+        arguments, tables, key_names = known[function]
+        literals = read_call(call, function, arguments, tables).literals
+        keys = tuple(f"{name} => {literals[name]!r}" for name in key_names if literals.get(name) is not None)
+        return Purpose(statement, function, literals.get("emit") or "changes", keys)
     if any(w.args.get("recursive") for w in tree.find_all(exp.With)):
         return Purpose(statement, "WITH RECURSIVE")
     return Purpose(statement, "SELECT")
+
+
+def _depth(node: exp.Expression) -> int:
+    depth = 0
+    while node.parent is not None:
+        node, depth = node.parent, depth + 1
+    return depth
 
 
 def _without_comments(tree: exp.Expression) -> exp.Expression:

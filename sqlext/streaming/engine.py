@@ -1,31 +1,34 @@
-"""How a keyed operator runs one micro-batch: its one step, placed on the driver or on the
-executors by the engine.
+"""Keyed operators and how one micro-batch runs them: each operator's one step, placed on the
+driver or on the executors by the engine, and operators chained into a pipeline.
 
 An operator (:class:`KeyedOperator`) keeps keyed states (:class:`~sqlext.streaming.state.KeyedState`)
-and has one step: (the increment as Arrow data, the views of its states) -> (the rows it
-forwards, each state's changed rows, facts such as the highest ordering value seen). The step
-does not know where it runs. The engine runs it
+and has one step: (its inputs' changes as Arrow data, the views of its states) -> (the change
+rows it forwards, each state's changed rows, facts such as the highest ordering value seen).
+Its inputs (:class:`Input`) are streams the statement reads (``TABLE(STREAM(name))``) or the
+output of another operator (``TABLE(CHANGELOG_FILTER(...))``): deltas in and out have one shape,
+sqlext's change rows, so operators chain. The step does not know where it runs. The engine
+(:class:`Pipeline`, the ``foreachBatch`` function) runs every operator of the statement, leaves
+first, each one's output feeding the next:
 
-* on the driver, over the whole increment, when the increment is small (collecting it costs
-  less than planning and scheduling Spark jobs) and the state fits the driver's memory;
-* on the executors otherwise: the increment is routed to the buckets of the states (each row to
-  the bucket of its key, or, for a row every bucket must see, such as a right change of an
-  FK_JOIN, to all of them), and each bucket is a task that runs the same step over its rows
-  and its bucket of the states, reads the layers it needs from the store itself (``pyarrow.fs``,
-  cached in the Python worker between batches as on the driver), and writes its output rows
-  and state layers without committing them. One Spark job runs the tasks; the driver then
-  commits every task's layers and output at once, so a batch that fails anywhere (a late change
-  in one bucket) writes nothing.
+* on the driver, over whole increments, when the increment is small (collecting it costs less
+  than planning and scheduling Spark jobs) and the states fit the driver's memory;
+* on the executors otherwise: each operator's increment is routed to the buckets of its states
+  (each row to the bucket of its key, or, for a row every bucket must see, such as a right
+  change of an FK_JOIN, to all of them), and each bucket is a task that runs the same step over
+  its rows and its bucket of the states, reads the layers it needs from the store itself
+  (``pyarrow.fs``, cached in the Python worker between batches as on the driver), and writes its
+  output rows and state layers without committing them. One Spark job runs an operator's tasks.
+  Where an operator's inputs are files (a folder of Parquet files, or the parts an upstream
+  operator's tasks wrote) and its step needs no Spark to read them, the tasks read the files
+  themselves: one stage, no shuffle. Otherwise Spark routes the rows (an Arrow function of the
+  key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition).
 
-Where the operator can name the increment's files (folders of Parquet files, read through the
-store), the tasks read them themselves, each keeping its bucket's rows: the job is one stage,
-with no shuffle. Otherwise Spark routes the rows (``mapInArrow`` tags each with its bucket,
-``groupBy(...).applyInArrow`` runs a task per bucket).
-
-A first run over a large history (every state empty, an increment the driver does not take)
-is recomputed instead: its output is the batch function over the increment, which Spark runs
-natively, and the step only builds the states. Its output is the same (the batch result over the
-changes so far is the contract); :data:`LAST_RUN` says how a run was computed.
+Either way nothing is visible until the driver commits every operator's layers and the output
+at the end of the batch, so a batch that fails anywhere (a late change in one bucket) writes
+nothing. A first run over a large history (every state empty, an increment the driver does
+not take) takes its output from the batch function over the increment, which Spark runs
+natively, while the last operator's step only builds its states; :data:`LAST_RUN` says how a
+run was computed.
 
 ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark`` (the executors);
 ``spark.sqlext.streaming.driverBytes`` is the largest increment (Spark's estimate) the driver
@@ -37,24 +40,28 @@ goes to the executors, unless a store is read only through the driver's JVM
 from __future__ import annotations
 
 import pickle
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
-from sqlext.storage import Folder, _HadoopIO
-from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, spark_columns, step,
-                                  write_arrow_files)
+from sqlext.rewrites.dialect import is_stream
+from sqlext.storage import Folder, _HadoopIO, read_parquet
+from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, record_in,
+                                  recorded_in, spark_columns, spark_schema, step, write_arrow_files)
 from sqlext.streaming.state import CACHE_BYTES, KeyedState, StateView
 
 BUCKET = "__sx_bucket"
-# how the last micro-batch ran: where ("driver" or "executors"), whether its output was recomputed
-LAST_RUN: dict = {}
 EVERY = -1  # a row every bucket's task must see
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
+INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
+# how the last micro-batch ran: where ("driver" or "executors"), whether its output was recomputed
+LAST_RUN: dict = {}
 
 
 @dataclass
@@ -67,47 +74,64 @@ class Step:
     facts: dict = field(default_factory=dict)
 
 
-class KeyedOperator(TableStateRun):
-    """An incremental function over keyed states. A subclass sets :attr:`states` (by name) and
-    :attr:`shared` (the states a task reads in every bucket, not only its own), and gives
-    :meth:`increment`, :meth:`rows_of`, :meth:`route` and :meth:`step`."""
+@dataclass
+class Input:
+    """One table argument of an operator: a stream the statement reads (the ``source``-th, with
+    its Parquet ``folder`` where it is one) or another operator's output (``upstream``), with
+    the Arrow and Spark columns of its rows."""
 
+    name: str
+    schema: pa.Schema
+    spark_schema: object
+    source: int | None = None
+    folder: Folder | None = None
+    upstream: "KeyedOperator | None" = None
+
+
+class KeyedOperator:
+    """An incremental function over keyed states, in a statement. A subclass sets
+    :attr:`states` (by name), :attr:`shared` (the states a task reads in every bucket, not only
+    its own), :attr:`inputs`, :attr:`output_arrow` and :attr:`emit`, and gives the methods
+    below. Its state lives in :attr:`folder`."""
+
+    function: str
+    emit: str
     states: dict[str, KeyedState]
     shared: frozenset = frozenset()
+    inputs: dict[str, Input]
+    output_arrow: pa.Schema
     # this batch's output comes from the batch function (a recompute): the step builds the states only
     state_only: bool = False
 
+    def __init__(self, folder: Folder, call: exp.Table):
+        self.folder, self.call = folder, call
+
     # -- what a subclass gives
 
-    def increment(self, batch):
-        """The micro-batch's rows as a Spark frame of the columns the step reads."""
-        return batch
+    def prepare(self, frames: dict):
+        """The step's rows as a Spark frame, from a Spark frame of each input's rows."""
+        raise NotImplementedError
 
-    def increment_sources(self, batch_id: int):
-        """The increment's files (picklable, read by :meth:`read_increment` on the driver or in a
-        task), or None where Spark must read the increment (not a folder of Parquet files whose
-        columns Arrow reads as Spark does)."""
-        return None
+    def rows_of(self, table: pa.Table):
+        """The step's rows in the operator's own form, from Arrow data of :meth:`prepare`'s columns."""
+        return table
 
-    def read_increment(self, sources):
-        """The increment in the operator's own form, read from :meth:`increment_sources`' files
-        (which hold what Spark would read: :meth:`increment_sources` checked their columns)."""
+    @property
+    def arrow_ready(self) -> bool:
+        """Whether :meth:`rows_from` needs no Spark (so a task can read its inputs' files)."""
+        return False
+
+    def rows_from(self, spark, tables: dict[str, pa.Table]):
+        """The step's rows in the operator's own form, from Arrow data of each input's rows;
+        ``spark`` is None where :attr:`arrow_ready`."""
         raise NotImplementedError
 
     def of_bucket(self, rows, bucket: int):
         """The rows of the operator's form that bucket ``bucket``'s task sees."""
         raise NotImplementedError
 
-    def recompute(self, spark, batch, batch_id: int) -> None:
-        """The batch's output from the batch function over the increment (a first run)."""
-        raise NotImplementedError
-
-    def rows_of(self, table: pa.Table):
-        """The increment in the operator's own form, from Arrow data of :meth:`increment`'s columns."""
-        return table
-
     def route_columns(self) -> list[str]:
-        """The columns of :meth:`increment` that :meth:`route` reads."""
+        """The columns of :meth:`prepare`'s frame that :meth:`route` reads."""
         raise NotImplementedError
 
     def route(self, table: pa.Table) -> np.ndarray:
@@ -119,12 +143,20 @@ class KeyedOperator(TableStateRun):
         raise NotImplementedError
 
     def begin(self, batch_id: int) -> None:
-        """What a batch reads on the driver before its step runs anywhere (kept on ``self``)."""
+        """What a batch reads on the driver before the step runs anywhere (kept on ``self``)."""
 
-    def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
-        """What a batch does after its rows and states are written (the final table, records)."""
+    def finish(self, batch_id: int, facts: dict) -> None:
+        """What a batch records once its rows and states are written."""
 
-    # -- the engine
+    def final(self, spark, batch_id: int, on_driver: bool):
+        """For ``emit => 'final'``: the table after this batch, as Arrow data or a Spark frame."""
+        raise NotImplementedError
+
+    # -- shared by every operator
+
+    @property
+    def buckets(self) -> int:
+        return next(iter(self.states.values())).buckets
 
     @staticmethod
     def state_buckets(spark) -> int:
@@ -133,26 +165,96 @@ class KeyedOperator(TableStateRun):
         value = spark.conf.get(BUCKETS_SETTING, "")
         return max(1, int(value) if value else int(spark.sparkContext.defaultParallelism))
 
+    def recorded(self, name: str, batch_id: int):
+        """The value the last batch before ``batch_id`` recorded under ``name``; None before any."""
+        return recorded_in(self.folder, name, batch_id)
+
+    def record(self, name: str, batch_id: int, value) -> None:
+        """Record ``value`` under ``name`` for this batch."""
+        record_in(self.folder, name, batch_id, value)
+
+
+def inputs_stream(streams: list):
+    """The streams a statement reads as one stream: the rows of the ``i``-th in a struct column
+    :data:`INPUT` ``.format(i)``, NULL in the others. (One union: each call into Spark costs an
+    analysis of the plan, paid by every run.)"""
+    from pyspark.sql import functions as F
+
+    everything = F.expr("struct(*)")
+    parts = []
+    for i, stream in enumerate(streams):
+        columns = [everything.alias(INPUT.format(j)) if j == i else
+                   F.lit(None).cast(other.schema).alias(INPUT.format(j)) for j, other in enumerate(streams)]
+        parts.append(stream.select(*columns))
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.union(part)
+    return union
+
+
+def source_frame(batch, index: int):
+    """The rows of the ``index``-th source in a micro-batch of :func:`inputs_stream`."""
+    from pyspark.sql import functions as F
+
+    column = INPUT.format(index)
+    return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
+
+
+class Pipeline(TableStateRun):
+    """The ``foreachBatch`` function of a statement around a tree of keyed operators:
+    ``operators`` leaves first, the last one the call the statement reads."""
+
+    def __init__(self, operators: list[KeyedOperator], outer: exp.Expression, placeholder: str,
+                 checkpoint: Folder, output: Folder, output_format: str):
+        root = operators[-1]
+        super().__init__(root.call, outer, placeholder, checkpoint, output, output_format, root.function, ())
+        self.operators, self.root = operators, root
+        self.emit, self.output_arrow = root.emit, root.output_arrow
+
+    def call_over(self, views: dict[str, str]) -> exp.Expression:
+        """``SELECT * FROM <the call>``, each ``STREAM(...)`` in it (inner calls included) reading
+        the view ``views`` names for its source (by index, as text)."""
+        call = self.call.copy()
+        streams = [t for t in call.find_all(exp.Table) if is_stream(t)]
+        for index, table in enumerate(streams):
+            table.replace(exp.Table(this=exp.to_identifier(views[str(index)])))
+        call.set("alias", None)
+        return exp.select("*").from_(call)
+
+    # -- one micro-batch
+
     def __call__(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
         STEPS.clear()
-        self.begin(batch_id)
+        self._files: dict[int, list | None] = {}
+        for operator in self.operators:
+            operator.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
-        self.state_only = not driver and all(state.before(batch_id).empty for state in self.states.values())
+        recompute = not driver and all(state.before(batch_id).empty for op in self.operators
+                                       for state in op.states.values())
         LAST_RUN.clear()
-        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors", recomputed=self.state_only)
+        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors", recomputed=recompute)
+        self.root.state_only = recompute
         try:
-            if self.state_only and self.emit != "final":
+            if recompute and self.emit != "final":
                 with step("recompute the output"), adaptive(spark):
-                    self.recompute(spark, batch, batch_id)
+                    self._recompute(spark, batch, batch_id)
             if driver:
                 facts = self._on_driver(spark, batch, batch_id)
             else:
                 with step("on the executors"):
                     facts = self._on_executors(spark, batch, batch_id)
         finally:
-            self.state_only = False
-        self.finish(spark, batch_id, facts, driver)
+            self.root.state_only = False
+        for operator in self.operators:
+            operator.finish(batch_id, facts.get(id(operator), {}))
+        if self.emit == "final":
+            with step("write the final table"):
+                final = self.root.final(spark, batch_id, driver)
+                if isinstance(final, pa.Table):
+                    self.write_rows(spark, final.cast(self.output_arrow), batch_id, whole=True)
+                else:
+                    self.write_statement(spark, final, batch_id, whole=True)
 
     def on_driver(self, batch, batch_id: int) -> bool:
         """Where this batch runs (see the module's docstring)."""
@@ -162,104 +264,162 @@ class KeyedOperator(TableStateRun):
             return on_driver(batch)  # forced
         if not on_driver(batch):  # the increment is too large
             return False
-        stored = sum(state.before(batch_id).stored_bytes() for state in self.states.values())
+        stored = sum(state.before(batch_id).stored_bytes() for op in self.operators for state in op.states.values())
         return stored * 4 <= CACHE_BYTES
 
     def _executors_can(self) -> bool:
-        """Whether the executors reach every folder the tasks write (not through the driver's JVM)."""
-        folders = [self.output, self.state] + [s.folder for s in self.states.values()]
+        """Whether the executors reach every folder the tasks read and write (not only through
+        the driver's JVM)."""
+        folders = [self.output, self.state] + [s.folder for op in self.operators for s in op.states.values()]
         return not any(isinstance(f.io, _HadoopIO) for f in folders)
 
+    def _source_files(self, source: Input, batch_id: int) -> list | None:
+        """A source's files in this batch, where it is a folder of Parquet files whose columns
+        Arrow reads as Spark does; None otherwise (Spark reads it)."""
+        from sqlext.streaming.sources import batch_files, readable_files
+
+        if source.source not in self._files:
+            files = None if source.folder is None else \
+                batch_files(self.checkpoint, batch_id, source.source, source.folder)
+            self._files[source.source] = files if files is not None and readable_files(files, source.schema) \
+                else None
+        return self._files[source.source]
+
+    def _recompute(self, spark, batch, batch_id: int) -> None:
+        """A first run's output: the batch function over the sources' changes (each source's own
+        files where it has them: one scan of each)."""
+        frames = {}
+        for operator in self.operators:
+            for source in operator.inputs.values():
+                if source.upstream is None:
+                    files = self._source_files(source, batch_id)
+                    frames[str(source.source)] = _read_frame(spark, files, source) if files is not None \
+                        else source_frame(batch, source.source)
+        with self.called(spark, frames) as forwarded:
+            self.write_statement(spark, forwarded, batch_id)
+
+    # -- on the driver
+
     def _on_driver(self, spark, batch, batch_id: int) -> dict:
-        with step("collect the increment"):
-            sources = self.increment_sources(batch_id)
-            rows = self.read_increment(sources) if sources is not None else \
-                self.rows_of(self.increment(batch).toArrow())
-        views = {name: state.before(batch_id) for name, state in self.states.items()}
-        result = self.step(rows, views, batch_id)
-        if result.out is not None:
+        outputs: dict[int, pa.Table] = {}
+        facts, pending = {}, []
+        for operator in self.operators:
+            with step("collect the increment"):
+                rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
+            views = {name: state.before(batch_id) for name, state in operator.states.items()}
+            result = operator.step(rows, views, batch_id)
+            outputs[id(operator)] = result.out
+            facts[id(operator)] = result.facts
+            with step("write the state"):
+                for name, delta in result.deltas.items():
+                    state = operator.states[name]
+                    pending.append((state, state.write(views[name], delta, batch_id, commit=False)))
+        out = outputs[id(self.root)]
+        if out is not None and not self.root.state_only:
             with step("write the output"):
-                self.write_rows(spark, result.out, batch_id)
+                self.write_rows(spark, out, batch_id)
         with step("write the state"):
-            for name, rows in result.deltas.items():
-                self.states[name].write(views[name], rows, batch_id)
-        return result.facts
+            for state, layers in pending:
+                state.commit(layers)
+        return facts
+
+    def _driver_rows(self, spark, batch, batch_id: int, operator: KeyedOperator, outputs: dict):
+        """An operator's rows on the driver: its sources' files read, or its inputs collected."""
+        tables = {}
+        for name, source in operator.inputs.items():
+            if source.upstream is not None:
+                tables[name] = outputs[id(source.upstream)]
+            else:
+                files = self._source_files(source, batch_id)
+                tables[name] = None if files is None else read_parquet(files, source.schema)
+        if all(t is not None for t in tables.values()) and operator.arrow_ready:
+            return operator.rows_from(None, tables)
+        if all(source.upstream is None for source in operator.inputs.values()):  # one Spark job
+            frames = {name: source_frame(batch, source.source) for name, source in operator.inputs.items()}
+            return operator.rows_of(operator.prepare(frames).toArrow())
+        for name, source in operator.inputs.items():
+            if tables[name] is None:
+                tables[name] = source_frame(batch, source.source).toArrow().cast(source.schema)
+        return operator.rows_from(spark, tables)
+
+    # -- on the executors
 
     def _on_executors(self, spark, batch, batch_id: int) -> dict:
         from pyspark.sql.types import BinaryType, StructField, StructType
 
-        buckets = next(iter(self.states.values())).buckets
-        pending = self.state / f"{PENDING}-{batch_id}"
-        pending.delete()
+        root = self.state / f"{PENDING}-{batch_id}"
+        root.delete()
         summary_schema = StructType([StructField("summary", BinaryType())])
-        sources = self.increment_sources(batch_id)
-        if sources is not None:  # the tasks read the files themselves: one stage, no shuffle
-            job = spark.range(0, buckets, 1, buckets).mapInArrow(_FileTasks(self, batch_id, pending, sources),
-                                                                 summary_schema)
-        else:  # Spark routes the rows to the buckets
-            job = self._routed(spark, batch, batch_id, buckets, pending, summary_schema)
-        done = [pickle.loads(row["summary"]) for row in job.collect()]
-        for summary in done:  # the slowest task's time of each step
-            for name, seconds in summary["steps"].items():
-                STEPS["task: " + name] = max(STEPS.get("task: " + name, 0.0), seconds)
-        facts: dict = {}
-        for summary in done:
-            for name, value in summary["facts"].items():
-                if value is not None:
-                    facts[name] = value if facts.get(name) is None else max(facts[name], value)
-        if not self.state_only:
+        parts: dict[int, list[Folder]] = {}
+        facts, pending = {}, []
+        for number, operator in enumerate(self.operators):
+            folder = root / str(number)
+            files = {}
+            for name, source in operator.inputs.items():
+                files[name] = parts[id(source.upstream)] if source.upstream is not None else \
+                    self._source_files(source, batch_id)
+            buckets = operator.buckets
+            if operator.arrow_ready and all(f is not None for f in files.values()):  # tasks read the files
+                job = spark.range(0, buckets, 1, buckets).mapInArrow(
+                    _FileTasks(operator, batch_id, folder, files), summary_schema)
+            else:  # Spark routes the rows to the buckets
+                frames = {name: _read_frame(spark, parts[id(source.upstream)], source)
+                          if source.upstream is not None else source_frame(batch, source.source)
+                          for name, source in operator.inputs.items()}
+                job = _routed(operator, operator.prepare(frames), batch_id, folder, summary_schema)
+            done = [pickle.loads(row["summary"]) for row in job.collect()]
+            for summary in done:  # the slowest task's time of each step
+                for name, seconds in summary["steps"].items():
+                    STEPS["task: " + name] = max(STEPS.get("task: " + name, 0.0), seconds)
+            parts[id(operator)] = [folder / s["out"] for s in done if s["out"]]
+            facts[id(operator)] = _combined([s["facts"] for s in done])
+            pending += [(operator.states[name], layers) for s in done for name, layers in s["pending"].items()]
+        if not self.root.state_only and self.emit != "final":
             with step("write the output"):
-                self._commit_output(spark, pending, batch_id, [s["out"] for s in done if s["out"]])
+                self._commit_output(spark, parts[id(self.root)], batch_id)
         with step("write the state"):
-            for summary in done:
-                for name, layers in summary["pending"].items():
-                    self.states[name].commit(layers)
-        pending.delete()
+            for state, layers in pending:
+                state.commit(layers)
+        root.delete()
         return facts
 
-    def _routed(self, spark, batch, batch_id: int, buckets: int, pending: Folder, summary_schema):
-        """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
-        each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
-        bucket, and each partition's task runs the buckets it holds."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.functions import arrow_udf
-        from pyspark.sql.types import IntegerType
-        from pyspark.util import PythonEvalType
-
-        from sqlext.streaming.run import arrow_schema
-
-        frame = self.increment(batch)
-        columns = self.route_columns()
-        router = _Router(self, columns)
-        bucket = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)(
-            *[F.col(quote(c)) for c in columns])
-        everywhere = F.sequence(F.lit(0), F.lit(buckets - 1))
-        tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
-        task = _RoutedTasks(self, batch_id, pending, arrow_schema(frame.schema))
-        return tagged.repartition(buckets, BUCKET).mapInArrow(task, summary_schema)
-
-    def _commit_output(self, spark, pending: Folder, batch_id: int, parts: list[str]) -> None:
-        """The tasks' forwarded rows, through the statement, as the batch's output files."""
-        if getattr(self, "emit", None) == "final":
-            return
+    def _commit_output(self, spark, parts: list[Folder], batch_id: int) -> None:
+        """The root's forwarded rows (the tasks' parts), through the statement, as the batch's
+        output files."""
         if self.outer_is_all and self.output_format == "parquet":
             check_columns(self.checkpoint, self.output, spark_columns(self.output_arrow))
             write_arrow_files(self.output_arrow.empty_table(), self.output, batch_id)  # clears an earlier attempt
-            for name in sorted(parts):
-                (pending / name).rename_to(self.output / f"batch-{batch_id:010d}-{name}")
+            for part in sorted(parts, key=lambda p: p.name):
+                part.rename_to(self.output / f"batch-{batch_id:010d}-{part.name}")
             return
-        from sqlext.streaming.run import spark_schema
-
-        frame = spark.read.schema(spark_schema(self.output_arrow)).parquet(pending.uri) if parts else \
-            spark.createDataFrame([], spark_schema(self.output_arrow))
+        schema = spark_schema(self.output_arrow)
+        frame = spark.read.schema(schema).parquet(*[p.uri for p in parts]) if parts else \
+            spark.createDataFrame([], schema)
         self.write_statement(spark, frame, batch_id)
+
+
+def _read_frame(spark, files: list, source: Input):
+    """A Spark frame of Parquet files (an input's rows), in the input's columns."""
+    if not files:
+        return spark.createDataFrame([], source.spark_schema)
+    return spark.read.schema(source.spark_schema).parquet(*[f.uri for f in files])
+
+
+def _combined(facts: list[dict]) -> dict:
+    """The tasks' facts combined: the largest value of each."""
+    combined: dict = {}
+    for found in facts:
+        for name, value in found.items():
+            if value is not None:
+                combined[name] = value if combined.get(name) is None else max(combined[name], value)
+    return combined
 
 
 @contextmanager
 def adaptive(spark):
-    """Adaptive query execution for a batch query run inside a micro-batch: Structured Streaming
-    turns it off in the session it hands ``foreachBatch``, and the batch function's joins over
-    a whole history need it (skewed keys, a side small enough to broadcast)."""
+    """Adaptive query execution for a batch query run inside a micro-batch (the session Spark
+    hands ``foreachBatch`` may have it off): the batch function's joins over a whole history
+    need it (skewed keys, a side small enough to broadcast)."""
     key = "spark.sql.adaptive.enabled"
     before = spark.conf.get(key, "false")
     spark.conf.set(key, "true")
@@ -269,8 +429,28 @@ def adaptive(spark):
         spark.conf.set(key, before)
 
 
+def _routed(operator: KeyedOperator, frame, batch_id: int, pending: Folder, summary_schema):
+    """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
+    each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
+    bucket, and each partition's task runs the buckets it holds."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import arrow_udf
+    from pyspark.sql.types import IntegerType
+    from pyspark.util import PythonEvalType
+
+    from sqlext.streaming.run import arrow_schema
+
+    columns = operator.route_columns()
+    router = _Router(operator, columns)
+    bucket = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)(*[F.col(quote(c)) for c in columns])
+    everywhere = F.sequence(F.lit(0), F.lit(operator.buckets - 1))
+    tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
+    task = _RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema))
+    return tagged.repartition(operator.buckets, BUCKET).mapInArrow(task, summary_schema)
+
+
 class _Router:
-    """The Arrow function that gives each row of the increment its bucket, from its routing
+    """The Arrow function that gives each row of an operator's rows its bucket, from its routing
     columns (Spark ships only those to Python)."""
 
     def __init__(self, operator: KeyedOperator, columns: list[str]):
@@ -285,8 +465,6 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the forwarded rows and the state layers written, not committed. Returns what the
     driver needs to commit them."""
-    import time
-
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
     result = op.step(rows, views, batch_id)
@@ -311,8 +489,6 @@ class _RoutedTasks:
         self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
 
     def __call__(self, batches):
-        import time
-
         import pyarrow.compute as pc
 
         started = time.perf_counter()
@@ -330,15 +506,13 @@ class _RoutedTasks:
 
 
 class _FileTasks:
-    """The tasks that read the increment's files themselves (``mapInArrow`` over the bucket
+    """The tasks that read an operator's input files themselves (``mapInArrow`` over the bucket
     numbers): each reads them once and runs the buckets it is given."""
 
-    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, sources):
-        self.operator, self.batch_id, self.pending, self.sources = operator, batch_id, pending, sources
+    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, files: dict):
+        self.operator, self.batch_id, self.pending, self.files = operator, batch_id, pending, files
 
     def __call__(self, batches):
-        import time
-
         op = self.operator
         rows = None
         for batch in batches:
@@ -347,7 +521,8 @@ class _FileTasks:
                 STEPS.clear()
                 if rows is None:
                     with step("read the increment"):
-                        rows = op.read_increment(self.sources)
+                        rows = op.rows_from(None, {name: read_parquet(files, op.inputs[name].schema)
+                                                   for name, files in self.files.items()})
                 mine = op.of_bucket(rows, int(bucket))
                 summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
                 yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])

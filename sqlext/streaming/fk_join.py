@@ -40,9 +40,9 @@ from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, changes_by_key, late_change
-from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, FkJoinSpec
+from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
 from sqlext.streaming.changelog_filter import PRESENT, _present
-from sqlext.streaming.engine import EVERY, KeyedOperator, Step
+from sqlext.streaming.engine import EVERY, Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, instant, step
 from sqlext.streaming.state import KeyedState
 
@@ -67,27 +67,27 @@ def one_stream(left, right, foreign_key: str):
 class TableStateFkJoin(KeyedOperator):
     """One incremental FK_JOIN: its two states and its step."""
 
+    function = FUNCTION
     shared = frozenset({"right"})  # a task reads the right rows wherever its foreign keys point
 
-    def __init__(self, spec: FkJoinSpec, call: exp.Table, outer: exp.Expression, placeholder: str,
-                 checkpoint, output, output_format: str, stream_schema, folders=(None, None), buckets: int = 1):
-        super().__init__(call, outer, placeholder, checkpoint, output, output_format, FUNCTION, ARGUMENTS)
+    def __init__(self, spec: FkJoinSpec, call: exp.Table, folder, left: Input, right: Input, foreign_field,
+                 buckets: int = 1):
+        """``foreign_field``: the Spark column the foreign key expression gives over the left rows."""
+        super().__init__(folder, call)
         from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
         self.spec, self.emit = spec, spec.emit
-        # where each input's files are, for reading a small batch without Spark (see increment_sources)
-        self.folders = folders
-        self.side_schemas = (arrow_schema(stream_schema[LEFT].dataType), arrow_schema(stream_schema[RIGHT].dataType))
-        self.foreign_column = _plain_column(spec.foreign_key, stream_schema[LEFT].dataType.names)
-        self.foreign_type = arrow_schema(StructType([stream_schema[FOREIGN_KEY]])).field(0).type
-        left_fields = {f.name: f for f in stream_schema[LEFT].dataType.fields}
-        right_fields = {f.name: f for f in stream_schema[RIGHT].dataType.fields}
+        self.inputs = {"left": left, "right": right}
+        self.foreign_column = _plain_column(spec.foreign_key, left.schema.names)
+        self.foreign_type = arrow_schema(StructType([foreign_field])).field(0).type
+        left_fields = {f.name: f for f in left.spark_schema.fields}
+        right_fields = {f.name: f for f in right.spark_schema.fields}
         present = StructField(PRESENT, BooleanType(), True)
-        self.left = KeyedState(self.state / "left", spec.left.key)
+        self.left = KeyedState(folder / "left", spec.left.key)
         self.left.record_schema(StructType(
             [left_fields[c] for c in (*spec.left.data_columns, spec.left.order_by)]
-            + [StructField(FOREIGN_KEY, stream_schema[FOREIGN_KEY].dataType, True), present]), buckets)
-        self.right = KeyedState(self.state / "right", spec.right.key)
+            + [StructField(FOREIGN_KEY, foreign_field.dataType, True), present]), buckets)
+        self.right = KeyedState(folder / "right", spec.right.key)
         self.right.record_schema(StructType(
             [right_fields[c] for c in (*spec.right.data_columns, spec.right.order_by)] + [present]),
             self.left.buckets)
@@ -103,37 +103,40 @@ class TableStateFkJoin(KeyedOperator):
     def begin(self, batch_id: int) -> None:
         self.highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
 
+    def finish(self, batch_id: int, facts: dict) -> None:
+        newest = facts.get("newest")
+        self.record("highest", batch_id, max([v for v in (self.highest, newest) if v is not None], default=None))
+
     # -- the increment
 
-    def increment_sources(self, batch_id: int):
-        """Both inputs' files in this batch, where both are folders of Parquet files whose
-        columns Arrow reads as Spark does and the foreign key is a column; None otherwise."""
-        from sqlext.streaming.sources import batch_files, readable_files
+    def prepare(self, frames: dict):
+        """Both inputs' changes as one frame (see :func:`one_stream`), the foreign key computed."""
+        return one_stream(frames["left"], frames["right"], self.spec.foreign_key)
 
-        if self.foreign_column is None or None in self.folders:
-            return None
-        sides = []
-        for source, (folder, schema) in enumerate(zip(self.folders, self.side_schemas)):
-            files = batch_files(self.checkpoint, batch_id, source, folder)
-            if files is None or not readable_files(files, schema):
-                return None
-            sides.append(files)
-        return tuple(sides)
+    def rows_of(self, table: pa.Table):
+        return _side(table, LEFT, extra=FOREIGN_KEY), _side(table, RIGHT)
 
-    def read_increment(self, sources):
-        from sqlext.storage import read_parquet
+    @property
+    def arrow_ready(self) -> bool:
+        return self.foreign_column is not None  # the foreign key is a column: no Spark to compute it
 
-        left, right = (read_parquet(files, schema) for files, schema in zip(sources, self.side_schemas))
-        foreign_key = left[self.foreign_column].cast(self.foreign_type, safe=False)
+    def rows_from(self, spark, tables: dict):
+        left, right = tables["left"], tables["right"]
+        if self.foreign_column is not None:
+            foreign_key = left[self.foreign_column].cast(self.foreign_type, safe=False)
+        else:  # an expression: Spark computes it
+            from pyspark.sql import functions as F
+
+            from sqlext.streaming.run import arrow_frame
+
+            foreign_key = arrow_frame(spark, left).select(F.expr(self.spec.foreign_key).alias(FOREIGN_KEY)) \
+                .toArrow()[FOREIGN_KEY].cast(self.foreign_type)
         return left.append_column(FOREIGN_KEY, foreign_key), right
 
     def of_bucket(self, rows, bucket: int):
         """A task's rows: the left changes of its keys, and every right change."""
         left, right = rows
         return left.filter(pa.array(self.left.bucket_of(left) == bucket)), right
-
-    def rows_of(self, table: pa.Table):
-        return _side(table, LEFT, extra=FOREIGN_KEY), _side(table, RIGHT)
 
     def route_columns(self) -> list[str]:
         return [LEFT]
@@ -173,30 +176,6 @@ class TableStateFkJoin(KeyedOperator):
             out, left_last, right_last = result
         return Step(None if spec.emit == "final" else out, {"left": left_last, "right": right_last},
                     {"newest": instant(newest)})
-
-    def recompute(self, spark, batch, batch_id: int) -> None:
-        """A first run's output: the batch function over both inputs' changes."""
-        from pyspark.sql import functions as F
-
-        from sqlext.streaming.run import spark_schema
-
-        sources = self.increment_sources(batch_id)
-        if sources is not None:  # each input's own files: a scan of each, not two of both
-            feeds = {side: spark.read.schema(spark_schema(schema)).parquet(*[f.uri for f in files])
-                     if files else spark.createDataFrame([], spark_schema(schema))
-                     for side, files, schema in zip(("left", "right"), sources, self.side_schemas)}
-        else:
-            feeds = {side: batch.where(F.col(column).isNotNull()).select(f"{column}.*")
-                     for side, column in (("left", LEFT), ("right", RIGHT))}
-        with self.called(spark, feeds) as forwarded:
-            self.write_statement(spark, forwarded, batch_id)
-
-    def finish(self, spark, batch_id: int, facts: dict, on_driver: bool) -> None:
-        if self.spec.emit == "final":
-            with step("write the final table"):
-                self._write_final(spark, batch_id)
-        newest = facts.get("newest")
-        self.record("highest", batch_id, max([v for v in (self.highest, newest) if v is not None], default=None))
 
     def _met(self, left_view, right_view, left_rows: pa.Table, right_rows: pa.Table):
         """The state rows the increment's changes can meet: the left rows of the changed left
@@ -262,8 +241,9 @@ class TableStateFkJoin(KeyedOperator):
 
     # -- the final table
 
-    def _write_final(self, spark, batch_id: int) -> None:
-        """The join of the two states' present rows after this batch: the final result table."""
+    def final(self, spark, batch_id: int, on_driver: bool):
+        """The join of the two states' present rows after this batch: the final result table
+        (joined by Spark, on the driver's placement too)."""
         from pyspark.sql import functions as F
 
         spec = self.spec
@@ -274,7 +254,7 @@ class TableStateFkJoin(KeyedOperator):
         names = spec.right_names
         table = joined.select(*[F.col("l." + quote(c)).alias(c) for c in spec.left.data_columns],
                               *[F.col("r." + quote(c)).alias(names[c]) for c in spec.right.data_columns])
-        self.write_statement(spark, table, batch_id, whole=True)
+        return table
 
 
 def _plain_column(expression: str, columns) -> str | None:

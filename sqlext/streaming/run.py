@@ -137,21 +137,12 @@ class TableStateRun:
             spark.catalog.dropTempView(out_view)
 
     def recorded(self, name: str, batch_id: int):
-        """The value the last batch before ``batch_id`` recorded under ``name`` (a file per
-        batch, so a replayed batch reads what it read before); None before any."""
-        import pickle
-
-        found = sorted(n for n in _numbered(self.state, name) if n < batch_id)
-        return pickle.loads((self.state / f"{name}-{found[-1]}").read_bytes()) if found else None
+        """The value the last batch before ``batch_id`` recorded under ``name``; None before any."""
+        return recorded_in(self.state, name, batch_id)
 
     def record(self, name: str, batch_id: int, value) -> None:
-        """Record ``value`` under ``name`` for this batch; the records no replay reads go."""
-        import pickle
-
-        (self.state / f"{name}-{batch_id}").write_bytes(pickle.dumps(value))
-        for number in _numbered(self.state, name):  # a replay of this batch reads the one before it
-            if number < batch_id - 1:
-                (self.state / f"{name}-{number}").delete()
+        """Record ``value`` under ``name`` for this batch."""
+        record_in(self.state, name, batch_id, value)
 
     @contextmanager
     def called(self, spark, feeds: dict):
@@ -168,6 +159,25 @@ class TableStateRun:
         finally:
             for view in views.values():
                 spark.catalog.dropTempView(view)
+
+
+def recorded_in(folder: Folder, name: str, batch_id: int):
+    """The value the last batch before ``batch_id`` recorded under ``name`` in ``folder`` (a
+    file per batch, so a replayed batch reads what it read before); None before any."""
+    import pickle
+
+    found = sorted(n for n in _numbered(folder, name) if n < batch_id)
+    return pickle.loads((folder / f"{name}-{found[-1]}").read_bytes()) if found else None
+
+
+def record_in(folder: Folder, name: str, batch_id: int, value) -> None:
+    """Record ``value`` under ``name`` for this batch; the records no replay reads go."""
+    import pickle
+
+    (folder / f"{name}-{batch_id}").write_bytes(pickle.dumps(value))
+    for number in _numbered(folder, name):  # a replay of this batch reads the one before it
+        if number < batch_id - 1:
+            (folder / f"{name}-{number}").delete()
 
 
 def _numbered(folder: Folder, name: str) -> list[int]:

@@ -16,6 +16,7 @@ last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Mapping
 
 from sqlglot import exp
@@ -222,11 +223,59 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
     operators: list = []
     buckets = _buckets(spark)
-    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets)
+    from sqlext.streaming.aggregate import is_aggregate
+
+    call = root.copy()
+    aggregated = is_aggregate(tree) and _emit_of(call) == "final"
+    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated)
     _replace(root, placeholder)
     from sqlext.streaming.engine import Pipeline, inputs_stream
 
+    if aggregated:
+        outer = _aggregate(spark, tree, placeholder, checkpoint, operators, buckets)
+        if outer is not None:
+            return inputs_stream(frames), Pipeline(operators, outer, placeholder, checkpoint, output, output_format)
+        # an aggregate without an incremental form: the statement runs over the call's final table
+        operators = []
+        numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
+        _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets)
     return inputs_stream(frames), Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
+
+
+def _emit_of(call: exp.Table) -> str:
+    from sqlext.catalog.arguments import read_call
+    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
+    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
+
+    function = call.this.name.upper()
+    arguments, names = (FILTER_ARGUMENTS, FILTER_TABLES) if function == FILTER else (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES)
+    return (read_call(call, function, arguments, tables=names).literals.get("emit") or "changes").lower()
+
+
+def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operators: list, buckets: int):
+    """The incremental GROUP BY over the call's change feed (appended to ``operators``) and the
+    statement that then reads its rows; None where the aggregate has no incremental form."""
+    from sqlext.streaming.aggregate import AggregateOperator, AggregateShape
+    from sqlext.streaming.run import spark_schema
+
+    import pyarrow as pa
+
+    upstream = operators[-1]
+    feed = spark_schema(upstream.output_arrow)
+    table = spark_schema(pa.schema([f for f in upstream.output_arrow if f.name not in (CHANGE_TYPE, upstream.order_by)]))
+    try:
+        shape = AggregateShape(spark, tree, placeholder, feed, table)
+    except SqlextError as error:
+        if error.error_class == "UNSUPPORTED_STREAM":
+            return None
+        raise
+    operator = AggregateOperator(shape, upstream.call, checkpoint / STATE_FOLDER / "aggregate", upstream, buckets)
+    if operator.fresh and any(not state.before(1 << 62).empty for op in operators for state in op.states.values()):
+        raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint.uri,
+                          differences="its runs kept the call's state without the aggregate's groups (an earlier "
+                                      "sqlext recomputed the aggregate each run)", fix=START_OVER)
+    operators.append(operator)
+    return exp.select("*").from_(exp.Table(this=exp.to_identifier(placeholder)))
 
 
 def _buckets(spark) -> int:
@@ -236,7 +285,7 @@ def _buckets(spark) -> int:
 
 
 def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,
-              buckets: int):
+              buckets: int, feed: bool = False):
     """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
     each table argument a stream the statement reads, or another call's change feed."""
     from sqlext.catalog.arguments import read_call
@@ -277,6 +326,8 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
         source = empty["input"]
         spec = filter_spec(call.literals, source.columns)
         check_incremental(spec, rewrites_output=True)
+        if feed:  # its table feeds an aggregate: it runs as its change feed
+            spec = replace(spec, emit="changes")
         check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
         checked_predicate(source, spec)
         operator = TableStateFilter(spec, table.copy(), folder, inputs["input"], buckets)
@@ -286,6 +337,8 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
         from sqlext.streaming.fk_join import TableStateFkJoin
 
         spec = fk_join_spec(call.literals, empty["left"].columns, empty["right"].columns)
+        if feed:
+            spec = replace(spec, emit="changes")
         for side, shape in (("left", spec.left), ("right", spec.right)):
             check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
         foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias("__sx_fk")).schema.fields[0]

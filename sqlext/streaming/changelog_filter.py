@@ -55,6 +55,7 @@ class TableStateFilter(KeyedOperator):
         output = StructType([StructField(CHANGE_TYPE, StringType(), True) if c == CHANGE_TYPE else fields[c]
                              for c in spec.output_columns])
         self.output_arrow = arrow_schema(output)
+        self.order_by = self.spec.shape.order_by  # the ordering column of the rows it forwards
 
     def prepare(self, frames: dict):
         """The changes without preimages, each with the predicate's value (computed by Spark)."""

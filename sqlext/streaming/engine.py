@@ -148,6 +148,10 @@ class KeyedOperator:
     def finish(self, batch_id: int, facts: dict) -> None:
         """What a batch records once its rows and states are written."""
 
+    def keep(self, name: str):
+        """Which rows of state ``name`` a new base keeps (an Arrow expression; None: all)."""
+        return None
+
     def final(self, spark, batch_id: int, on_driver: bool):
         """For ``emit => 'final'``: the table after this batch, as Arrow data or a Spark frame."""
         raise NotImplementedError
@@ -313,7 +317,8 @@ class Pipeline(TableStateRun):
             with step("write the state"):
                 for name, delta in result.deltas.items():
                     state = operator.states[name]
-                    pending.append((state, state.write(views[name], delta, batch_id, commit=False)))
+                    pending.append((state, state.write(views[name], delta, batch_id, keep=operator.keep(name),
+                                                       commit=False)))
         out = outputs[id(self.root)]
         if out is not None and not self.root.state_only:
             with step("write the output"):
@@ -415,6 +420,21 @@ def _combined(facts: list[dict]) -> dict:
     return combined
 
 
+_views = iter(range(1, 1 << 62))
+
+
+@contextmanager
+def temporary_view(frame):
+    """A name for ``frame`` while the block builds a query over it (a query analysed over a view
+    keeps its plan when the view is dropped)."""
+    name = f"__sx_view_{next(_views)}"
+    frame.createOrReplaceTempView(name)
+    try:
+        yield name
+    finally:
+        frame.sparkSession.catalog.dropTempView(name)
+
+
 @contextmanager
 def adaptive(spark):
     """Adaptive query execution for a batch query run inside a micro-batch (the session Spark
@@ -475,7 +495,7 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
     written = {}
     for name, delta in result.deltas.items():
         view = views[name] if name not in op.shared else views[name].owned(bucket)
-        written[name] = op.states[name].write(view, delta, batch_id, commit=False)
+        written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
     STEPS["the task"] = time.perf_counter() - started
     return pickle.dumps({"bucket": bucket, "out": out, "pending": written, "facts": result.facts,
                          "steps": dict(STEPS)})

@@ -98,6 +98,7 @@ class TableStateFkJoin(KeyedOperator):
         if spec.emit != "final":
             output += [StructField(CHANGE_TYPE, StringType(), True), left_fields[spec.left.order_by]]
         self.output_arrow = arrow_schema(StructType(output))
+        self.order_by = self.spec.left.order_by  # the ordering column of the rows it forwards
         self.highest = None
 
     def begin(self, batch_id: int) -> None:

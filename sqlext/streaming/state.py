@@ -73,8 +73,12 @@ class KeyedState:
     bucket of a large run to a task of its own (:mod:`sqlext.streaming.engine`); the bucket
     count is recorded with the columns on the first write and never changes."""
 
-    def __init__(self, folder: Folder, keys: Sequence[str], share: float | None = None):
+    def __init__(self, folder: Folder, keys: Sequence[str], share: float | None = None,
+                 bucket_by: Sequence[str] | None = None):
+        """``bucket_by``: the leading key columns that choose a row's bucket (by default the
+        whole key), so that the rows sharing them (a group's values) are in one bucket."""
         self.folder, self.keys = folder, list(keys)
+        self.bucket_by = list(bucket_by or keys)
         self.share = share  # this state's compaction share (None: COMPACT_SHARE)
         self._schema = None
         self._buckets = None
@@ -119,15 +123,15 @@ class KeyedState:
         return _Part(self, self.folder if self.buckets == 1 else self.folder / f"bucket-{bucket}")
 
     def bucket_of(self, rows: pa.Table, columns: Sequence[str] | None = None) -> np.ndarray:
-        """The bucket of each row, by its key (in ``columns``, by default the key's own names),
-        read as the key's recorded types."""
-        columns = list(columns or self.keys)
+        """The bucket of each row, by its bucket columns (in ``columns``, by default their own
+        names), read as the key's recorded types."""
+        columns = list(columns or self.bucket_by)
         if self.buckets == 1:
             return np.zeros(rows.num_rows, dtype=np.int64)
         schema = self.arrow_schema
-        typed = pa.table([rows[c].cast(schema.field(k).type, safe=False) for c, k in zip(columns, self.keys)],
-                         names=self.keys)
-        return buckets_of(typed, self.keys, self.buckets)
+        typed = pa.table([rows[c].cast(schema.field(k).type, safe=False) for c, k in zip(columns, self.bucket_by)],
+                         names=self.bucket_by)
+        return buckets_of(typed, self.bucket_by, self.buckets)
 
     # -- reading and writing
 
@@ -347,6 +351,19 @@ class StateView:
         if not found:
             return self.state.arrow_schema.empty_table()
         return found[0] if len(found) == 1 else pa.concat_tables(found)
+
+    def rows_within(self, within: pa.Table) -> pa.Table:
+        """The current rows whose bucket columns equal those of a row of ``within`` (all the
+        values of some groups, say), each looked up in its own bucket."""
+        first = self.state.bucket_by[0]
+        owner = self.state.bucket_of(within)
+        found = []
+        for bucket in self.bucket_numbers():
+            mine = within.filter(pa.array(owner == bucket))
+            if mine.num_rows:
+                rows = self.part(bucket).rows(column=first, values=pc.unique(mine[first].combine_chunks()))
+                found.append(restrict(rows, mine, self.state.bucket_by))
+        return pa.concat_tables(found) if found else self.state.arrow_schema.empty_table()
 
     def frame(self, spark):
         """The current rows as a Spark frame (the bases less the deltas' keys, plus the deltas)."""

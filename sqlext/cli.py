@@ -226,7 +226,7 @@ def _add_bench(commands) -> None:
                            "  sqlext bench incremental --rows 10000000 --runs 3 --engine tables\n"
                            "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
                            "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3")
-    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin"],
+    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin", "pipeline"],
                              default="filter",
                              help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
                                   "over a forest growing new leaves (--nodes), or over a forest whose nodes move "
@@ -240,6 +240,8 @@ def _add_bench(commands) -> None:
     incremental.add_argument("--left", type=int, metavar="N", default=1_000_000, help="fk: left (order) changes in the history")
     incremental.add_argument("--right", type=int, metavar="N", default=100_000, help="fk: right (customer) changes in the history")
     incremental.add_argument("--nodes", type=int, metavar="N", default=1_000_000, help="recursion, moves: forest nodes")
+    incremental.add_argument("--regions", type=int, metavar="N", default=5_000,
+                             help="pipeline: region changes in the history (over a fifth as many regions)")
     incremental.add_argument("--percent", type=float, default=1.0, help="increment size, %% of the history")
     runs(incremental)
     incremental.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
@@ -306,7 +308,7 @@ def _bench(args) -> int:
         engines = ("tables", "state_store") if args.engine == "both" else (args.engine,)
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
                           engines=engines, function=args.function, left=args.left, right=args.right,
-                          nodes=args.nodes, place=args.place, uri=args.uri)
+                          nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions)
     elif args.levels_only:
         from sqlext.bench.recursion import bench_levels
 

@@ -102,7 +102,7 @@ def filter_workload(rows: int, percent: float, keys: int) -> Workload:
                     history, increment, rows, size, f"{rows:,} changes over {keys:,} keys")
 
 
-def fk_workload(left: int, right: int, percent: float, keys: int | None = None) -> Workload:
+def fk_workload(left: int, right: int, percent: float, keys: int | None = None, gap: int = 0) -> Workload:
     """The FK_JOIN benchmark's orders and customers; an increment updates random orders (one
     in ten moves to another customer) and random customers, in the proportions of the history.
     ``keys`` fixes the orders (and a tenth as many customers), so that the history can grow
@@ -117,7 +117,7 @@ def fk_workload(left: int, right: int, percent: float, keys: int | None = None) 
             shutil.move(f"{directory}/{name}", f"{directory}/bench_{name}")
 
     def increment(spark, directory, run):
-        first = max(left, right * max(1, left // max(1, right))) + 1 + run * (left_size + right_size)
+        first = max(left, right * max(1, left // max(1, right))) + 1 + run * (left_size + right_size + gap)
         spark.range(right_size).selectExpr(
             f"CAST(pmod(hash(id, {run}, 29), {customers}) + 1 AS BIGINT) AS id",
             f"concat('customer-', CAST(pmod(hash(id, {run}, 3), 100000) AS STRING)) AS name",
@@ -138,6 +138,62 @@ def fk_workload(left: int, right: int, percent: float, keys: int | None = None) 
                     {"bench_orders": "bench_orders_all", "bench_customers": "bench_customers_all"},
                     history, increment, left + right, left_size + right_size,
                     f"{left:,} left and {right:,} right changes over {orders:,} orders and {customers:,} customers")
+
+
+PIPELINE_STREAMED = """SELECT rname, COUNT(*) AS orders, SUM(amount) AS total FROM FK_JOIN(
+  left => TABLE(FK_JOIN(
+    left => TABLE(CHANGELOG_FILTER(input => TABLE(STREAM(bench_orders)), key => 'order_id',
+                                   predicate => 'amount >= 10000')),
+    right => TABLE(STREAM(bench_customers)), left_key => 'order_id', foreign_key => 'customer_id',
+    right_key => 'id')),
+  right => TABLE(STREAM(bench_regions)), left_key => 'order_id', foreign_key => 'region', right_key => 'rid',
+  emit => 'final')
+GROUP BY rname"""
+PIPELINE_BATCH = PIPELINE_STREAMED.replace("STREAM(bench_orders)", "bench_orders_all") \
+    .replace("STREAM(bench_customers)", "bench_customers_all").replace("STREAM(bench_regions)", "bench_regions_all")
+
+
+def pipeline_workload(left: int, right: int, regions: int, percent: float, keys: int | None = None) -> Workload:
+    """The FK_JOIN benchmark's orders and customers, each customer in one of ``regions / 5``
+    regions (a region column), and the regions' own changes: orders filtered by amount, joined
+    to their customers, joined to the customers' regions, and summed by region name. An
+    increment changes ``percent`` % of each input, as FK_JOIN's does, and renames regions."""
+    region_keys = max(1, regions // 5)
+    region_size = max(1, int(regions * percent / 100))
+    fk = fk_workload(left, right, percent, keys, gap=region_size)  # each run's region changes come last
+    region_of = f"CAST(pmod(hash(id, 41), {region_keys}) + 1 AS BIGINT) AS region"
+
+    def history(spark, directory):
+        fk.make_history(spark, directory)
+        customers = spark.read.parquet(f"{directory}/bench_customers").selectExpr("*", region_of)
+        customers.write.parquet(f"{directory}/bench_customers_with_regions")
+        shutil.rmtree(f"{directory}/bench_customers")
+        shutil.move(f"{directory}/bench_customers_with_regions", f"{directory}/bench_customers")
+        spark.range(regions).selectExpr(
+            f"id % {region_keys} + 1 AS rid", "concat('region-', CAST(pmod(hash(id, 43), 1000) AS STRING)) AS rname",
+            f"CASE WHEN id < {region_keys} THEN 'insert' ELSE 'update_postimage' END AS _change_type",
+            f"id * {max(1, left // max(1, regions))} + 1 AS _commit_version",
+        ).write.parquet(f"{directory}/bench_regions")
+
+    def increment(spark, directory, run):
+        staging = f"{directory}/staging-{run}"
+        fk.add_increment(spark, staging, run)  # orders and customers of this run, then moved in
+        spark.read.parquet(f"{staging}/bench_orders").write.mode("append").parquet(f"{directory}/bench_orders")
+        spark.read.parquet(f"{staging}/bench_customers").selectExpr("*", region_of) \
+            .write.mode("append").parquet(f"{directory}/bench_customers")
+        last = spark.read.parquet(f"{staging}/bench_orders").agg({"_commit_version": "max"}).first()[0]
+        spark.range(region_size).selectExpr(
+            f"CAST(pmod(hash(id, {run}, 47), {region_keys}) + 1 AS BIGINT) AS rid",
+            f"concat('region-', CAST(pmod(hash(id, {run}, 53), 1000) AS STRING)) AS rname",
+            "'update_postimage' AS _change_type", f"id + {last + 1} AS _commit_version",
+        ).write.mode("append").parquet(f"{directory}/bench_regions")
+        shutil.rmtree(staging, ignore_errors=True)
+
+    return Workload("a pipeline: CHANGELOG_FILTER -> FK_JOIN -> FK_JOIN -> GROUP BY", PIPELINE_STREAMED,
+                    PIPELINE_BATCH, {"bench_orders": "bench_orders_all", "bench_customers": "bench_customers_all",
+                                     "bench_regions": "bench_regions_all"},
+                    history, increment, left + right + regions, fk.increment + region_size,
+                    f"{left:,} order, {right:,} customer and {regions:,} region changes")
 
 
 def recursion_workload(nodes: int, percent: float) -> Workload:
@@ -243,7 +299,7 @@ def self_join_workload(events: int, percent: float) -> Workload:
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
-                      uri: bool = False) -> dict:
+                      uri: bool = False, regions: int = 5_000) -> dict:
     """Each engine on its own copy of the same history and increments; returns, per engine,
     the first run's seconds, the incremental and batch seconds per increment, and the rows.
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
@@ -253,6 +309,9 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         engines = tuple(e for e in engines if e == "tables")
     elif function in ("recursion", "moves"):
         workload = (recursion_workload if function == "recursion" else moves_workload)(nodes, percent)
+        engines = tuple(e for e in engines if e == "tables")
+    elif function == "pipeline":
+        workload = pipeline_workload(left, right, regions, percent, keys)
         engines = tuple(e for e in engines if e == "tables")
     elif function == "selfjoin":
         workload = self_join_workload(rows, percent)

@@ -460,9 +460,14 @@ def _routed(operator: KeyedOperator, frame, batch_id: int, pending: Folder, summ
 
     from sqlext.streaming.run import arrow_schema
 
+    import warnings
+
     columns = operator.route_columns()
     router = _Router(operator, columns)
-    bucket = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)(*[F.col(quote(c)) for c in columns])
+    with warnings.catch_warnings():  # the kind is given: Spark would rather read it from type hints
+        warnings.simplefilter("ignore", UserWarning)
+        udf = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)
+    bucket = udf(*[F.col(quote(c)) for c in columns])
     everywhere = F.sequence(F.lit(0), F.lit(operator.buckets - 1))
     tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
     task = _RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema))

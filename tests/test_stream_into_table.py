@@ -171,3 +171,46 @@ def test_emit_final_keeps_the_table_equal_to_the_batch_final_table(spark, databa
         expected = [r.asDict() for r in sqlext_sql(spark, batch_form(final)).collect()]
         assert table_rows(spark, TARGET) == multiset(expected)
     assert "_change_type" not in spark.table(TARGET).columns
+
+
+def test_chained_tables_run_by_run_equal_the_batch_chain(spark, database):
+    """Tables that read each other's change feeds (what chained dbt incremental models do): a
+    filtered feed, its join to the branches, and the regions' totals over that join's final
+    table. After every landing and one run of each in order, the last table is the batch
+    statement over everything landed, and every run reads only what is new."""
+    accounts, branches = DATABASE + ".accounts", DATABASE + ".branches"
+    spark.sql(f"CREATE TABLE {accounts} (id BIGINT, branch BIGINT, balance BIGINT, _change_type STRING, "
+              "_commit_version BIGINT) USING parquet")
+    spark.sql(f"CREATE TABLE {branches} (bid BIGINT, region STRING, _change_type STRING, "
+              "_commit_version BIGINT) USING parquet")
+    models = [
+        (DATABASE + ".credit", "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(" + accounts + ")), key => 'id', "
+                               "predicate => 'balance >= 0')"),
+        (DATABASE + ".credit_by_branch", "SELECT * FROM FK_JOIN(left => TABLE(STREAM(" + DATABASE + ".credit)), "
+                                         "right => TABLE(STREAM(" + branches + ")), left_key => 'id', "
+                                         "foreign_key => 'branch', right_key => 'bid')"),
+        (DATABASE + ".region_totals", "SELECT region, COUNT(*) AS n, SUM(balance) AS total FROM CHANGELOG_FILTER("
+                                      "input => TABLE(STREAM(" + DATABASE + ".credit_by_branch)), key => 'id', "
+                                      "predicate => 'true', emit => 'final') GROUP BY region"),
+    ]
+    landings = [
+        ([(10, 1, 5, "insert", 2), (11, 2, -1, "insert", 2)], [(1, "north", "insert", 1), (2, "south", "insert", 1)]),
+        ([(11, 2, -1, "update_preimage", 3), (11, 2, 7, "update_postimage", 3)],
+         [(1, "north", "update_preimage", 4), (1, "south", "update_postimage", 4)]),
+        ([(10, 1, 5, "delete", 5), (12, 1, 3, "insert", 6)], []),
+    ]
+    schema = {accounts: "id BIGINT, branch BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT",
+              branches: "bid BIGINT, region STRING, _change_type STRING, _commit_version BIGINT"}
+    # the whole chain as one batch statement over the landed tables
+    whole = ("SELECT region, COUNT(*) AS n, SUM(balance) AS total FROM CHANGELOG_FILTER(input => TABLE(FK_JOIN("
+             "left => TABLE(CHANGELOG_FILTER(input => TABLE(" + accounts + "), key => 'id', predicate => 'balance >= 0'"
+             ")), right => TABLE(" + branches + "), left_key => 'id', foreign_key => 'branch', right_key => 'bid')), "
+             "key => 'id', predicate => 'true', emit => 'final') GROUP BY region")
+    for account_rows, branch_rows in landings:
+        for table, rows in ((accounts, account_rows), (branches, branch_rows)):
+            if rows:
+                spark.createDataFrame(rows, schema[table]).coalesce(1).write.insertInto(table)
+        for name, sql in models:
+            run_into_table(spark, sql, name)
+        assert table_rows(spark, models[-1][0]) == multiset([r.asDict() for r in sqlext_sql(spark, whole).collect()])
+    assert table_rows(spark, models[-1][0]) == multiset([{"region": "south", "n": 2, "total": 10}])

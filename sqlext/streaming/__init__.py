@@ -16,24 +16,22 @@ last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for 
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from typing import Mapping
 
 from sqlglot import exp
 
 from sqlext.catalog.arguments import find_calls, read_call
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, check_order_type
+from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
 from sqlext.catalog.changelog_filter import FUNCTION as FILTER
-from sqlext.catalog.changelog_filter import check_incremental, filter_spec
-from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
+from sqlext.catalog.changelog_filter import filter_spec
 from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
-from sqlext.catalog.fk_join import fk_join_spec
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, check_columns,
                                          check_source_columns, claim, purpose_of)
+from sqlext.streaming.registry import keyed_call
 from sqlext.streaming.sources import Sources, stream_argument
 
 FUNCTION = "sqlext stream"
@@ -196,9 +194,9 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 
     ensure_installed(spark)
     tree = tree.copy()
-    filters, joins = find_calls(tree, FILTER), find_calls(tree, FK_JOIN)
+    calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
-    if _is_recursion(tree) and streams and not filters and not joins:
+    if _is_recursion(tree) and streams and not calls:
         from sqlext.streaming.recursion import RecursionShape, TableStateRecursion
 
         shape = RecursionShape(tree)
@@ -208,13 +206,13 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     _refuse_recursion(tree)
     from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
 
-    if not filters and not joins and is_self_join(tree):
+    if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
         check_source_columns(checkpoint, to_sql(streams[0].this), source.schema)
         shape = SelfJoinShape(spark, tree, source.schema)
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
                                           source.schema, sources.parquet_folder(streams[0].this))
-    root = _refuse_shape(filters, joins, streams)
+    root = _refuse_shape(calls, streams)
     placeholder = f"__sx_result_{next(_views)}"
     numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, as Pipeline.call_over numbers them
     frames = []
@@ -226,7 +224,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     from sqlext.streaming.aggregate import is_aggregate
 
     call = root.copy()
-    aggregated = is_aggregate(tree) and _emit_of(call) == "final"
+    aggregated = is_aggregate(tree) and keyed_call(call).emit(call) == "final"
     _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated)
     _replace(root, placeholder)
     from sqlext.streaming.engine import Pipeline, inputs_stream
@@ -240,16 +238,6 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
         _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets)
     return inputs_stream(frames), Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
-
-
-def _emit_of(call: exp.Table) -> str:
-    from sqlext.catalog.arguments import read_call
-    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
-    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
-
-    function = call.this.name.upper()
-    arguments, names = (FILTER_ARGUMENTS, FILTER_TABLES) if function == FILTER else (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES)
-    return (read_call(call, function, arguments, tables=names).literals.get("emit") or "changes").lower()
 
 
 def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operators: list, buckets: int):
@@ -288,17 +276,13 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
               buckets: int, feed: bool = False):
     """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
     each table argument a stream the statement reads, or another call's change feed."""
-    from sqlext.catalog.arguments import read_call
-    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
-    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
     from sqlext.streaming.engine import Input
     from sqlext.streaming.run import arrow_schema, spark_schema
 
-    function = table.this.name.upper()
-    arguments, names = (FILTER_ARGUMENTS, FILTER_TABLES) if function == FILTER else (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES)
-    call = read_call(table, function, arguments, tables=names)
+    keyed = keyed_call(table)
+    call = keyed.read(table)
     inputs = {}
-    for name in names:
+    for name in keyed.tables:
         argument = call.tables.get(name)
         inner = argument.this if argument is not None else None
         if inner is not None and _is_stream(inner):
@@ -306,49 +290,24 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             frame = frames[index]
             inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
                                  folder=sources.parquet_folder(inner.this))
-        elif inner is not None and isinstance(inner.this, exp.Anonymous) and inner.this.name.upper() in (FILTER, FK_JOIN):
+        elif inner is not None and keyed_call(inner) is not None:
             upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets)
             if upstream.emit != "changes":
                 raise SqlextError(
                     "UNSUPPORTED_STREAM", function=FUNCTION, what=f"{upstream.function} with emit => "
-                    f"'{upstream.emit}' as the {name} input of {function}",
+                    f"'{upstream.emit}' as the {name} input of {keyed.name}",
                     reason="a call feeds another with its change feed, the rows emit => 'changes' gives",
                     fix=f"Leave emit out of the inner {upstream.function} (or write emit => 'changes'); the outer "
                         "call's emit says what the statement writes.")
             inputs[name] = Input(name, upstream.output_arrow, spark_schema(upstream.output_arrow), upstream=upstream)
         else:
-            _refuse_table_input(table, function, name, argument)
-    empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
-    if function == FILTER:
-        from sqlext.streaming.changelog_filter import TableStateFilter
-        from sqlext.udfs.changelog_stream import checked_predicate
-
-        source = empty["input"]
-        spec = filter_spec(call.literals, source.columns)
-        check_incremental(spec, rewrites_output=True)
-        if feed:  # its table feeds an aggregate: it runs as its change feed
-            spec = replace(spec, emit="changes")
-        check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
-        checked_predicate(source, spec)
-        operator = TableStateFilter(spec, table.copy(), folder, inputs["input"], buckets)
-    else:
-        from pyspark.sql import functions as F
-
-        from sqlext.streaming.fk_join import TableStateFkJoin
-
-        spec = fk_join_spec(call.literals, empty["left"].columns, empty["right"].columns)
-        if feed:
-            spec = replace(spec, emit="changes")
-        for side, shape in (("left", spec.left), ("right", spec.right)):
-            check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
-        foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias("__sx_fk")).schema.fields[0]
-        operator = TableStateFkJoin(spec, table.copy(), folder, inputs["left"], inputs["right"], foreign_field,
-                                    buckets)
+            _refuse_table_input(keyed.name, name, argument)
+    operator = keyed.build(spark, table.copy(), call.literals, inputs, folder, buckets, feed)
     operators.append(operator)
     return operator
 
 
-def _refuse_table_input(call: exp.Table, function: str, name: str, argument) -> None:
+def _refuse_table_input(function: str, name: str, argument) -> None:
     """A table argument that is neither a stream nor another call: read whole each run."""
     source = to_sql(argument.this) if argument is not None and isinstance(argument.this, exp.Table) else "my_changes"
     if function == FK_JOIN:
@@ -362,13 +321,12 @@ def _refuse_table_input(call: exp.Table, function: str, name: str, argument) -> 
                       fix=f"Write {name} => TABLE(STREAM({source})).")
 
 
-def _refuse_shape(filters: list, joins: list, streams: list) -> exp.Table:
+def _refuse_shape(calls: list, streams: list) -> exp.Table:
     """What the 'tables' engine runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
     arguments are streams or other such calls (a pipeline), and no stream outside it; anything
     else is refused, saying what is missing or extra. Returns the outermost call."""
     if not streams:
         raise _reads_no_stream()
-    calls = filters + joins
     roots = [c for c in calls if not any(a in calls for a in _ancestors(c))]
     if len(roots) != 1:
         raise SqlextError(

@@ -57,6 +57,23 @@ class TableStateFilter(KeyedOperator):
         self.output_arrow = arrow_schema(output)
         self.order_by = self.spec.shape.order_by  # the ordering column of the rows it forwards
 
+    @classmethod
+    def build(cls, spark, table: exp.Table, literals: dict, inputs: dict, folder, buckets: int, feed: bool):
+        """The operator of a call, its arguments checked against its input's columns (Spark's
+        analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
+        from dataclasses import replace
+
+        from sqlext.catalog.changelog_filter import check_incremental, filter_spec
+        from sqlext.catalog.changes import check_order_type
+        from sqlext.udfs.changelog_stream import checked_predicate
+
+        source = spark.createDataFrame([], inputs["input"].spark_schema)
+        spec = filter_spec(literals, source.columns)
+        check_incremental(spec, rewrites_output=True)
+        check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
+        checked_predicate(source, spec)
+        return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["input"], buckets)
+
     def prepare(self, frames: dict):
         """The changes without preimages, each with the predicate's value (computed by Spark)."""
         from pyspark.sql import functions as F

@@ -70,24 +70,16 @@ class Purpose:
 
 def purpose_of(tree: exp.Expression) -> Purpose:
     """The purpose of a parsed statement (read from its text alone: no Spark)."""
-    from sqlext.catalog.arguments import find_calls, read_call
-    from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
-    from sqlext.catalog.changelog_filter import FUNCTION as FILTER
-    from sqlext.catalog.changelog_filter import TABLES as FILTER_TABLES
-    from sqlext.catalog.fk_join import ARGUMENTS as FK_JOIN_ARGUMENTS
-    from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
-    from sqlext.catalog.fk_join import TABLES as FK_JOIN_TABLES
+    from sqlext.catalog.arguments import find_calls
+    from sqlext.streaming.registry import KEYED
 
     statement = to_sql(_without_comments(tree))
-    known = {FILTER: (FILTER_ARGUMENTS, FILTER_TABLES, ("key",)),
-             FK_JOIN: (FK_JOIN_ARGUMENTS, FK_JOIN_TABLES, ("left_key", "foreign_key", "right_key"))}
-    calls = [(call, function) for function in known for call in find_calls(tree, function)]
+    calls = [(call, keyed) for keyed in KEYED.values() for call in find_calls(tree, keyed.name)]
     if calls:  # the outermost call: the one whose rows the statement reads
-        call, function = min(calls, key=lambda c: _depth(c[0]))
-        arguments, tables, key_names = known[function]
-        literals = read_call(call, function, arguments, tables).literals
-        keys = tuple(f"{name} => {literals[name]!r}" for name in key_names if literals.get(name) is not None)
-        return Purpose(statement, function, literals.get("emit") or "changes", keys)
+        call, keyed = min(calls, key=lambda c: _depth(c[0]))
+        literals = keyed.read(call).literals
+        keys = tuple(f"{name} => {literals[name]!r}" for name in keyed.keys if literals.get(name) is not None)
+        return Purpose(statement, keyed.name, literals.get("emit") or "changes", keys)
     if any(w.args.get("recursive") for w in tree.find_all(exp.With)):
         return Purpose(statement, "WITH RECURSIVE")
     return Purpose(statement, "SELECT")

@@ -101,6 +101,25 @@ class TableStateFkJoin(KeyedOperator):
         self.order_by = self.spec.left.order_by  # the ordering column of the rows it forwards
         self.highest = None
 
+    @classmethod
+    def build(cls, spark, table: exp.Table, literals: dict, inputs: dict, folder, buckets: int, feed: bool):
+        """The operator of a call, its arguments checked against its inputs' columns (Spark's
+        analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
+        from dataclasses import replace
+
+        from pyspark.sql import functions as F
+
+        from sqlext.catalog.changes import check_order_type
+        from sqlext.catalog.fk_join import fk_join_spec
+
+        empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
+        spec = fk_join_spec(literals, empty["left"].columns, empty["right"].columns)
+        for side, shape in (("left", spec.left), ("right", spec.right)):
+            check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
+        foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias(FOREIGN_KEY)).schema.fields[0]
+        return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["left"], inputs["right"],
+                   foreign_field, buckets)
+
     def begin(self, batch_id: int) -> None:
         self.highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
 

@@ -14,15 +14,15 @@ from dbt.adapters.sqlext.connections import SqlextConnectionManager
 
 FUNCTION = "sqlext dbt"
 
-# Why an incremental run of a model over each function would be wrong, for the error.
-_WHY = {
-    "CHANGELOG_FILTER": "filtering its input change feed to the new versions turns the update of a "
-                        "key seen in an earlier run into an insert, and loses its delete",
-    "FK_JOIN": "filtering its input change feeds to the new versions turns the update of a key "
-               "seen in an earlier run into an insert, and joins new rows only to new rows",
-    "WITH RECURSIVE": "a recursion over only the new rows misses every path through the rows of "
-                      "earlier runs",
-}
+# Why an incremental run of a model over a recursion would be wrong, for the error (the keyed
+# functions say it themselves: sqlext.streaming.registry)
+_RECURSION_WHY = "a recursion over only the new rows misses every path through the rows of earlier runs"
+
+
+def _why(function: str) -> str:
+    from sqlext.streaming.registry import KEYED
+
+    return KEYED[function].why if function in KEYED else _RECURSION_WHY
 
 
 def stateful_functions(sql: str) -> List[str]:
@@ -33,10 +33,9 @@ def stateful_functions(sql: str) -> List[str]:
     from sqlglot import exp
 
     from sqlext.catalog.arguments import find_calls
-    from sqlext.catalog.changelog_filter import FUNCTION as CHANGELOG_FILTER
-    from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
     from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
     from sqlext.rewrites.dialect import parse
+    from sqlext.streaming.registry import KEYED
 
     try:
         trees = parse(sql)
@@ -46,7 +45,7 @@ def stateful_functions(sql: str) -> List[str]:
     for tree in trees:
         if tree is None:
             continue
-        for function in (CHANGELOG_FILTER, FK_JOIN):
+        for function in KEYED:
             if find_calls(tree, function):
                 found.add(function)
         if find_calls(tree, RECURSIVE_EXPAND) or any(w.args.get("recursive") for w in tree.find_all(exp.With)):
@@ -126,6 +125,6 @@ class SqlextAdapter(SparkAdapter):
             return ""
         error = SqlextError(
             "INCREMENTAL_MODEL_UNSUPPORTED", function=FUNCTION, model=model_name,
-            functions=", ".join(functions), reason="; ".join(_WHY[f] for f in functions),
+            functions=", ".join(functions), reason="; ".join(_why(f) for f in functions),
         )
         raise DbtRuntimeError(str(error))

@@ -41,11 +41,7 @@ def test_the_aggregate_after_each_run_is_the_batch_aggregate(spark, tmp_path_fac
     rows, last = history
     sql = STATEMENTS[statement]
     chain = Chain(spark, tmp_path_factory.mktemp("aggregate"), storage, path)
-    done = 0
-    for bound in sorted({min(c, last) for c in cuts} | {last}):
-        chain.land(rows, done, bound)
-        chain.run(sql)
-        done = bound
+    for bound in chain.runs(rows, last, cuts, sql):
         assert chain.output() == chain.batch(sql), (statement, bound)
 
 

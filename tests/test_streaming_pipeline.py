@@ -91,6 +91,16 @@ class Chain:
                     .parquet(self.uri(name))
                 self.landed[name] += chosen
 
+    def runs(self, rows: dict, last: int, cuts: list[int], sql: str):
+        """Land the changes up to each cut (and the last version) and run once after each; yields
+        the version each run reached."""
+        done = 0
+        for bound in sorted({min(c, last) for c in cuts} | {last}):
+            self.land(rows, done, bound)
+            self.run(sql)
+            done = bound
+            yield bound
+
     def run(self, sql: str) -> None:
         with computed_on(self.spark, self.path):
             run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
@@ -120,11 +130,7 @@ def test_a_chain_run_by_run_is_the_batch_chain(spark, tmp_path_factory, storage,
     rows, last = history
     sql = SHAPES[shape].format(emit=emit)
     chain = Chain(spark, tmp_path_factory.mktemp("chain"), storage, path)
-    done = 0
-    for bound in sorted({min(c, last) for c in cuts} | {last}):
-        chain.land(rows, done, bound)
-        chain.run(sql)
-        done = bound
+    for bound in chain.runs(rows, last, cuts, sql):
         if emit == "final":  # the output is the final table after every run
             assert chain.output() == chain.batch(sql), (shape, bound)
     assert chain.output() == chain.batch(sql), shape

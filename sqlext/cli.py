@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "would have (sqlext's defaults, the folder's catalog, the session options given here), and "
                      "return once it answers. While it runs, sqlext sql, run, explain and build started in this "
                      "folder attach to it and answer at once; elsewhere, --remote or SPARK_REMOTE names it "
-                     "(sqlext serve --status prints the address). sqlext stream and sqlext bench keep Spark of "
+                     "(sqlext serve --status prints the address). sqlext stream and the benchmarks keep Spark of "
                      "their own.",
                      "  sqlext serve\n  sqlext serve --driver-memory 8g --conf spark.sql.shuffle.partitions=8\n"
                      "  SPARK_REMOTE=\"$(sqlext serve --status)\" sqlext sql -e \"SELECT 1\"\n  sqlext serve --stop")

@@ -384,19 +384,9 @@ def check_catalog_free(folder: Path, function: str) -> None:
     """Refuse at once a catalog whose Derby database another process has open (Derby lets one
     process open it; Spark would try for half a minute, then fail with thousands of lines of
     stack trace). Derby holds a lock on ``dbex.lck`` while it has the database open."""
-    import fcntl
-
     from sqlext.errors import SqlextError
 
-    lock = folder / METASTORE / "dbex.lck"
-    try:
-        descriptor = os.open(lock, os.O_RDWR)
-    except OSError:  # no database yet, or not ours to open: Spark says what is wrong
-        return
-    try:
-        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.lockf(descriptor, fcntl.LOCK_UN)
-    except OSError:
+    if catalog_open(folder):
         from sqlext.serve import running_server
 
         if running_server(folder) is not None:
@@ -408,9 +398,43 @@ def check_catalog_free(folder: Path, function: str) -> None:
             fix = ("Run sqlext serve there, so that the commands started there share one session and its "
                    "catalog; give this command a catalog of its own with --catalog DIR or --catalog memory; or "
                    "wait for the other process to end.")
-        raise SqlextError("CATALOG_IN_USE", function=function, folder=str(folder), holder=holder, fix=fix) from None
+        raise SqlextError("CATALOG_IN_USE", function=function, folder=str(folder), holder=holder, fix=fix)
+
+
+def catalog_open(folder: Path) -> bool:
+    """Whether a process (another than this one) has the catalog's Derby database open."""
+    import fcntl
+
+    try:
+        descriptor = os.open(folder / METASTORE / "dbex.lck", os.O_RDWR)
+    except OSError:  # no database yet, or not ours to open: Spark says what is wrong
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(descriptor, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
     finally:
         os.close(descriptor)
+
+
+def _close_catalog_at_exit(spark, folder: Path) -> None:
+    """When the command ends, close the catalog's Derby database in its JVM if it is open:
+    PySpark lets the JVM end on its own after Python has gone, and until then the catalog
+    would stay open, so that the next command, started at once (a script), found it in use.
+    Derby's own shutdown closes it (and raises, as it says it has)."""
+    import atexit
+
+    def close() -> None:
+        if not catalog_open(folder):
+            return
+        try:
+            spark._jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")
+        except Exception:  # noqa: BLE001 - Derby reports a shutdown as an error (XJ015)
+            pass
+
+    atexit.register(close)
 
 
 def command_session(options: SessionOptions, function: str, app_name: str = "sqlext", attach: bool = True):
@@ -504,7 +528,10 @@ def embedded_session(options: SessionOptions, function: str, app_name: str = "sq
     builder = SparkSession.builder.master(options.master or "local[2]")
     for key, value in merged(embedded_settings(app_name), options.settings(), options.conf_settings()).items():
         builder = builder.config(key, value)
+    started = SparkContext._active_spark_context is None
     spark = quiet_start(builder)
+    if started and folder is not None:
+        _close_catalog_at_exit(spark, folder)
     spark.sparkContext.setLogLevel("ERROR")
     quiet_python_logs()
     return install(spark)

@@ -244,6 +244,13 @@ def _add_bench(commands) -> None:
     recursion.add_argument("--levels-only", type=int, default=None, metavar="N",
                            help="only the level path's cost per level, over N levels, against native")
 
+    serve = _command(benchmarks, "serve", "a command's time on Spark of its own against attached to sqlext serve",
+                     "sqlext sql -e \"SELECT 1\" as a user runs it, a new process each time, in a new folder: "
+                     "first on Spark of its own (a JVM starts each time), then attached to the server sqlext "
+                     "serve starts there. The session options go to both.",
+                     "  sqlext bench serve --runs 5")
+    runs(serve, default=5)
+
     incremental = _command(benchmarks, "incremental", "an incremental run of new changes against the batch recompute",
                            "A history lands and a first incremental run processes it; then, per timed run, an "
                            "increment lands, one incremental run processes it, and the batch query recomputes "
@@ -313,6 +320,12 @@ def _dispatch(args) -> int:
 
 def _bench(args) -> int:
     from sqlext.session import command_session
+
+    if args.what == "serve":  # its commands start their own sessions, in processes of their own
+        from sqlext.bench.serve import bench_serve
+
+        bench_serve(args.runs, args.session.to_argv())
+        return 0
 
     spark = command_session(args.session, "sqlext bench", "sqlext-bench", attach=False)
     if args.what == "filter":

@@ -259,6 +259,17 @@ class SessionOptions:
                  ("--driver-memory", self.driver_memory), ("--catalog", self.catalog)]
         return [name for name, value in given if value]
 
+    def to_argv(self) -> list[str]:
+        """The options as a command line gives them."""
+        argv = ["--master", self.master] if self.master else []
+        for key, value in self.conf:
+            argv += ["--conf", f"{key}={value}"]
+        argv += ["--packages", ",".join(self.packages)] if self.packages else []
+        argv += ["--jars", ",".join(self.jars)] if self.jars else []
+        argv += ["--driver-memory", self.driver_memory] if self.driver_memory else []
+        argv += ["--catalog", self.catalog] if self.catalog else []
+        return argv + (["--remote", self.remote] if self.remote else [])
+
     def catalog_folder(self) -> Path | None:
         """The folder holding ``metastore_db`` and ``spark-warehouse``; None for a catalog in
         memory."""
@@ -488,6 +499,10 @@ def attached_session(address: str, options: SessionOptions, function: str):
     given = options.starting_options()
     if given:
         raise SqlextError("REMOTE_SESSION_OPTION", function=function, option=given[0], address=public(address))
+    reason = unreachable(address)
+    if reason is not None:  # the client would retry for minutes before it says so
+        raise SqlextError("SERVER_UNREACHABLE", function=function, address=public(address), reason=reason,
+                          env=REMOTE_ENV)
     quiet_python_logs()
     spark = SparkSession.builder.remote(address).getOrCreate()
     atexit.register(_release, spark)
@@ -501,6 +516,23 @@ def _release(spark) -> None:
         spark.stop()
     except Exception:  # noqa: BLE001 - the server went away: nothing to release
         pass
+
+
+def unreachable(address: str, seconds: float = 5.0) -> str | None:
+    """Why nothing answers at a Spark Connect address, or None when something listens there."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(address.partition("/;")[0].replace("sc://", "http://", 1))
+        host, port = parsed.hostname or "localhost", parsed.port or 15002
+    except ValueError as error:
+        return str(error)
+    try:
+        socket.create_connection((host, port), timeout=seconds).close()
+    except OSError as error:
+        return f"{host}:{port}: {error.strerror or error}"
+    return None
 
 
 def public(address: str) -> str:

@@ -59,6 +59,7 @@ BENCH_OPTIONS = {
     "scale": {"--sizes", "--runs", "--plot"},
     "recursion": {"--nodes", "--depth", "--runs", "--native-chain-runs", "--forest-only", "--path", "--floor",
                   "--levels-only"},
+    "serve": {"--runs"},
     "incremental": {"--function", "--rows", "--keys", "--left", "--right", "--nodes", "--percent", "--runs",
                     "--engine", "--path", "--uri"},
 }

@@ -12,6 +12,7 @@ command is found by the next, with ``--master``, ``--conf`` and ``--catalog`` ap
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -92,6 +93,10 @@ def test_serve_and_every_command_parse_the_session_options_alike(inputs):
             parser.parse_args([*no_remote, "--remote", "sc://host:15002"])
 
 
+def test_the_options_round_trip_through_a_command_line():
+    assert session_options(build_parser().parse_args(["sql", *PARSED.to_argv()])) == PARSED
+
+
 @pytest.mark.parametrize("argv, why", [
     (["run", "q.sql", "--conf", "spark.sql.shuffle.partitions"], "is not KEY=VALUE"),
     (["explain", "q.sql", "--conf", "=1"], "is not KEY=VALUE"),
@@ -166,13 +171,19 @@ def test_where_a_command_attaches(no_spark_here, monkeypatch):
     assert attach_address(SessionOptions(master="local[1]")) is None  # --master: Spark of its own
 
 
-def test_an_attaching_command_refuses_options_that_apply_where_spark_starts():
+def test_an_attaching_command_refuses_what_cannot_apply_or_answer():
     for given in (SessionOptions(packages=("g:a:1",)), SessionOptions(jars=("/j.jar",)),
                   SessionOptions(driver_memory="8g"), SessionOptions(catalog=CATALOG_MEMORY)):
         with pytest.raises(SqlextError) as refused:  # before it connects: nothing answers at port 1
             attached_session("sc://localhost:1/;token=secret", given, "sqlext sql")
         assert refused.value.error_class == "REMOTE_SESSION_OPTION"
         assert "secret" not in str(refused.value) and "sc://localhost:1" in str(refused.value)
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    with pytest.raises(SqlextError) as unreachable:  # at once: the client would retry for minutes
+        attached_session(f"sc://localhost:{closed}/;token=secret", SessionOptions(), "sqlext sql")
+    assert unreachable.value.error_class == "SERVER_UNREACHABLE" and "secret" not in str(unreachable.value)
     assert public("sc://h:1/;token=t;user_id=u") == "sc://h:1/;user_id=u" and public("sc://h:1") == "sc://h:1"
 
 

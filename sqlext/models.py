@@ -486,11 +486,14 @@ def _hand_to_dbt(args) -> int:
 def main(args) -> int:
     """``sqlext build`` (called by the CLI): a dbt project goes to dbt (with the sqlext
     adapter); a plain folder of models is built here."""
-    from sqlext.session import SessionOptions, command_session, set_command_options
+    import os
+
+    from sqlext.session import REMOTE_ENV, SessionOptions, command_session, set_command_options
 
     options = getattr(args, "session", None) or SessionOptions()
     if (args.models / "dbt_project.yml").exists():
         set_command_options(options)  # for the adapter, which starts the session in this process
+        os.environ.pop(REMOTE_ENV, None)  # on Spark of its own: PySpark would start a Connect client instead
         try:
             return _hand_to_dbt(args)
         finally:

@@ -226,3 +226,22 @@ def test_a_table_created_by_one_command_is_found_by_the_next(spark_child_env, tm
     assert "| spark.sql.shuffle.partitions | 3 " in out and "| spark.master | local[1] " in out, out
     assert sorted(os.listdir(project)) == ["derby.log", "metastore_db", "q.sql", "spark-warehouse"]
     assert (project / "spark-warehouse" / "t1").is_dir()
+
+
+def test_a_command_of_its_own_keeps_its_tables_in_memory_where_the_folders_server_has_the_catalog(
+        no_spark_here, monkeypatch, capsys):
+    """sqlext stream and sqlext bench start Spark of their own; in a folder whose catalog
+    sqlext serve's server has open, they would find it in use."""
+    import sqlext.serve
+    import sqlext.session
+
+    started = []
+    monkeypatch.setattr(sqlext.session, "embedded_session", lambda options, *rest: started.append(options))
+    sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
+    assert started.pop() == SessionOptions() and capsys.readouterr().err == ""  # no server: the folder's catalog
+    monkeypatch.setattr(sqlext.serve, "running_server", lambda folder: object())
+    sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
+    assert started.pop() == SessionOptions(catalog=CATALOG_MEMORY)
+    assert "sqlext stream keeps its tables in memory" in capsys.readouterr().err
+    sqlext.session.command_session(SessionOptions(catalog="elsewhere"), "sqlext stream", attach=False)
+    assert started.pop() == SessionOptions(catalog="elsewhere")  # a catalog given is kept

@@ -101,8 +101,8 @@ def main(args) -> int:
     catalog = args.session.catalog_folder()
     print(f"{FUNCTION}: Spark Connect at {server.shown} (process {server.pid}), "
           f"catalog {'in memory' if catalog is None else catalog}")
-    print(f"  sqlext sql, run, explain and build started in {folder} attach to it; elsewhere: "
-          "--remote \"$(sqlext serve --status)\" run there")
+    print(f"  sqlext sql, run, explain and build started in {folder} attach to it; from elsewhere, "
+          "--remote ADDRESS or SPARK_REMOTE=ADDRESS (sqlext serve --status here prints it)")
     print(f"  log: {server.log}; stop: sqlext serve --stop")
     return 0
 

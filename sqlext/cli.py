@@ -1,8 +1,7 @@
 """The ``sqlext`` command: run SQL files, explain rewrites, run benchmarks.
 
     sqlext run FILE.sql [FILE.sql ...]   run each statement (rewritten) and print results
-    sqlext sql [-e SQL | -f FILE] [--conf KEY=VALUE] [--master URL]
-                                         a spark-sql style shell (see sqlext.shell)
+    sqlext sql [-e SQL | -f FILE]        a spark-sql style shell (see sqlext.shell)
     sqlext explain FILE.sql [--verbose]  each statement before and after rewriting, the rules that
                                          fired (--verbose: why the others did not), each recursion's path
     sqlext build MODELS_DIR              dbt-style models (one SELECT per file) in dependency order
@@ -14,7 +13,11 @@
     sqlext bench scale --sizes A,B,C     each function at growing sizes: time and memory
     sqlext bench recursion --nodes N --depth D   WITH RECURSIVE against Spark's native recursion
     sqlext bench incremental --rows N    an incremental run of 1% new changes against the batch recompute
+    sqlext serve [--stop]                a warm session (Spark Connect) for the commands of this folder
     sqlext --version                     the installed version
+
+Every command that starts Spark takes the session options (sqlext.session):
+--master, --conf, --packages, --jars, --driver-memory, --catalog, and --remote.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 
 from sqlext.errors import SqlextError, spark_error_summary
+from sqlext.session import SessionOptions, add_session_arguments, session_options
 from sqlext.statements import Statement, split_statements
 
 
@@ -38,6 +42,7 @@ examples:
   sqlext stream q.sql --source accounts=DIR --checkpoint CP --output OUT
                                                    one incremental run over STREAM(accounts)
   sqlext bench fk --help                           one benchmark's options
+  sqlext serve                                     keep Spark warm for the commands of this folder
 
 Each command's own --help lists its options and examples."""
 
@@ -81,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "  sqlext run sql_examples/fk_join.sql\n  sqlext run setup.sql query.sql --limit 20")
     run.add_argument("files", nargs="+", type=Path, metavar="FILE.sql", help="SQL files; ';' ends a statement")
     run.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
+    add_session_arguments(run, what="the files")
 
     sql = _command(commands, "sql", "a spark-sql style shell: a prompt, -e SQL or -f FILE",
                    "A shell in the manner of spark-sql whose statements sqlext rewrites. Without -e or -f it "
@@ -89,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sqlext.shell import add_arguments
 
     add_arguments(sql)
+    add_session_arguments(sql, what="the statements")
 
     explain = _command(commands, "explain", "show each statement before and after rewriting",
                        "For each statement of the file: the SQL as written, the SQL Spark runs instead, the "
@@ -100,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="do not start Spark (calls over unknown relations stay unexpanded)")
     explain.add_argument("--verbose", "-v", action="store_true",
                          help="say why each rule that did not fire did not (default: their names on one line)")
+    add_session_arguments(explain, what="the analysis")
 
     build = _command(commands, "build", "build a folder of dbt-style models in dependency order",
                      "Build models in dependency order. A dbt project (a folder with dbt_project.yml) runs "
@@ -117,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a value for var('KEY'); repeatable")
     build.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
                        help="seconds between 'still running' lines for a long model (0: off)")
+    add_session_arguments(build, what="a folder of models (a dbt project runs on dbt's own session)")
 
     stream = _command(commands, "stream", "run a statement over STREAM(...) incrementally",
                       "Run one statement that reads STREAM(name) as an incremental run: each run processes "
@@ -144,6 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--available-now", action="store_true",
                      help="process what arrived since the last run, then stop (what happens without --every)")
     how.add_argument("--every", metavar="INTERVAL", help="keep running, one micro-batch every INTERVAL ('10 seconds')")
+    add_session_arguments(stream, remote=False)
+
+    serve = _command(commands, "serve", "keep a warm Spark (Spark Connect) for the commands of this folder",
+                     "Start Spark's Connect server in the background, with the settings a command's own Spark "
+                     "would have (sqlext's defaults, the folder's catalog, the session options given here), and "
+                     "return once it answers. While it runs, sqlext sql, run, explain and build started in this "
+                     "folder attach to it and answer at once; elsewhere, --remote or SPARK_REMOTE names it "
+                     "(sqlext serve --status prints the address). sqlext stream and the benchmarks keep Spark of "
+                     "their own.",
+                     "  sqlext serve\n  sqlext serve --driver-memory 8g --conf spark.sql.shuffle.partitions=8\n"
+                     "  SPARK_REMOTE=\"$(sqlext serve --status)\" sqlext sql -e \"SELECT 1\"\n  sqlext serve --stop")
+    from sqlext.serve import add_arguments as add_serve_arguments
+
+    add_serve_arguments(serve)
+    add_session_arguments(serve, remote=False)
 
     _add_bench(commands)
     return parser
@@ -164,6 +188,7 @@ def _add_bench(commands) -> None:
     def runs(parser, default: int = 3) -> None:
         parser.add_argument("--runs", type=int, default=default, metavar="N",
                             help="timed runs per side (the median is reported)")
+        add_session_arguments(parser, remote=False)
 
     filter_ = _command(benchmarks, "filter", "CHANGELOG_FILTER against the hand-written LAG/CASE query",
                        "CHANGELOG_FILTER emit => 'changes' over generated account changes, against the "
@@ -219,6 +244,13 @@ def _add_bench(commands) -> None:
     recursion.add_argument("--levels-only", type=int, default=None, metavar="N",
                            help="only the level path's cost per level, over N levels, against native")
 
+    serve = _command(benchmarks, "serve", "a command's time on Spark of its own against attached to sqlext serve",
+                     "sqlext sql -e \"SELECT 1\" as a user runs it, a new process each time, in a new folder: "
+                     "first on Spark of its own (a JVM starts each time), then attached to the server sqlext "
+                     "serve starts there. The session options go to both.",
+                     "  sqlext bench serve --runs 5")
+    runs(serve, default=5)
+
     incremental = _command(benchmarks, "incremental", "an incremental run of new changes against the batch recompute",
                            "A history lands and a first incremental run processes it; then, per timed run, an "
                            "increment lands, one incremental run processes it, and the batch query recomputes "
@@ -251,25 +283,28 @@ def _add_bench(commands) -> None:
                                   "Spark's executors (spark)")
     incremental.add_argument("--uri", action="store_true",
                              help="give the checkpoint, output and sources as file: URIs (as a cluster names them)")
-    incremental.add_argument("--master", metavar="URL", default=None,
-                             help="run on this Spark master (spark://host:port) instead of the embedded session")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        args.session = session_options(args)
+    except ValueError as error:  # a session option that cannot be one: said before anything starts
+        print(f"sqlext {args.command}: {error}", file=sys.stderr)
+        return 2
     return run_command(args, _dispatch)
 
 
 def _dispatch(args) -> int:
     if args.command == "run":
-        return _run(args.files, args.limit)
+        return _run(args.files, args.limit, args.session)
     if args.command == "sql":
         from sqlext.shell import main as shell_main
 
         return shell_main(args)
     if args.command == "explain":
-        return _explain(args.file, args.no_spark, args.verbose)
+        return _explain(args.file, args.no_spark, args.verbose, args.session)
     if args.command == "stream":
         return _stream(args)
     if args.command == "build":
@@ -278,14 +313,23 @@ def _dispatch(args) -> int:
         return build_main(args)
     if args.command == "bench":
         return _bench(args)
+    if args.command == "serve":
+        from sqlext.serve import main as serve_main
+
+        return serve_main(args)
     return 2
 
 
 def _bench(args) -> int:
-    from sqlext.session import local_session
+    from sqlext.session import command_session
 
-    master = getattr(args, "master", None)
-    spark = local_session("sqlext-bench", master=master) if master else local_session("sqlext-bench")
+    if args.what == "serve":  # its commands start their own sessions, in processes of their own
+        from sqlext.bench.serve import bench_serve
+
+        bench_serve(args.runs, args.session.to_argv())
+        return 0
+
+    spark = command_session(args.session, "sqlext bench", "sqlext-bench", attach=False)
     if args.what == "filter":
         from sqlext.bench.changes import bench_filter
 
@@ -390,11 +434,11 @@ def _read(path: Path, function: str = "sqlext") -> str:
 FUNCTION_RUN = "sqlext run"
 
 
-def _run(files: list[Path], limit: int) -> int:
-    from sqlext.session import local_session
+def _run(files: list[Path], limit: int, options: SessionOptions = SessionOptions()) -> int:
+    from sqlext.session import command_session
 
     sources = [(path, _read(path, FUNCTION_RUN)) for path in files]
-    spark = local_session()
+    spark = command_session(options, FUNCTION_RUN)
     for path, source in sources:
         for statement in split_statements(source):
             if not _run_one(spark, path, statement, limit):
@@ -424,7 +468,7 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
 
 def _stream(args) -> int:
     from sqlext.runner import debug_traceback, report_line
-    from sqlext.session import local_session
+    from sqlext.session import command_session
     from sqlext.streaming import run_available_now, stream
 
     statements = split_statements(_read(args.file, "sqlext stream"))
@@ -438,7 +482,8 @@ def _stream(args) -> int:
         return 2
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
                    source_format=args.source_format, output_format=args.output_format, engine=args.engine)
-    spark = local_session("sqlext-stream")
+    _say_stream_runs_its_own_spark()
+    spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
     statement = statements[0]
     started = time.perf_counter()
     try:
@@ -459,6 +504,24 @@ def _stream(args) -> int:
     return 0
 
 
+def _say_stream_runs_its_own_spark() -> None:
+    """An incremental run needs the driver's JVM (it reads and writes its checkpoint through
+    Hadoop's FileSystem, and its micro-batch functions ask Spark's plans for sizes): a Spark
+    Connect client has none, and Spark Connect runs foreachBatch functions in a Python
+    process on the server, with a Connect session there too. So sqlext stream starts Spark of
+    its own even where the other commands attach to a server; say so where one is named."""
+    import os
+
+    from sqlext.serve import running_server
+    from sqlext.session import REMOTE_ENV
+
+    named = [f"${REMOTE_ENV}"] if os.environ.get(REMOTE_ENV) else []
+    named += ["the server sqlext serve started here"] if running_server(Path.cwd()) is not None else []
+    if named:
+        print(f"-- sqlext stream runs on Spark of its own, not on {' or '.join(named)}: an incremental run "
+              "needs the driver's JVM, which a Spark Connect session does not give", file=sys.stderr)
+
+
 def _pairs(items: list[str], option: str, shape: str) -> dict[str, str] | None:
     """``NAME=VALUE`` options as a dict; None (after saying why) when one is not of that shape."""
     pairs = {}
@@ -475,16 +538,16 @@ def _report(path: Path, statement: Statement, message: str) -> None:
     print(f"{path}:{statement.line}:{statement.column}: {message}", file=sys.stderr)
 
 
-def _explain(path: Path, no_spark: bool, verbose: bool = False) -> int:
+def _explain(path: Path, no_spark: bool, verbose: bool = False, options: SessionOptions = SessionOptions()) -> int:
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
     source = _read(path, "sqlext explain")
     spark = None
     if not no_spark:
-        from sqlext.session import local_session
+        from sqlext.session import command_session
 
-        spark = local_session()
+        spark = command_session(options, "sqlext explain")
     try:
         results = explain(spark, source)
     except Exception as error:  # noqa: BLE001 - every error ends as one line
@@ -523,6 +586,7 @@ def _print_topologies(spark, result) -> None:
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import parse_one
+    from sqlext.runner import _is_connect
     from sqlext.topology import topology
 
     try:
@@ -541,7 +605,13 @@ def _print_topologies(spark, result) -> None:
     for title, text in plans:
         print(f"-- {title}")
         try:
-            print(topology(spark.sql(text)))
+            frame = spark.sql(text)
+            if _is_connect(spark):
+                # the topology reads the plan through the driver's JVM, which a Spark Connect
+                # client does not have: Spark's own text of the physical plan instead
+                print(frame._explain_string(mode="simple").strip())
+            else:
+                print(topology(frame))
         except PySparkException as error:
             print(f"   (Spark cannot plan it here: {spark_error_summary(error)})")
 

@@ -87,6 +87,23 @@ MESSAGES: dict[str, str] = {
         "sqlext project with the statement that ran and the traceback that SQLEXT_DEBUG=1 prints when "
         "set before the command."
     ),
+    # the session a command runs on (session options, sqlext serve)
+    "CATALOG_IN_USE": (
+        "{function}: the catalog in {folder} (metastore_db) is open in another process{holder}, and its "
+        "Derby database admits one process at a time. {fix}"
+    ),
+    "REMOTE_SESSION_OPTION": (
+        "{function}: {option} applies where a command starts Spark, and this one attaches to the Spark "
+        "Connect server at {address}, which runs with its own settings. Give {option} to sqlext serve "
+        "when you start the server, or add --master local[2] to run this command on Spark of its own "
+        "(with a catalog of its own, --catalog DIR or --catalog memory, while the server has the folder's)."
+    ),
+    "SERVER_NOT_STARTED": "{function}: the Spark Connect server did not start: {reason}. {fix}",
+    "SERVER_UNREACHABLE": (
+        "{function}: the Spark Connect server at {address} does not answer ({reason}). Start it (sqlext "
+        "serve, in the folder where the commands run), correct --remote or {env}, or unset {env} to run "
+        "on Spark of the command's own."
+    ),
     # models (sqlext build)
     "MODEL_NOT_FOUND": (
         "{function}: {what} {name!r} is not a model in {directory}; models there: {available}. "

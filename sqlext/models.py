@@ -486,10 +486,18 @@ def _hand_to_dbt(args) -> int:
 def main(args) -> int:
     """``sqlext build`` (called by the CLI): a dbt project goes to dbt (with the sqlext
     adapter); a plain folder of models is built here."""
-    from sqlext.session import local_session
+    import os
 
+    from sqlext.session import REMOTE_ENV, SessionOptions, command_session, set_command_options
+
+    options = getattr(args, "session", None) or SessionOptions()
     if (args.models / "dbt_project.yml").exists():
-        return _hand_to_dbt(args)
+        set_command_options(options)  # for the adapter, which starts the session in this process
+        os.environ.pop(REMOTE_ENV, None)  # on Spark of its own: PySpark would start a Connect client instead
+        try:
+            return _hand_to_dbt(args)
+        finally:
+            set_command_options(None)
     folder = models_folder(args.models)
     if not folder.is_dir():
         print(SqlextError("PATH_NOT_FOUND", function=FUNCTION, what="folder", path=str(args.models),
@@ -503,7 +511,7 @@ def main(args) -> int:
     except (ModelError, SqlextError) as error:
         print(str(error), file=sys.stderr)
         return 1
-    spark = local_session()
+    spark = command_session(options, FUNCTION)
     try:
         results = build(spark, args.models, args.warehouse, args.select, parse_vars(args.vars),
                         progress_every=args.progress_every)

@@ -3,8 +3,8 @@
     sqlext sql                      an interactive prompt
     sqlext sql -e "SELECT ...; ..." run the statements and exit
     sqlext sql -f FILE.sql          run the file's statements and exit
-    options: --conf KEY=VALUE (repeatable), --master URL (default local[2]), -S (silent),
-             --limit N (rows shown per result)
+    options: -S (silent), --limit N (rows shown per result), and the session options of every
+             command (sqlext.session: --conf, --master, --catalog, --remote, ...)
 
 At the prompt a statement ends with ``;`` outside strings, quoted identifiers and comments,
 so it may span lines (the continuation prompt shows that one is unfinished). ``exit;``,
@@ -53,22 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("-e", dest="execute", metavar="SQL", help="run these statements (separated by ';') and exit")
     what.add_argument("-f", dest="file", metavar="FILE", type=Path, help="run the statements of FILE and exit")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark setting, applied after sqlext's defaults; repeatable")
-    parser.add_argument("--master", default=None, metavar="URL",
-                        help="the Spark master URL (default: local[2], the embedded local Spark)")
     parser.add_argument("-S", "--silent", action="store_true", help="do not print the time each statement took")
     parser.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
 
 
 def main(args: argparse.Namespace) -> int:
-    conf = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            print(f"sqlext sql: --conf {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
-        conf[key.strip()] = value.strip()
     script = None
     if args.file is not None:
         try:
@@ -77,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"sqlext sql: cannot read {args.file}: {error.strerror}", file=sys.stderr)
             return 1
 
-    from sqlext.session import local_session
+    from sqlext.session import SessionOptions, command_session
 
     # sqlglot warns when it reads a statement as an opaque command (SET, for example); the
     # statement still runs, so the warning is noise at a prompt
@@ -86,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
     # either (see _block_ctrl_c); the main thread takes it again afterwards
     try:
         with _ctrl_c_blocked():
-            spark = local_session("sqlext-sql", conf=conf, master=args.master)
+            spark = command_session(getattr(args, "session", None) or SessionOptions(), FUNCTION, "sqlext-sql")
     except KeyboardInterrupt:  # Ctrl-C while Spark started
         return 130
     # PySpark's own SIGINT handler cancels every job of the context and raises; the shell
@@ -140,18 +129,27 @@ class Shell:
             raise Cancelled() from None
 
     def _run_in_group(self, group: str, text: str):
-        from sqlext.runner import run_and_fetch
+        """On a Spark Connect session the group is a tag of the thread's operations."""
+        from sqlext.runner import _is_connect, run_and_fetch
 
+        if _is_connect(self.spark):
+            self.spark.addTag(group)
+            try:
+                return run_and_fetch(self.spark, text, self.limit, FUNCTION)
+            finally:
+                self.spark.removeTag(group)
         self.spark.sparkContext.setJobGroup(group, text[:200], interruptOnCancel=True)
         return run_and_fetch(self.spark, text, self.limit, FUNCTION)
 
     def _cancel(self, group: str, future) -> None:
         """Cancel the group's jobs until the statement has stopped: a statement may start
         further jobs (a recursion runs one per level), so the cancel is repeated."""
-        context = self.spark.sparkContext
+        from sqlext.runner import _is_connect
+
+        cancel = self.spark.interruptTag if _is_connect(self.spark) else self.spark.sparkContext.cancelJobGroup
         while True:
             try:
-                context.cancelJobGroup(group)
+                cancel(group)
                 future.exception(timeout=0.5)
                 return
             except FutureTimeout:

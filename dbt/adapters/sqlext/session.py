@@ -41,13 +41,20 @@ def spark_session(parameters: Dict[str, str]):
             from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
-            from sqlext.session import ensure_installed, local_builder, quiet_python_logs, quiet_start
+            from sqlext.session import (command_options, ensure_installed, local_builder, merged,
+                                        quiet_python_logs, quiet_start)
 
             existing = SparkContext._active_spark_context is not None
+            # the session options of `sqlext build` (none when dbt runs on its own): the profile's
+            # parameters apply over them, and their --conf over the profile's
+            options = command_options()
             if existing:
                 builder = SparkSession.builder
             else:
-                builder = local_builder("sqlext-dbt", cores=os.cpu_count() or 1).enableHiveSupport()
+                builder = local_builder("sqlext-dbt", cores=os.cpu_count() or 1,
+                                        master=options.master if options else None).enableHiveSupport()
+            if options is not None:
+                parameters = merged(options.settings(), parameters, options.conf_settings())
             for key, value in parameters.items():
                 builder = builder.config(key, value)
             session = quiet_start(builder)

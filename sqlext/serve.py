@@ -1,0 +1,323 @@
+"""``sqlext serve``: a warm session for the commands of a folder.
+
+Every command that starts Spark pays the JVM's start (several seconds, more on a busy
+machine). ``sqlext serve`` starts Spark's own Connect server from the installed PySpark
+(``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``) in the
+background, with the settings a command's own Spark would have (sqlext's defaults, the
+folder's catalog, the session options given to it), runs a first query on it so that its JIT
+and Python workers are warm, and returns. While it runs, ``sqlext sql``, ``run``, ``explain``
+and ``build`` started in that folder attach to it (:func:`sqlext.session.attach_address`): each
+gets a session of its own on the server (its temporary views and settings are its own), and
+all of them share the server's catalog.
+
+The server is the folder's: it runs there (its catalog is the folder's ``metastore_db`` and
+``spark-warehouse``), listens on the loopback address only, and admits only clients that
+present its token. The state file ``.sqlext-server`` in the folder (readable by its owner
+alone) names its address with the token, its process and its log; ``sqlext serve --stop``
+stops it and removes the file, and a command that finds the file but no server answering
+ignores it (and removes it when the process is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sqlext.errors import SqlextError
+
+FUNCTION = "sqlext serve"
+STATE = ".sqlext-server"
+LOG = ".sqlext-server.log"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002  # Spark Connect's own default
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server reads its token here (off its argv)
+# first queries, so that the commands after serve find the server warm (the JVM's JIT, the
+# analyser, the plans sqlext's rewrites give)
+WARM_UP = (
+    "SELECT 1",
+    "SELECT * FROM CHANGELOG_FILTER(input => TABLE(VALUES (1, 5, 1L), (1, -1, 2L) AS t(id, v, _commit_version)), "
+    "key => 'id', predicate => 'v > 0')",
+)
+
+
+@dataclass
+class Server:
+    """What the state file says of a running server."""
+
+    address: str  # sc://localhost:PORT/;token=...
+    port: int
+    pid: int
+    log: str
+    folder: str
+    spark_version: str
+
+    @property
+    def shown(self) -> str:
+        return f"sc://localhost:{self.port}"
+
+
+def add_arguments(parser) -> None:
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--stop", action="store_true", help="stop the server this folder's sqlext serve started")
+    what.add_argument("--status", action="store_true",
+                      help="print the running server's address (with its token, for --remote or SPARK_REMOTE); "
+                           "exit status 1 if none runs here")
+    parser.add_argument("--port", type=int, default=None, metavar="N",
+                        help=f"the port to listen on (default: {DEFAULT_PORT}, or a free one if that is taken)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long to wait for the server to answer")
+
+
+def main(args) -> int:
+    folder = Path.cwd().resolve()
+    if args.stop:
+        return stop(folder)
+    if args.status:
+        server = running_server(folder)
+        if server is None:
+            print(f"{FUNCTION}: no server runs in {folder}", file=sys.stderr)
+            return 1
+        print(server.address)
+        print(f"{FUNCTION}: {server.shown} (process {server.pid}), log {server.log}", file=sys.stderr)
+        return 0
+    import fcntl
+
+    with open(folder / LOG, "ab") as log:
+        fcntl.flock(log.fileno(), fcntl.LOCK_EX)  # one sqlext serve at a time starts the folder's server
+        server = running_server(folder)
+        if server is not None:
+            print(f"{FUNCTION}: already running in {folder}: {server.shown} (process {server.pid}); "
+                  f"sqlext serve --stop stops it")
+            return 0
+        server = start(folder, args.session, port=args.port, timeout=args.timeout)
+    catalog = args.session.catalog_folder()
+    print(f"{FUNCTION}: Spark Connect at {server.shown} (process {server.pid}), "
+          f"catalog {'in memory' if catalog is None else catalog}")
+    print(f"  sqlext sql, run, explain and build started in {folder} attach to it; from elsewhere, "
+          "--remote ADDRESS or SPARK_REMOTE=ADDRESS (sqlext serve --status here prints it)")
+    print(f"  log: {server.log}; stop: sqlext serve --stop")
+    return 0
+
+
+# -- the state file
+
+def read_state(folder: Path) -> Server | None:
+    try:
+        data = json.loads((folder / STATE).read_text())
+        return Server(**{key: data[key] for key in Server.__dataclass_fields__})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_state(folder: Path, server: Server) -> None:
+    """The state file, readable by its owner alone (the address holds the token)."""
+    descriptor = os.open(folder / STATE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(descriptor, 0o600)
+        json.dump(asdict(server), file, indent=2)
+        file.write("\n")
+
+
+def running_server(folder: Path) -> Server | None:
+    """The server ``sqlext serve`` started in ``folder``, if it runs and answers; a state file
+    whose process is gone is removed."""
+    server = read_state(folder)
+    if server is None:
+        return None
+    if not _alive(server.pid):
+        try:
+            (folder / STATE).unlink()
+        except OSError:
+            pass
+        return None
+    return server if _listening(server.port) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # a process of another user: alive, and not ours
+        return True
+    return True
+
+
+def _listening(port: int, seconds: float = 1.0) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(seconds)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _is_our_server(pid: int) -> bool:
+    """Whether ``pid`` is still a Spark Connect server (not a process that took its number)."""
+    try:
+        done = subprocess.run(["ps", "-ww", "-p", str(pid), "-o", "command="], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return _alive(pid)
+    return done.returncode == 0 and SERVER_CLASS in done.stdout
+
+
+# -- starting and stopping
+
+def _free_port(wanted: int | None) -> int:
+    """``wanted``, or the default port if it is free, or a free port the system gives."""
+    for port in ([wanted] if wanted is not None else [DEFAULT_PORT, 0]):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return probe.getsockname()[1]
+            except OSError:
+                if wanted is not None:
+                    raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, reason=f"port {port} is in use",
+                                      fix="Give another with --port N, or leave --port out for a free one.") from None
+    raise AssertionError("unreachable")
+
+
+def server_settings(options, port: int) -> dict[str, str]:
+    """The server's Spark settings: those of a command's own Spark (sqlext's defaults, the
+    catalog, the session options), listening on the loopback address alone."""
+    from sqlext.session import embedded_settings, merged
+
+    listen = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
+    return merged(embedded_settings("sqlext serve"), options.settings(), listen, options.conf_settings())
+
+
+def start(folder: Path, options, port: int | None = None, timeout: float = 300.0) -> Server:
+    """Start the server in ``folder`` and return once it has answered a first query."""
+    from pyspark import __version__
+    from pyspark.find_spark_home import _find_spark_home
+
+    from sqlext.session import check_catalog_free
+
+    catalog = options.catalog_folder()
+    if catalog is not None:
+        check_catalog_free(catalog, FUNCTION)
+    port = _free_port(port)
+    token = uuid.uuid4().hex
+    log = folder / LOG
+    properties = folder / f"{STATE}.properties"  # the settings, off the server's argv (they may hold secrets)
+    descriptor = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        for key, value in server_settings(options, port).items():
+            file.write(f"{key}={_escaped(value)}\n")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")}
+    env.update({TOKEN_ENV: token, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
+    submit = Path(_find_spark_home()) / "bin" / "spark-submit"
+    with open(log, "ab") as output:
+        process = subprocess.Popen(
+            [str(submit), "--class", SERVER_CLASS, "--name", "sqlext serve", "--master",
+             options.master or "local[2]", "--properties-file", str(properties)],
+            cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True)  # it outlives this command and the terminal
+    server = Server(address=f"sc://localhost:{port}/;token={token}", port=port, pid=process.pid, log=str(log),
+                    folder=str(folder), spark_version=__version__)
+    try:
+        _await(process, server, timeout)
+        _warm_up(server)
+    except BaseException:
+        _end(process.pid)
+        process.wait()
+        raise
+    finally:
+        properties.unlink(missing_ok=True)
+    write_state(folder, server)
+    return server
+
+
+def _escaped(value: str) -> str:
+    """A value as a Java properties file reads it back."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _await(process, server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _listening(server.port, 0.5):
+        if process.poll() is not None:
+            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
+                              reason=f"it stopped with status {process.returncode}{_last_error(server.log)}")
+        if time.monotonic() > deadline:
+            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
+                              reason=f"it did not answer within {timeout:g} s (--timeout)")
+        time.sleep(0.25)
+
+
+def _see_log(log: str) -> str:
+    return f"Its log is {log}: fix what it says, and run sqlext serve again."
+
+
+def _last_error(log: str) -> str:
+    try:
+        lines = [line for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if "Exception" in line or "ERROR" in line or "Error" in line]
+    return f" ({(errors or lines or [''])[-1].strip()[:300]})" if lines else ""
+
+
+def _warm_up(server: Server) -> None:
+    """Run the first queries, as a command's client would, so that the server is warm."""
+    from pyspark.sql import SparkSession
+
+    import sqlext
+    from sqlext.session import quiet_python_logs
+
+    quiet_python_logs()
+    session = SparkSession.builder.remote(server.address).create()
+    try:
+        sqlext.install(session)
+        for text in WARM_UP:
+            sqlext.sql(session, text).collect()
+        session.catalog.listTables()  # opens the catalog (a Hive metastore: seconds, the first time)
+    finally:
+        session.stop()
+
+
+def _end(pid: int, seconds: float = 30.0) -> None:
+    """End the server's process group (the JVM and the Python workers it started): politely,
+    then, after ``seconds``, at once."""
+    for sent, wait in ((signal.SIGTERM, seconds), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sent)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _alive(pid) or _reaped(pid):
+                return
+            time.sleep(0.2)
+
+
+def _reaped(pid: int) -> bool:
+    """Reap ``pid`` if it is this process's child that ended (a zombie still 'exists')."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: os.kill tells
+        return False
+    return done == pid
+
+
+def stop(folder: Path) -> int:
+    server = read_state(folder)
+    if server is None:
+        print(f"{FUNCTION}: no server runs in {folder}", file=sys.stderr)
+        return 0
+    if _alive(server.pid) and _is_our_server(server.pid):
+        _end(server.pid)
+        print(f"{FUNCTION}: stopped the server at {server.shown} (process {server.pid})")
+    else:
+        print(f"{FUNCTION}: the server at {server.shown} was no longer running", file=sys.stderr)
+    (folder / STATE).unlink(missing_ok=True)
+    return 0

@@ -1,0 +1,124 @@
+"""``sqlext serve``: a warm session for the commands of a folder.
+
+One server for the module, started as a user starts it, in a folder of its own; its
+teardown stops it whatever the tests did. The commands after it run with a Spark launcher
+that fails (``SPARK_HOME`` points at a stand-in), so a command that started Spark of its own
+instead of attaching would fail: each one shows that it attached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SQLEXT = Path(sys.executable).with_name("sqlext")
+FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(VALUES (1, 5, 1L), (1, -1, 2L) AS t(id, v, _commit_version)), "
+          "key => 'id', predicate => 'v > 0') ORDER BY _commit_version")
+NO_SPARK = "#!/bin/sh\necho 'this command started Spark of its own' >&2\nexit 1\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, spark_child_env):
+    """A folder where ``sqlext serve`` runs, and the environment of the commands after it."""
+    from sqlext.serve import STATE, _end, read_state
+
+    folder = tmp_path_factory.mktemp("served")
+    env = {k: v for k, v in spark_child_env.items() if not k.startswith("PYTEST_") and k != "SPARK_REMOTE"}
+    env["SQLEXT_HISTORY"] = str(folder / "history")
+    started = subprocess.run([str(SQLEXT), "serve", "--port", str(_free_port())], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        no_spark = tmp_path_factory.mktemp("no-spark")
+        (no_spark / "bin").mkdir()
+        for name in ("spark-submit", "spark-class"):
+            (no_spark / "bin" / name).write_text(NO_SPARK)
+            (no_spark / "bin" / name).chmod(0o755)
+        yield folder, dict(env, SPARK_HOME=str(no_spark)), started.stdout
+    finally:
+        server = read_state(folder)
+        if server is not None and _alive(server.pid):
+            _end(server.pid)
+        (folder / STATE).unlink(missing_ok=True)
+
+
+def sqlext(served, *argv, cwd=None, env=None, **extra):
+    folder, commands_env, _ = served
+    return subprocess.run([str(SQLEXT), *argv], cwd=cwd or folder, env={**commands_env, **(env or {})},
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, **extra)
+
+
+def test_serve_names_its_server_in_a_state_file_only_its_owner_reads(served):
+    from sqlext.serve import STATE
+
+    folder, _, said = served
+    state = json.loads((folder / STATE).read_text())
+    assert state["address"].startswith(f"sc://localhost:{state['port']}/;token=") and _alive(state["pid"])
+    assert stat.S_IMODE((folder / STATE).stat().st_mode) == 0o600
+    assert f"sc://localhost:{state['port']}" in said and "token" not in said
+    assert sqlext(served, "serve").stdout.startswith("sqlext serve: already running")
+    status = sqlext(served, "serve", "--status")
+    assert status.returncode == 0 and status.stdout.strip() == state["address"]
+
+
+def test_commands_in_the_folder_attach_and_share_its_catalog(served, tmp_path):
+    folder = served[0]
+    created = sqlext(served, "sql", "-S", "-e", f"CREATE TABLE t1 USING parquet AS SELECT 1 AS a; {FILTER}")
+    assert created.returncode == 0, created.stderr
+    assert "| 1  | 5 | insert       | 1               |" in created.stdout  # sqlext's function, on the server
+    assert "| 1  | 5 | delete       | 2               |" in created.stdout
+    query = tmp_path / "q.sql"
+    query.write_text("SELECT a FROM t1;\n")
+    ran = sqlext(served, "run", str(query))
+    assert ran.returncode == 0 and "| a |\n+---+\n| 1 |" in ran.stdout, ran.stderr
+    explained = sqlext(served, "explain", str(query))
+    assert explained.returncode == 0, explained.stderr
+    assert "-- plan as written" in explained.stdout and "FileScan parquet" in explained.stdout
+    assert (folder / "spark-warehouse" / "t1").is_dir()
+
+
+def test_commands_elsewhere_attach_with_remote_or_spark_remote(served, tmp_path):
+    address = sqlext(served, "serve", "--status").stdout.strip()
+    by_option = sqlext(served, "sql", "-S", "--remote", address, "-e", FILTER, cwd=tmp_path)
+    assert by_option.returncode == 0 and "| delete " in by_option.stdout, by_option.stderr
+    by_env = sqlext(served, "sql", "-S", "-e", "SELECT 41 + 1 AS answer", cwd=tmp_path, env={"SPARK_REMOTE": address})
+    assert by_env.returncode == 0 and "| 42     |" in by_env.stdout, by_env.stderr
+    refused = sqlext(served, "sql", "-S", "--catalog", "memory", "-e", "SELECT 1")
+    assert refused.returncode == 1 and refused.stderr.startswith("[REMOTE_SESSION_OPTION]")
+    in_use = sqlext(served, "sql", "-S", "--master", "local[1]", "-e", "SELECT 1")
+    assert in_use.returncode == 1 and in_use.stderr.startswith("[CATALOG_IN_USE]")  # refused before Spark starts
+    assert not list(tmp_path.iterdir())
+
+
+def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):
+    from sqlext.serve import STATE
+
+    folder = served[0]
+    pid = json.loads((folder / STATE).read_text())["pid"]
+    stopped = sqlext(served, "serve", "--stop")
+    assert stopped.returncode == 0 and "stopped the server" in stopped.stdout
+    assert not (folder / STATE).exists() and not _alive(pid)
+    alone = sqlext(served, "sql", "-S", "-e", "SELECT 1")  # no server: it starts Spark (the stand-in)
+    assert alone.returncode != 0 and "started Spark of its own" in alone.stderr
+    assert sqlext(served, "serve", "--status").returncode == 1

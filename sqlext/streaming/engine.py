@@ -39,6 +39,7 @@ goes to the executors, unless a store is read only through the driver's JVM
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 from contextlib import contextmanager
@@ -420,7 +421,7 @@ def _combined(facts: list[dict]) -> dict:
     return combined
 
 
-_views = iter(range(1, 1 << 62))
+_views = itertools.count(1)
 
 
 @contextmanager

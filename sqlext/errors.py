@@ -167,6 +167,9 @@ MESSAGES: dict[str, str] = {
         "columns (--source-schema NAME='id BIGINT, ...' on the command line, schemas={{NAME: '...'}} "
         "in Python)."
     ),
+    "STREAM_SOURCE_UNREADABLE": (
+        "{function}: Spark cannot read the change files of {name}: the file {file} gives {cause}. {fix}"
+    ),
     # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (
         "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."

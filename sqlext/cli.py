@@ -386,18 +386,47 @@ def _read(path: Path, function: str = "sqlext") -> str:
 
 
 FUNCTION_RUN = "sqlext run"
+FUNCTION_EXPLAIN = "sqlext explain"
 
 
 def _run(files: list[Path], limit: int) -> int:
     from sqlext.session import local_session
+    from sqlext.syntax import check
 
-    sources = [(path, _read(path, FUNCTION_RUN)) for path in files]
+    scripts = _parsed(files, FUNCTION_RUN)
+    if scripts is None:
+        return 1
     spark = local_session()
-    for path, source in sources:
-        for statement in split_statements(source):
+    # every statement of every file parses before the first one runs
+    for path, statements in scripts:
+        problem = check(statements, FUNCTION_RUN, spark)
+        if problem is not None:
+            print(problem.report(path), file=sys.stderr)
+            return 1
+    for path, statements in scripts:
+        for statement in statements:
             if not _run_one(spark, path, statement, limit):
                 return 1
     return 0
+
+
+def _parsed(files: list[Path], function: str) -> list[tuple[Path, list[Statement]]] | None:
+    """Each file's statements, after the checks that need no Spark: the file is there, no
+    string or quoted name is left open, no select list ends with a comma before FROM. None
+    (after reporting the first problem at its place in its file) if one fails."""
+    from sqlext.syntax import check, unclosed
+
+    scripts = []
+    for path in files:
+        source = _read(path, function)
+        problem = unclosed(source, function)
+        statements = split_statements(source)
+        problem = problem or check(statements, function, parse=False)
+        if problem is not None:
+            print(problem.report(path), file=sys.stderr)
+            return None
+        scripts.append((path, statements))
+    return scripts
 
 
 def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
@@ -425,7 +454,10 @@ def _stream(args) -> int:
     from sqlext.session import local_session
     from sqlext.streaming import run_available_now, stream
 
-    statements = split_statements(_read(args.file, "sqlext stream"))
+    scripts = _parsed([args.file], "sqlext stream")
+    if scripts is None:
+        return 1
+    statements = scripts[0][1]
     if len(statements) != 1:
         print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
               "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
@@ -470,19 +502,32 @@ def _pairs(items: list[str], option: str, shape: str) -> dict[str, str] | None:
 
 
 def _report(path: Path, statement: Statement, message: str) -> None:
-    print(f"{path}:{statement.line}:{statement.column}: {message}", file=sys.stderr)
+    """An error of a statement, at its place in the file (Spark's position in the statement,
+    where it gives one, moved to the file's lines and columns)."""
+    from sqlext.syntax import located
+
+    print(located(statement, message).report(path), file=sys.stderr)
 
 
 def _explain(path: Path, no_spark: bool, verbose: bool = False) -> int:
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
-    source = _read(path, "sqlext explain")
+    from sqlext.syntax import check
+
+    scripts = _parsed([path], FUNCTION_EXPLAIN)
+    if scripts is None:
+        return 1
+    source = _read(path, FUNCTION_EXPLAIN)
     spark = None
     if not no_spark:
         from sqlext.session import local_session
 
         spark = local_session()
+    problem = check(scripts[0][1], FUNCTION_EXPLAIN, spark)
+    if problem is not None:
+        print(problem.report(path), file=sys.stderr)
+        return 1
     try:
         results = explain(spark, source)
     except Exception as error:  # noqa: BLE001 - every error ends as one line

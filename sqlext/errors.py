@@ -68,10 +68,21 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    "UNKNOWN_FUNCTION": (
+        "{function}: there is no function {name}; did you mean {nearest}? sqlext's table functions are "
+        "{available}. Correct the name."
+    ),
+    "STREAM_IN_BATCH_QUERY": (
+        "{function}: the statement reads {streams}, which only an incremental run reads (the changes since "
+        "the last run): run it with sqlext stream FILE.sql, sqlext.stream(...) in Python, or as a dbt "
+        "incremental model. To run it in batch over the whole input instead, read each source without "
+        "STREAM: {batch}"
+    ),
     "UNCLOSED_QUOTE": (
         "{function}: the {what} that starts at line {line}, column {column} ({start}) is never closed, so "
         "the statement there never ends. Close it with {quote} and end the statement with ;."
     ),
+    "SYNTAX_ERROR": "{function}: the statement does not parse: {reason}. {fix}",
     "PATH_NOT_FOUND": "{function}: there is no {what} {path}. {fix}",
     "NO_MODELS": (
         "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "

@@ -177,8 +177,12 @@ class Shell:
             return False
         seconds = time.perf_counter() - started
         if outcome.error is not None:
-            where = f"{source}:{statement.line}:{statement.column}: " if show_source else ""
-            print(f"{where}{outcome.error}", file=sys.stderr, flush=True)
+            if show_source:  # at its place in the file, Spark's position moved to the file's lines
+                from sqlext.syntax import located
+
+                print(located(statement, outcome.error).report(source), file=sys.stderr, flush=True)
+            else:
+                print(outcome.error, file=sys.stderr, flush=True)
             return False
         if outcome.columns:
             print(format_table(outcome.columns, outcome.rows, truncated=outcome.truncated), flush=True)
@@ -271,14 +275,10 @@ class Shell:
 
 def report_unclosed(quote: Statement, source: Path | None) -> None:
     """Report input that ends inside the string or quoted name ``quote`` starts."""
-    from sqlext.errors import SqlextError
+    from sqlext.syntax import unclosed_error
 
-    first = quote.text.splitlines()[0]
-    start = first[:30] + ("..." if len(first) > 30 or len(quote.text) > len(first) else "")
     where = f"{source}:{quote.line}:{quote.column}: " if source is not None else ""
-    error = SqlextError("UNCLOSED_QUOTE", function=FUNCTION, what="name" if quote.text[0] == "`" else "string",
-                        line=quote.line, column=quote.column, start=start, quote=quote.text[0])
-    print(f"{where}{error}", file=sys.stderr, flush=True)
+    print(f"{where}{unclosed_error(quote, FUNCTION)}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -237,7 +237,8 @@ def test_f_runs_a_file_and_reports_errors_by_position(spark, shuffle_partitions,
     bad = tmp_path / "bad.sql"
     bad.write_text("SELECT 1;\n\n  SELECT * FROM CHANGELOG_FILTER(input => TABLE(x), key => 'id', emit => 'all');\n")
     assert main(["sql", "-f", str(bad)]) == 1
-    assert f"{bad}:3:3: [" in capsys.readouterr().err
+    # at the relation Spark cannot find (TABLE(x)), in the file's own line and column
+    assert f"{bad}:3:49: [TABLE_OR_VIEW_NOT_FOUND]" in capsys.readouterr().err
 
 
 def test_a_conf_that_is_not_key_value_is_refused(capsys):

@@ -471,7 +471,11 @@ def _stream(args) -> int:
     spark = local_session("sqlext-stream")
     statement = statements[0]
     started = time.perf_counter()
+    counter = None
     try:
+        from sqlext.streaming.summary import RunCounter
+
+        counter = RunCounter(spark, args.checkpoint, args.output, args.output_format)
         if args.every:
             query = stream(spark, statement.text, trigger=args.every, **options)
             print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
@@ -480,12 +484,13 @@ def _stream(args) -> int:
             except KeyboardInterrupt:
                 query.stop()
             return 0
-        run_available_now(spark, statement.text, **options)
+        query = run_available_now(spark, statement.text, **options)
+        counts = counter.counts(query).describe()
     except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
         debug_traceback(error)
         _report(args.file, statement, report_line(error, "sqlext stream"))
         return 1
-    print(f"-- run complete in {time.perf_counter() - started:.2f} s; output in {args.output}")
+    print(f"-- run complete in {time.perf_counter() - started:.2f} s: {counts}; output in {args.output}")
     return 0
 
 

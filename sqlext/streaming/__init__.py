@@ -83,27 +83,32 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources, sou
            schemas, start_over):
     claim(checkpoint, output, purpose_of(tree), start_over)
     sources = Sources(spark, sources, source_format, schemas, checkpoint)
-    if engine == "tables":
-        if output is None:
-            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="engine 'tables' without an output folder",
-                              reason="its micro-batches write their rows into a folder",
-                              fix="Pass output=..., or use engine='state_store' with streaming_frame for other sinks.")
-        source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
-        writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
-    else:
-        frame = _frame(spark, tree, sources, checkpoint)
-        check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-        writer = frame.writeStream.format(output_format).outputMode("append") \
-            .option("checkpointLocation", checkpoint.uri)
-        if output is not None:
-            writer = writer.option("path", output.uri)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger == "available_now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=trigger)
-    return writer.start()
+    try:
+        if engine == "tables":
+            if output is None:
+                raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
+                                  what="engine 'tables' without an output folder",
+                                  reason="its micro-batches write their rows into a folder",
+                                  fix="Pass output=..., or use engine='state_store' with streaming_frame for other "
+                                      "sinks.")
+            source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
+            writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
+        else:
+            frame = _frame(spark, tree, sources, checkpoint)
+            check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
+            writer = frame.writeStream.format(output_format).outputMode("append") \
+                .option("checkpointLocation", checkpoint.uri)
+            if output is not None:
+                writer = writer.option("path", output.uri)
+        if query_name:
+            writer = writer.queryName(query_name)
+        if trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=trigger)
+        return writer.start()
+    finally:
+        sources.restore()  # the query keeps the settings it started with
 
 
 def run_available_now(spark, sql: str, **options):

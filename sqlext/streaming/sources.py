@@ -47,6 +47,7 @@ class Sources:
         # the columns as Spark reads them (a schema's JSON), of folders whose files hold
         # nanosecond timestamps: read so, then cast to Spark's microsecond timestamps
         self._nanos: dict[str, dict] = {}
+        self._nanos_before: list = []  # the session's nanos setting before a read turned it on
         unknown = sorted(set(self.schemas) - set(self.folders))
         if unknown:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
@@ -89,11 +90,43 @@ class Sources:
                               file=_first_file(spark, folder, _has_nanos) or folder,
                               cause="nanosecond timestamps, which a Spark Connect session does not read",
                               fix=NANOS_FIX)
-        spark.conf.set(NANOS_SETTING, "true")
+        self._allow_nanos()
         reader = spark.readStream.format(self.file_format)
         reader._jreader.schema(spark._jvm.org.apache.spark.sql.types.DataType.fromJson(json.dumps(self._nanos[name])))
         frame = reader.load(folder)
         return frame.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+    def _allow_nanos(self) -> None:
+        """Turn on Spark's setting for nanosecond timestamps, noting what it was."""
+        if not self._nanos_before:
+            self._nanos_before.append(self.spark.conf.get(NANOS_SETTING, None))
+        self.spark.conf.set(NANOS_SETTING, "true")
+
+    def restore(self) -> None:
+        """Put back the session's nanos setting, once the query that reads with it has started
+        (a query keeps the settings it started with)."""
+        if self._nanos_before:
+            before = self._nanos_before.pop()
+            if before is None:
+                self.spark.conf.unset(NANOS_SETTING)
+            else:
+                self.spark.conf.set(NANOS_SETTING, before)
+
+    def _nanos_schema(self, name: str, folder: str, error: BaseException) -> dict:
+        """The columns of a folder whose files hold nanosecond timestamps, read with Spark's
+        setting for them (a schema's JSON; PySpark itself has no type for them). Where the
+        session cannot (Spark Connect, a Spark without the setting), an error that says how to
+        write them."""
+        reader = self.spark.read.format(self.file_format)
+        if self.file_format == "parquet":
+            reader = reader.option("mergeSchema", "true")
+        try:
+            self._allow_nanos()
+            return json.loads(reader.load(folder)._jdf.schema().json())
+        except Exception:  # noqa: BLE001 - Spark cannot: say what to do instead
+            raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
+                              file=_first_file(self.spark, folder, _has_nanos) or folder,
+                              cause=_cause(error), fix=NANOS_FIX) from None
 
     def _declared(self, name: str, folder: str):
         """The declared columns; the folder's files, if any, must hold the same."""
@@ -151,7 +184,7 @@ class Sources:
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
-            schema = reader.load(folder).schema.jsonValue()
+            schema = _schema_json(reader.load(folder))
         except Exception as error:  # noqa: BLE001 - sorted out below
             schema = self._unread(name, folder, error)
         if schema is None or not schema.get("fields"):
@@ -172,7 +205,7 @@ class Sources:
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
                               change=f"its files disagree ({said[0][:300]})") from None
         if condition == "PARQUET_TYPE_ILLEGAL" and "NANOS" in str(error):
-            return _nanos_schema(self.spark, self.file_format, name, folder, error)
+            return self._nanos_schema(name, folder, error)
         raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
                           file=_named_file(error) or _first_file(self.spark, folder) or folder,
                           cause=_cause(error),
@@ -207,6 +240,13 @@ def _condition(error: BaseException) -> str | None:
     return condition
 
 
+def _schema_json(frame) -> dict:
+    """A frame's schema as JSON, from the JVM where there is one: PySpark has no type for
+    Spark 4's nanosecond timestamps, which a session with their setting on reads."""
+    jdf = getattr(frame, "_jdf", None)
+    return json.loads(jdf.schema().json()) if jdf is not None else frame.schema.jsonValue()
+
+
 def _microseconds(schema):
     """A schema's JSON with nanosecond timestamps (``timestamp_ntz(9)``, ``timestamp_ltz(9)``,
     at any depth) as Spark's microsecond ``timestamp_ntz`` and ``timestamp``.
@@ -228,22 +268,6 @@ def _microseconds(schema):
         else:
             changed[key] = value
     return changed
-
-
-def _nanos_schema(spark, file_format: str, name: str, folder: str, error: BaseException) -> dict:
-    """The columns of a folder whose files hold nanosecond timestamps, read with Spark's
-    setting for them (a schema's JSON; PySpark itself has no type for them). Where the session
-    cannot (Spark Connect, a Spark without the setting), an error that says how to write them."""
-    reader = spark.read.format(file_format)
-    if file_format == "parquet":
-        reader = reader.option("mergeSchema", "true")
-    try:
-        spark.conf.set(NANOS_SETTING, "true")
-        return json.loads(reader.load(folder)._jdf.schema().json())
-    except Exception:  # noqa: BLE001 - Spark cannot: say what to do instead
-        raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
-                          file=_first_file(spark, folder, _has_nanos) or folder,
-                          cause=_cause(error), fix=NANOS_FIX) from None
 
 
 NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read. Write them in microseconds, "
@@ -366,8 +390,27 @@ def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) 
     query's offset log names the source's log offsets a batch covers; the source's file log, the
     files each log offset added). None where these records are not as read here or name files
     outside ``folder``: the caller then lets Spark read the batch."""
-    import json
+    entries = batch_entries(checkpoint, batch_id, source)
+    if entries is None:
+        return None
+    try:
+        files = []
+        inside = _place(folder.uri)
+        for entry in entries:
+            place = _place(entry["path"])
+            parent, _, name = place[2].rpartition("/")
+            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
+                return None
+            files.append(folder / name)
+        return files
+    except (ValueError, KeyError, TypeError):
+        return None
 
+
+def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] | None:
+    """The entries (``{"path": ...}``) of the files micro-batch ``batch_id`` read from its
+    ``source``-th source, a file source, from Spark's offset and file logs (see
+    :func:`batch_files`); None where the records are not as read here."""
     from sqlext.errors import SqlextError
 
     def log_offset(batch: int):
@@ -394,15 +437,7 @@ def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) 
             if not compacted:
                 return None
             entries += [e for e in _log_entries(log / f"{compacted[0]}.compact") if e.get("batchId") == offset]
-        files = []
-        inside = _place(folder.uri)
-        for entry in entries:
-            place = _place(entry["path"])
-            parent, _, name = place[2].rpartition("/")
-            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
-                return None
-            files.append(folder / name)
-        return files
+        return entries
     except (OSError, ValueError, KeyError, TypeError, SqlextError):
         return None
 

@@ -92,3 +92,17 @@ def test_sqlext_stream_says_what_each_run_read_and_wrote(spark, tmp_path, capsys
     assert "read 1 file, 2 rows; wrote 1 file, 1 row;" in capsys.readouterr().out
     assert main(argv) == 0  # nothing new: said so, with the counts
     assert "nothing new: read 0 files, 0 rows; wrote 0 files, 0 rows;" in capsys.readouterr().out
+
+
+def test_an_interval_column_reads_in_pandas_as_the_docs_say(spark, tmp_path):
+    """docs/incremental.md: Spark writes an interval as microseconds; pandas reads them as a
+    number, which pd.to_timedelta(unit="us") turns into the duration, and the cast the page
+    gives writes seconds."""
+    folder = tmp_path / "gaps"
+    spark.sql("SELECT TIMESTAMP '2026-11-22 09:04:00' - TIMESTAMP '2026-11-22 09:00:00' AS gap, "
+              "CAST(CAST(TIMESTAMP '2026-11-22 09:04:00' - TIMESTAMP '2026-11-22 09:00:00' AS INTERVAL SECOND) "
+              "AS BIGINT) AS gap_seconds").write.parquet(str(folder))
+    frame = pd.read_parquet(folder)
+    assert frame["gap"].tolist() == [240000000]
+    assert pd.to_timedelta(frame["gap"], unit="us").tolist() == [pd.Timedelta(minutes=4)]
+    assert frame["gap_seconds"].tolist() == [240]

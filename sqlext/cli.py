@@ -34,7 +34,7 @@ examples:
   sqlext sql -e "SELECT 1 AS x"                    run statements from the command line
   sqlext sql                                       an interactive spark-sql style prompt
   sqlext explain sql_examples/self_join.sql        the SQL Spark runs instead, and why
-  sqlext build tests/models --warehouse /tmp/wh    build a folder of dbt-style models
+  sqlext build sql_examples/models --warehouse /tmp/wh    build a folder of dbt-style models
   sqlext stream q.sql --source accounts=DIR --checkpoint CP --output OUT
                                                    one incremental run over STREAM(accounts)
   sqlext bench fk --help                           one benchmark's options
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "Build models in dependency order. A dbt project (a folder with dbt_project.yml) runs "
                      "through dbt and the sqlext adapter; any other folder through sqlext's own small runner "
                      "(one SELECT per *.sql file, ref('name') between them).",
-                     "  sqlext build tests/models --warehouse /tmp/sqlext-warehouse\n"
+                     "  sqlext build sql_examples/models --warehouse /tmp/sqlext-warehouse\n"
                      "  sqlext build my_dbt_project --select orders+ --vars day=2024-05-01")
     build.add_argument("models", type=Path, metavar="MODELS_DIR",
                        help="a folder of *.sql models, or a dbt project")

@@ -208,6 +208,12 @@ MESSAGES: dict[str, str] = {
     ),
 }
 
+# the fix of STREAM_SOURCE_UNREADABLE for nanosecond timestamps a session cannot read
+NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read. Write them in microseconds, "
+             "Spark's unit: df.to_parquet(path, coerce_timestamps='us', allow_truncated_timestamps=True) in "
+             "pandas, pq.write_table(table, path, coerce_timestamps='us', allow_truncated_timestamps=True) "
+             "in pyarrow.")
+
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).
 _MESSAGE_START = re.compile(r"\[(?P<cls>[A-Z][A-Z0-9_]+)\] (?P<function>[A-Z][A-Z_]+|sqlext [a-z]+): ")
 

@@ -77,6 +77,11 @@ def test_a_failed_first_run_leaves_no_records_behind(spark, tmp_path):
                               **{k: str(v) for k, v in folders.items()})
     assert not new["checkpoint"].exists() and not new["output"].exists()
     assert not (made["checkpoint"] / STATEMENT_FILE).exists() and not (made["output"] / OUTPUT_FILE).exists()
+    # a first run that fails while it runs (two changes of one key share a version)
+    clicks(source, "part-1.parquet", [(1, "ann", "2026-11-22 09:03:00", 1), (1, "ann", "2026-11-22 09:04:00", 1)])
+    with pytest.raises(SqlextError, match=r"\[AMBIGUOUS_ORDER\]"):
+        run_available_now(spark, FILTER, sources={"clicks": str(source)}, **{k: str(v) for k, v in new.items()})
+    assert not new["checkpoint"].exists() and not new["output"].exists()
 
 
 def test_sqlext_stream_says_what_each_run_read_and_wrote(spark, tmp_path, capsys):

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
+from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.rewrites.dialect import to_sql
 from sqlext.storage import Folder, resolve, walk_files
 
@@ -92,7 +92,8 @@ class Sources:
                               fix=NANOS_FIX)
         self._allow_nanos()
         reader = spark.readStream.format(self.file_format)
-        reader._jreader.schema(spark._jvm.org.apache.spark.sql.types.DataType.fromJson(json.dumps(self._nanos[name])))
+        types = spark._jvm.org.apache.spark.sql.types
+        reader._jreader.schema(types.DataType.fromJson(json.dumps(self._nanos[name])))
         frame = reader.load(folder)
         return frame.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
 
@@ -268,12 +269,6 @@ def _microseconds(schema):
         else:
             changed[key] = value
     return changed
-
-
-NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read. Write them in microseconds, "
-             "Spark's unit: df.to_parquet(path, coerce_timestamps='us', allow_truncated_timestamps=True) in "
-             "pandas, pq.write_table(table, path, coerce_timestamps='us', allow_truncated_timestamps=True) "
-             "in pyarrow.")
 
 
 def _cause(error: BaseException) -> str:

@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = _command(commands, "run", "run SQL files statement by statement, printing results",
                    "Run every statement of each file, rewritten by sqlext, and print each result as a table. "
-                   "The run stops at the first failing statement (FILE:LINE:COLUMN: [ERROR_CLASS] message).",
+                   "Every file is read whole first: a statement that does not parse runs nothing. The run stops "
+                   "at the first failing statement (FILE:LINE:COLUMN: [ERROR_CLASS] message, at the place in the "
+                   "file).",
                    "  sqlext run sql_examples/fk_join.sql\n  sqlext run setup.sql query.sql --limit 20")
     run.add_argument("files", nargs="+", type=Path, metavar="FILE.sql", help="SQL files; ';' ends a statement")
     run.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")

@@ -23,7 +23,7 @@ from sqlext.rewrites.fk_join_to_sql import fk_join_to_sql
 from sqlext.rewrites.merge_duplicate_sources import merge_duplicate_sources
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
-from sqlext.rewrites.dialect import SparkExt, parse_one, to_sql
+from sqlext.rewrites.dialect import SparkExt, is_stream, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import MappingRelations, Relations, Scope
 from sqlext.rewrites.sqltree import fresh
@@ -108,6 +108,9 @@ class Rewritten:
     # the path each recursion will take and why, one line each (``sqlext.explain`` with a
     # session fills it in: deciding needs Spark)
     paths: list[str] = field(default_factory=list)
+    # the sources the statement reads with STREAM(name), as written: only an incremental run
+    # reads them (a batch run refuses the statement, saying so)
+    streams: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.runnable_sql = self.runnable_sql or self.sql
@@ -167,15 +170,16 @@ def rewrite_statement(text: str, relations: Relations | None = None, strict: boo
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         notes.skip("parse", f"sqlglot cannot read this statement ({reason}); it is passed to Spark unchanged")
         return Rewritten(text, text, notes)
+    streams = [to_sql(table.this) for table in tree.find_all(exp.Table) if is_stream(table)]
     out = rewrite(tree, strict=strict, relations=relations, notes=notes)
     spoken = {n.rule for n in notes}
     for rule in RULES:
         if rule.__name__ not in spoken:
             notes.skip(rule.__name__, "nothing in this statement for it to rewrite")
     if not notes.fired:
-        return Rewritten(text, text, notes)
+        return Rewritten(text, text, notes, streams=streams)
     runnable, recursions = recursions_of(out)
-    return Rewritten(text, to_sql(out), notes, recursions, to_sql(runnable) if recursions else "")
+    return Rewritten(text, to_sql(out), notes, recursions, to_sql(runnable) if recursions else "", streams=streams)
 
 
 __all__ = [

@@ -38,7 +38,7 @@ examples:
   sqlext sql -e "SELECT 1 AS x"                    run statements from the command line
   sqlext sql                                       an interactive spark-sql style prompt
   sqlext explain sql_examples/self_join.sql        the SQL Spark runs instead, and why
-  sqlext build tests/models --warehouse /tmp/wh    build a folder of dbt-style models
+  sqlext build sql_examples/models --warehouse /tmp/wh    build a folder of dbt-style models
   sqlext stream q.sql --source accounts=DIR --checkpoint CP --output OUT
                                                    one incremental run over STREAM(accounts)
   sqlext bench fk --help                           one benchmark's options
@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = _command(commands, "run", "run SQL files statement by statement, printing results",
                    "Run every statement of each file, rewritten by sqlext, and print each result as a table. "
-                   "The run stops at the first failing statement (FILE:LINE:COLUMN: [ERROR_CLASS] message).",
+                   "Every file is read whole first: a statement that does not parse runs nothing. The run stops "
+                   "at the first failing statement (FILE:LINE:COLUMN: [ERROR_CLASS] message, at the place in the "
+                   "file).",
                    "  sqlext run sql_examples/fk_join.sql\n  sqlext run setup.sql query.sql --limit 20")
     run.add_argument("files", nargs="+", type=Path, metavar="FILE.sql", help="SQL files; ';' ends a statement")
     run.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "Build models in dependency order. A dbt project (a folder with dbt_project.yml) runs "
                      "through dbt and the sqlext adapter; any other folder through sqlext's own small runner "
                      "(one SELECT per *.sql file, ref('name') between them).",
-                     "  sqlext build tests/models --warehouse /tmp/sqlext-warehouse\n"
+                     "  sqlext build sql_examples/models --warehouse /tmp/sqlext-warehouse\n"
                      "  sqlext build my_dbt_project --select orders+ --vars day=2024-05-01")
     build.add_argument("models", type=Path, metavar="MODELS_DIR",
                        help="a folder of *.sql models, or a dbt project")
@@ -432,18 +434,47 @@ def _read(path: Path, function: str = "sqlext") -> str:
 
 
 FUNCTION_RUN = "sqlext run"
+FUNCTION_EXPLAIN = "sqlext explain"
 
 
 def _run(files: list[Path], limit: int, options: SessionOptions = SessionOptions()) -> int:
     from sqlext.session import command_session
+    from sqlext.syntax import check
 
-    sources = [(path, _read(path, FUNCTION_RUN)) for path in files]
+    scripts = _parsed(files, FUNCTION_RUN)
+    if scripts is None:
+        return 1
     spark = command_session(options, FUNCTION_RUN)
-    for path, source in sources:
-        for statement in split_statements(source):
+    # every statement of every file parses before the first one runs
+    for path, statements in scripts:
+        problem = check(statements, FUNCTION_RUN, spark)
+        if problem is not None:
+            print(problem.report(path), file=sys.stderr)
+            return 1
+    for path, statements in scripts:
+        for statement in statements:
             if not _run_one(spark, path, statement, limit):
                 return 1
     return 0
+
+
+def _parsed(files: list[Path], function: str) -> list[tuple[Path, list[Statement]]] | None:
+    """Each file's statements, after the checks that need no Spark: the file is there, no
+    string or quoted name is left open, no select list ends with a comma before FROM. None
+    (after reporting the first problem at its place in its file) if one fails."""
+    from sqlext.syntax import check, unclosed
+
+    scripts = []
+    for path in files:
+        source = _read(path, function)
+        problem = unclosed(source, function)
+        statements = split_statements(source)
+        problem = problem or check(statements, function, parse=False)
+        if problem is not None:
+            print(problem.report(path), file=sys.stderr)
+            return None
+        scripts.append((path, statements))
+    return scripts
 
 
 def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
@@ -471,7 +502,10 @@ def _stream(args) -> int:
     from sqlext.session import command_session
     from sqlext.streaming import run_available_now, stream
 
-    statements = split_statements(_read(args.file, "sqlext stream"))
+    scripts = _parsed([args.file], "sqlext stream")
+    if scripts is None:
+        return 1
+    statements = scripts[0][1]
     if len(statements) != 1:
         print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
               "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
@@ -486,7 +520,11 @@ def _stream(args) -> int:
     spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
     statement = statements[0]
     started = time.perf_counter()
+    counter = None
     try:
+        from sqlext.streaming.summary import RunCounter
+
+        counter = RunCounter(spark, args.checkpoint, args.output, args.output_format)
         if args.every:
             query = stream(spark, statement.text, trigger=args.every, **options)
             print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
@@ -495,12 +533,13 @@ def _stream(args) -> int:
             except KeyboardInterrupt:
                 query.stop()
             return 0
-        run_available_now(spark, statement.text, **options)
+        query = run_available_now(spark, statement.text, **options)
+        counts = counter.counts(query).describe()
     except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
         debug_traceback(error)
         _report(args.file, statement, report_line(error, "sqlext stream"))
         return 1
-    print(f"-- run complete in {time.perf_counter() - started:.2f} s; output in {args.output}")
+    print(f"-- run complete in {time.perf_counter() - started:.2f} s: {counts}; output in {args.output}")
     return 0
 
 
@@ -535,19 +574,32 @@ def _pairs(items: list[str], option: str, shape: str) -> dict[str, str] | None:
 
 
 def _report(path: Path, statement: Statement, message: str) -> None:
-    print(f"{path}:{statement.line}:{statement.column}: {message}", file=sys.stderr)
+    """An error of a statement, at its place in the file (Spark's position in the statement,
+    where it gives one, moved to the file's lines and columns)."""
+    from sqlext.syntax import located
+
+    print(located(statement, message).report(path), file=sys.stderr)
 
 
 def _explain(path: Path, no_spark: bool, verbose: bool = False, options: SessionOptions = SessionOptions()) -> int:
     from sqlext.api import explain
     from sqlext.rewrites.dialect import parse_one, to_sql
 
-    source = _read(path, "sqlext explain")
+    from sqlext.syntax import check
+
+    scripts = _parsed([path], FUNCTION_EXPLAIN)
+    if scripts is None:
+        return 1
+    source = _read(path, FUNCTION_EXPLAIN)
     spark = None
     if not no_spark:
         from sqlext.session import command_session
 
         spark = command_session(options, "sqlext explain")
+    problem = check(scripts[0][1], FUNCTION_EXPLAIN, spark)
+    if problem is not None:
+        print(problem.report(path), file=sys.stderr)
+        return 1
     try:
         results = explain(spark, source)
     except Exception as error:  # noqa: BLE001 - every error ends as one line

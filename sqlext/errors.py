@@ -68,10 +68,21 @@ MESSAGES: dict[str, str] = {
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
+    "UNKNOWN_FUNCTION": (
+        "{function}: there is no function {name}; did you mean {nearest}? sqlext's table functions are "
+        "{available}. Correct the name."
+    ),
+    "STREAM_IN_BATCH_QUERY": (
+        "{function}: the statement reads {streams}, which only an incremental run reads (the changes since "
+        "the last run): run it with sqlext stream FILE.sql, sqlext.stream(...) in Python, or as a dbt "
+        "incremental model. To run it in batch over the whole input instead, read each source without "
+        "STREAM: {batch}"
+    ),
     "UNCLOSED_QUOTE": (
         "{function}: the {what} that starts at line {line}, column {column} ({start}) is never closed, so "
         "the statement there never ends. Close it with {quote} and end the statement with ;."
     ),
+    "SYNTAX_ERROR": "{function}: the statement does not parse: {reason}. {fix}",
     "PATH_NOT_FOUND": "{function}: there is no {what} {path}. {fix}",
     "NO_MODELS": (
         "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "
@@ -184,6 +195,9 @@ MESSAGES: dict[str, str] = {
         "columns (--source-schema NAME='id BIGINT, ...' on the command line, schemas={{NAME: '...'}} "
         "in Python)."
     ),
+    "STREAM_SOURCE_UNREADABLE": (
+        "{function}: Spark cannot read the change files of {name}: the file {file} gives {cause}. {fix}"
+    ),
     # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (
         "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."
@@ -210,6 +224,12 @@ MESSAGES: dict[str, str] = {
         "Cast the anchor's column to a wider type, such as CAST(0 AS BIGINT)."
     ),
 }
+
+# the fix of STREAM_SOURCE_UNREADABLE for nanosecond timestamps a session cannot read
+NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read. Write them in microseconds, "
+             "Spark's unit: df.to_parquet(path, coerce_timestamps='us', allow_truncated_timestamps=True) in "
+             "pandas, pq.write_table(table, path, coerce_timestamps='us', allow_truncated_timestamps=True) "
+             "in pyarrow.")
 
 # How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).
 _MESSAGE_START = re.compile(r"\[(?P<cls>[A-Z][A-Z0-9_]+)\] (?P<function>[A-Z][A-Z_]+|sqlext [a-z]+): ")

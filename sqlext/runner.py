@@ -18,7 +18,7 @@ from sqlext.errors import SqlextError, find_in, note_rewritten, spark_error_summ
 FUNCTION = "sqlext sql"
 
 
-def run_statement(spark, text: str, on_plan=None):
+def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
     """Rewrite one statement against the session and hand it to Spark (lazily, as spark.sql).
 
     ``on_plan``, if given, is called with the statement's plan (a
@@ -33,6 +33,8 @@ def run_statement(spark, text: str, on_plan=None):
     from sqlext.session import SparkRelations
 
     plan = rewrite_statement(text, SparkRelations(spark))
+    if plan.streams:
+        raise stream_in_batch(plan.streams, text, function)
     if on_plan is not None:
         on_plan(plan)
     views: list[str] = []
@@ -50,7 +52,7 @@ def run_statement(spark, text: str, on_plan=None):
                    f"({str(error).splitlines()[0] if str(error) else type(error).__name__})",
             fix="Run it with spark.sql, or simplify the recursive CTE's anchor or step.") from None
     except PySparkException as error:
-        ours = find_in(error)
+        ours = find_in(error) or misspelt_function(error, function)
         if ours is not None:
             raise ours from None
         if plan.changed:
@@ -60,6 +62,57 @@ def run_statement(spark, text: str, on_plan=None):
         if views and not _is_connect(spark):
             for view in views:
                 spark.catalog.dropTempView(view)
+
+
+def stream_in_batch(streams: list[str], text: str, function: str = FUNCTION) -> SqlextError:
+    """The error of a batch run over ``STREAM(...)``: only an incremental run reads a stream.
+    It shows the same statement with each source read whole, the batch query it adds up to."""
+    from sqlext.streaming import batch_form
+
+    try:
+        batch = batch_form(text)
+    except Exception:  # noqa: BLE001 - a STREAM(...) sqlext cannot read back: name the sources only
+        batch = None
+    return SqlextError("STREAM_IN_BATCH_QUERY", function=function, streams=", ".join(dict.fromkeys(streams)),
+                       batch=batch or "the statement with STREAM(name) replaced by name")
+
+
+# sqlext's table functions, as a misspelt name is compared with them
+TABLE_FUNCTIONS = ("CHANGELOG_FILTER", "FK_JOIN", "STREAM")
+# Spark's classes for a function it does not know: in FROM, and anywhere else
+_UNKNOWN_FUNCTION = {"UNRESOLVABLE_TABLE_VALUED_FUNCTION": "name", "UNRESOLVED_ROUTINE": "routineName"}
+
+
+def misspelt_function(error: BaseException, function: str = FUNCTION) -> SqlextError | None:
+    """``[UNKNOWN_FUNCTION]`` for Spark's error about a function it does not know, where the
+    name is close to one of sqlext's table functions (``CHANGELOG_FILTR``); None otherwise.
+
+    >>> nearest_function("`changelog_filtr`"), nearest_function("fk_jion"), nearest_function("explode_outer")
+    ('CHANGELOG_FILTER', 'FK_JOIN', None)
+    """
+    try:
+        condition = error.getCondition()
+        parameters = dict(error.getMessageParameters() or {})
+    except Exception:  # noqa: BLE001 - not a classed Spark error
+        return None
+    name = parameters.get(_UNKNOWN_FUNCTION.get(condition, ""), "")
+    nearest = nearest_function(name)
+    if nearest is None:
+        return None
+    return SqlextError("UNKNOWN_FUNCTION", function=function, name=name.replace("`", ""), nearest=nearest,
+                       available=", ".join(TABLE_FUNCTIONS))
+
+
+def nearest_function(name: str) -> str | None:
+    """The sqlext table function whose name is closest to ``name`` (a Spark name, perhaps
+    quoted and qualified), if one is close enough to be a misspelling of it."""
+    import difflib
+
+    plain = name.replace("`", "").split(".")[-1].upper()
+    if not plain or plain in TABLE_FUNCTIONS:
+        return None
+    found = difflib.get_close_matches(plain, TABLE_FUNCTIONS, n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def recursion_paths(spark, plan) -> list[str]:
@@ -109,7 +162,7 @@ def error_message(error: BaseException, function: str = FUNCTION) -> str | None:
     if isinstance(error, SqlextError):
         return str(error)
     if isinstance(error, (PySparkException, Py4JJavaError)):  # the latter: a JVM call PySpark did not wrap
-        ours = find_in(error)
+        ours = find_in(error) or misspelt_function(error, function)
         if ours is not None:
             return str(ours)
         summary = spark_error_summary(error)
@@ -168,7 +221,7 @@ def run_and_fetch(spark, text: str, limit: int, function: str = FUNCTION) -> Out
     command in a message of sqlext's own)."""
     plans = []
     try:
-        frame = run_statement(spark, text, on_plan=plans.append)
+        frame = run_statement(spark, text, on_plan=plans.append, function=function)
         if not frame.columns:
             return Outcome(frame=frame, columns=[])
         rows = [tuple(r) for r in frame.limit(limit + 1).collect()]

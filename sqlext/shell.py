@@ -3,12 +3,13 @@
     sqlext sql                      an interactive prompt
     sqlext sql -e "SELECT ...; ..." run the statements and exit
     sqlext sql -f FILE.sql          run the file's statements and exit
-    options: -S (silent), --limit N (rows shown per result), and the session options of every
-             command (sqlext.session: --conf, --master, --catalog, --remote, ...)
+    options: -S (silent), --limit N (rows shown per result), -i FILE (statements run first),
+             --database NAME (USE NAME first), --output-format table|csv|tsv, and the session
+             options of every command (sqlext.session: --conf, --master, --catalog, --remote, ...)
 
 At the prompt a statement ends with ``;`` outside strings, quoted identifiers and comments,
 so it may span lines (the continuation prompt shows that one is unfinished). ``exit;``,
-``quit;`` or Ctrl-D leave the shell. Lines are kept in a history file: ``$SQLEXT_HISTORY``,
+``quit;``, ``\\q`` or Ctrl-D leave the shell. Lines are kept in a history file: ``$SQLEXT_HISTORY``,
 else ``~/.sqlext_history``.
 
 Every statement runs through the statement runner, as in ``sqlext run``: rewritten, then
@@ -46,25 +47,38 @@ CONTINUATION = "      > "
 CANCELLED = "Query cancelled."
 HISTORY_ENV = "SQLEXT_HISTORY"
 HISTORY_LENGTH = 1000
-EXIT_WORDS = ("exit", "quit")
+# what leaves the shell: spark-sql's words (with or without ';'), and psql's \q
+EXIT_WORDS = ("exit", "quit", "\\q")
+OUTPUT_FORMATS = ("table", "csv", "tsv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("-e", dest="execute", metavar="SQL", help="run these statements (separated by ';') and exit")
     what.add_argument("-f", dest="file", metavar="FILE", type=Path, help="run the statements of FILE and exit")
+    parser.add_argument("-i", dest="init", metavar="FILE", type=Path,
+                        help="run the statements of FILE first (before -e, -f or the prompt)")
+    parser.add_argument("--database", metavar="NAME", help="the database to use (USE NAME) before anything else")
+    parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="table",
+                        help="results as tables, or as CSV or TSV with a header line (for scripts)")
     parser.add_argument("-S", "--silent", action="store_true", help="do not print the time each statement took")
     parser.add_argument("--limit", type=int, default=200, metavar="N", help="rows to print per result")
 
 
 def main(args: argparse.Namespace) -> int:
-    script = None
-    if args.file is not None:
+    script = init = None
+    for path in (args.file, getattr(args, "init", None)):
+        if path is None:
+            continue
         try:
-            script = args.file.read_text()
+            text = path.read_text()
         except OSError as error:
-            print(f"sqlext sql: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+            print(f"sqlext sql: cannot read {path}: {error.strerror}", file=sys.stderr)
             return 1
+        if path is args.file:
+            script = text
+        else:
+            init = text
 
     from sqlext.session import SessionOptions, command_session
 
@@ -82,8 +96,15 @@ def main(args: argparse.Namespace) -> int:
     # cancels only its running statement's job group, so Ctrl-C goes back to raising
     # KeyboardInterrupt, which the shell catches.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    shell = Shell(spark, limit=args.limit, silent=args.silent)
+    shell = Shell(spark, limit=args.limit, silent=args.silent, output_format=getattr(args, "output_format", "table"))
     try:
+        database = getattr(args, "database", None)
+        if database is not None and not shell.use(database):
+            return 1
+        if init is not None:
+            status = shell.run_script(init, source=args.init)
+            if status != 0:
+                return status
         if args.execute is not None:
             return shell.run_script(args.execute, source=None)
         if script is not None:
@@ -102,10 +123,11 @@ class Cancelled(Exception):
 
 
 class Shell:
-    def __init__(self, spark, limit: int = 200, silent: bool = False):
+    def __init__(self, spark, limit: int = 200, silent: bool = False, output_format: str = "table"):
         self.spark = spark
         self.limit = limit
         self.silent = silent
+        self.output_format = output_format
         # one worker thread for every statement: PySpark pins each Python thread to a JVM
         # thread, and the job group is a property of that thread
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-sql",
@@ -175,17 +197,40 @@ class Shell:
             return False
         seconds = time.perf_counter() - started
         if outcome.error is not None:
-            where = f"{source}:{statement.line}:{statement.column}: " if show_source else ""
-            print(f"{where}{outcome.error}", file=sys.stderr, flush=True)
+            if show_source:  # at its place in the file, Spark's position moved to the file's lines
+                from sqlext.syntax import located
+
+                print(located(statement, outcome.error).report(source), file=sys.stderr, flush=True)
+            else:
+                print(outcome.error, file=sys.stderr, flush=True)
             return False
-        if outcome.columns:
+        if outcome.columns and self.output_format != "table":
+            print(format_delimited(outcome.columns, outcome.rows, self.output_format), end="", flush=True)
+            if outcome.truncated:  # on standard error: standard output holds the data alone
+                print(f"-- the first {len(outcome.rows)} rows only; --limit N shows more", file=sys.stderr, flush=True)
+            fetched = f", Fetched {len(outcome.rows)} row(s)"
+        elif outcome.columns:
             print(format_table(outcome.columns, outcome.rows, truncated=outcome.truncated), flush=True)
             fetched = f", Fetched {len(outcome.rows)} row(s)"
         else:
-            print("OK", flush=True)
+            if self.output_format == "table":
+                print("OK", flush=True)
             fetched = ""
         if not self.silent:
             print(f"Time taken: {seconds:.3f} seconds{fetched}", file=sys.stderr, flush=True)
+        return True
+
+    def use(self, database: str) -> bool:
+        """Make ``database`` the current one (``--database``); False after reporting an error."""
+        from sqlglot import exp
+
+        from sqlext.rewrites.dialect import to_sql
+
+        statement = to_sql(exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True))))
+        outcome = self.execute(statement)
+        if outcome.error is not None:
+            print(outcome.error, file=sys.stderr, flush=True)
+            return False
         return True
 
     def run_script(self, text: str, source: Path | None) -> int:
@@ -267,16 +312,38 @@ class Shell:
                     print(f"sqlext sql: cannot write the history to {history}: {error.strerror}", file=sys.stderr)
 
 
+def format_delimited(columns, rows, output_format: str) -> str:
+    r"""A result as CSV (NULL as an empty field, quoted where needed) or TSV (spark-sql's text:
+    tab-separated, NULL as NULL), each with a header line.
+
+    >>> print(format_delimited(["a", "b"], [(1, None), ("x,y", 2.5)], "csv"), end="")
+    a,b
+    1,
+    "x,y",2.5
+    >>> format_delimited(["a", "b"], [(1, None)], "tsv")
+    'a\tb\n1\tNULL\n'
+    """
+    import csv
+    import io
+
+    from sqlext.display import format_value
+
+    if output_format == "tsv":
+        return "".join("\t".join(line) + "\n" for line in
+                       [list(columns), *([format_value(v) for v in row] for row in rows)])
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(["" if v is None else format_value(v) for v in row] for row in rows)
+    return out.getvalue()
+
+
 def report_unclosed(quote: Statement, source: Path | None) -> None:
     """Report input that ends inside the string or quoted name ``quote`` starts."""
-    from sqlext.errors import SqlextError
+    from sqlext.syntax import unclosed_error
 
-    first = quote.text.splitlines()[0]
-    start = first[:30] + ("..." if len(first) > 30 or len(quote.text) > len(first) else "")
     where = f"{source}:{quote.line}:{quote.column}: " if source is not None else ""
-    error = SqlextError("UNCLOSED_QUOTE", function=FUNCTION, what="name" if quote.text[0] == "`" else "string",
-                        line=quote.line, column=quote.column, start=start, quote=quote.text[0])
-    print(f"{where}{error}", file=sys.stderr, flush=True)
+    print(f"{where}{unclosed_error(quote, FUNCTION)}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ def test_spark_errors_are_one_line_with_their_class(spark, capsys, tmp_path):
     sql.write_text("SELECT * FROM no_such_table")
     assert main(["run", str(sql)]) == 1
     err = capsys.readouterr().err
-    assert f"{sql}:1:1: [TABLE_OR_VIEW_NOT_FOUND]" in err
+    assert f"{sql}:1:15: [TABLE_OR_VIEW_NOT_FOUND]" in err  # at the name, where Spark places it
     assert "\tat org.apache" not in err and "Traceback" not in err
 
 

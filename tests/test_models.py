@@ -12,7 +12,7 @@ from sqlext.cli import main
 from sqlext.errors import SqlextError
 from sqlext.models import ModelError, build, build_order, discover, select
 
-MODELS = Path(__file__).resolve().parent / "models"
+MODELS = Path(__file__).resolve().parent.parent / "sql_examples" / "models"
 DBT_PROJECT = Path(__file__).resolve().parent / "dbt_project"
 
 

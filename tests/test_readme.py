@@ -48,6 +48,8 @@ UNMARKED = {
     ".venv/bin/pytest": "the test command itself (CI runs it)",
     '.[dbt]"': "installs the dbt extra, which the quick start's dev extra already holds",
     "--8<--": "includes a file that other tests run (sql_examples/ by test_examples_golden.py)",
+    "timestampNanosTypes": "reads a file the page does not write; tests/test_stream_sources.py reads one so",
+    "--output-format csv": "writes a file in the working folder; tests/test_shell.py runs --output-format",
 }
 
 

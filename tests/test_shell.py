@@ -237,7 +237,8 @@ def test_f_runs_a_file_and_reports_errors_by_position(spark, shuffle_partitions,
     bad = tmp_path / "bad.sql"
     bad.write_text("SELECT 1;\n\n  SELECT * FROM CHANGELOG_FILTER(input => TABLE(x), key => 'id', emit => 'all');\n")
     assert main(["sql", "-f", str(bad)]) == 1
-    assert f"{bad}:3:3: [" in capsys.readouterr().err
+    # at the relation Spark cannot find (TABLE(x)), in the file's own line and column
+    assert f"{bad}:3:49: [TABLE_OR_VIEW_NOT_FOUND]" in capsys.readouterr().err
 
 
 def test_a_conf_that_is_not_key_value_is_refused(capsys):
@@ -266,3 +267,43 @@ def test_statements_piped_into_the_shell_run_without_prompts(spark, shuffle_part
     assert "sqlext>" not in captured.out
     assert "| x |" in captured.out and "| a;b |" in captured.out and "after quit" not in captured.out
     assert captured.err.startswith("[UNRESOLVED_COLUMN")  # reported, and the statements after it ran
+
+
+def test_backslash_q_leaves_the_shell_as_in_psql(spark, shuffle_partitions, capsys, monkeypatch, tmp_path):
+    import io
+
+    monkeypatch.setenv("SQLEXT_HISTORY", str(tmp_path / "history"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT 1 AS x;\n\\q\nSELECT 'after q' AS z;\n"))
+    assert main(["sql", "-S"]) == 0
+    out = capsys.readouterr().out
+    assert "| x |" in out and "after q" not in out
+    assert main(["sql", "-S", "-e", "SELECT 1 AS x; \\q"]) == 0
+
+
+@pytest.mark.parametrize("output_format, expected", [
+    ("csv", 'a,b,c\n1,,"x,y"\n'),
+    ("tsv", "a\tb\tc\n1\tNULL\tx,y\n"),
+])
+def test_output_format_prints_csv_or_tsv_for_scripts(spark, shuffle_partitions, capsys, output_format, expected):
+    status = main(["sql", "-S", "--output-format", output_format,
+                   "-e", "CREATE OR REPLACE TEMP VIEW fmt AS SELECT 1 AS a; "
+                         "SELECT a, CAST(NULL AS STRING) AS b, 'x,y' AS c FROM fmt"])
+    assert status == 0
+    assert capsys.readouterr().out == expected  # the data alone: no "OK" for the view, no row count
+
+
+def test_init_file_and_database_run_before_the_statements(spark, shuffle_partitions, capsys, tmp_path):
+    init = tmp_path / "init.sql"
+    init.write_text("CREATE OR REPLACE TEMP VIEW init_view AS SELECT 41 AS n;\n")
+    spark.sql("CREATE DATABASE IF NOT EXISTS first_hour_db")
+    try:
+        status = main(["sql", "-S", "--database", "first_hour_db", "-i", str(init), "--output-format", "tsv",
+                       "-e", "SELECT current_database() AS db, n + 1 AS n FROM init_view"])
+        assert status == 0
+        assert capsys.readouterr().out == "db\tn\nfirst_hour_db\t42\n"
+        assert main(["sql", "-S", "--database", "no_such_db", "-e", "SELECT 'never' AS reached"]) == 1
+        captured = capsys.readouterr()
+        assert "never" not in captured.out and captured.err.startswith("[SCHEMA_NOT_FOUND]")
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+        spark.sql("DROP DATABASE IF EXISTS first_hour_db")

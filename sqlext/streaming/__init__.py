@@ -29,7 +29,7 @@ from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
-from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, check_columns,
+from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, Before, check_columns,
                                          check_source_columns, claim, purpose_of)
 from sqlext.streaming.registry import keyed_call
 from sqlext.streaming.sources import Sources, stream_argument
@@ -68,38 +68,61 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     tree = one_statement(sql)
     checkpoint = resolve(spark, checkpoint)
     output = None if output is None else resolve(spark, output)
+    before = Before(checkpoint, output)
+    try:
+        return _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name,
+                      engine, schemas, start_over)
+    except BaseException:
+        before.undo()  # a first run that fails before it starts leaves no records behind
+        raise
+
+
+def _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name, engine,
+           schemas, start_over):
     claim(checkpoint, output, purpose_of(tree), start_over)
     sources = Sources(spark, sources, source_format, schemas, checkpoint)
-    if engine == "tables":
-        if output is None:
-            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what="engine 'tables' without an output folder",
-                              reason="its micro-batches write their rows into a folder",
-                              fix="Pass output=..., or use engine='state_store' with streaming_frame for other sinks.")
-        source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
-        writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
-    else:
-        frame = _frame(spark, tree, sources, checkpoint)
-        check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-        writer = frame.writeStream.format(output_format).outputMode("append") \
-            .option("checkpointLocation", checkpoint.uri)
-        if output is not None:
-            writer = writer.option("path", output.uri)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger == "available_now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=trigger)
-    return writer.start()
+    try:
+        if engine == "tables":
+            if output is None:
+                raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
+                                  what="engine 'tables' without an output folder",
+                                  reason="its micro-batches write their rows into a folder",
+                                  fix="Pass output=..., or use engine='state_store' with streaming_frame for other "
+                                      "sinks.")
+            source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
+            writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
+        else:
+            frame = _frame(spark, tree, sources, checkpoint)
+            check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
+            writer = frame.writeStream.format(output_format).outputMode("append") \
+                .option("checkpointLocation", checkpoint.uri)
+            if output is not None:
+                writer = writer.option("path", output.uri)
+        if query_name:
+            writer = writer.queryName(query_name)
+        if trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=trigger)
+        return writer.start()
+    finally:
+        sources.restore()  # the query keeps the settings it started with
 
 
 def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
     classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
+    from sqlext.storage import resolve
+
+    checkpoint, output = options.get("checkpoint"), options.get("output")
+    before = None if checkpoint is None else \
+        Before(resolve(spark, checkpoint), None if output is None else resolve(spark, output))
     query = stream(spark, sql, trigger="available_now", **options)
     try:
         query.awaitTermination()
     except Exception as error:  # noqa: BLE001 - mapped below, or raised as it is
+        if before is not None:
+            before.undo()  # a first run that fails leaves no records behind
         ours = find_in(error)
         if ours is not None:
             raise ours from None

@@ -141,6 +141,33 @@ def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_ove
         (output / OUTPUT_FILE).write_json({**purpose.as_json(), "checkpoint": checkpoint_id})
 
 
+class Before:
+    """What a run's checkpoint and output folders held before it claimed them, so that a first
+    run that fails (no batch committed) takes back what it left: the folders it created, or
+    else the records it wrote. The next run then starts as the first did."""
+
+    def __init__(self, checkpoint: Folder, output: Folder | None):
+        self.checkpoint = checkpoint
+        self.places = [(folder, folder.exists(), (folder / record).exists())
+                       for folder, record in ((checkpoint, STATEMENT_FILE), (output, OUTPUT_FILE))
+                       if folder is not None]
+
+    def undo(self) -> None:
+        """After a failed run: if no batch of the checkpoint was ever committed, delete each
+        folder the run created and each record it wrote in a folder that was there before."""
+        try:
+            if _committed(self.checkpoint):
+                return
+            for folder, existed, had_record in self.places:
+                record = STATEMENT_FILE if folder == self.checkpoint else OUTPUT_FILE
+                if not existed:
+                    folder.delete()
+                elif not had_record:
+                    (folder / record).delete()
+        except SqlextError:  # the store failed again: the run's own error is the one to report
+            pass
+
+
 def _same(recorded: str | None, folder: Folder, empty: bool = True) -> bool:
     """Whether a recorded place is ``folder`` (as a URI; an earlier sqlext recorded local paths
     as plain paths). Nothing recorded is the same where ``empty`` says so."""

@@ -3,13 +3,15 @@ name), a streaming temporary view, or a table Spark can read as a stream."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
+from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.rewrites.dialect import to_sql
-from sqlext.storage import Folder, resolve
+from sqlext.storage import Folder, resolve, walk_files
 
 FUNCTION = "sqlext stream"
 
@@ -42,6 +44,10 @@ class Sources:
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
+        # the columns as Spark reads them (a schema's JSON), of folders whose files hold
+        # nanosecond timestamps: read so, then cast to Spark's microsecond timestamps
+        self._nanos: dict[str, dict] = {}
+        self._nanos_before: list = []  # the session's nanos setting before a read turned it on
         unknown = sorted(set(self.schemas) - set(self.folders))
         if unknown:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
@@ -63,10 +69,65 @@ class Sources:
         if name is not None:
             folder = self.folders[name]
             schema = self._declared(name, folder) if name in self.schemas else self._found(name, folder)
+            if name in self._nanos:
+                return self._read_nanos(name, folder, schema)
             return self.spark.readStream.format(self.file_format).schema(schema).load(folder)
         name = names[0]
         frame = self.spark.table(name)
         return frame if frame.isStreaming else self.spark.readStream.table(name)
+
+    def _read_nanos(self, name: str, folder: str, schema):
+        """The stream of a folder whose files hold nanosecond timestamps: read as Spark 4 reads
+        them, each column then cast to ``schema``'s type (nanosecond timestamps to microseconds,
+        Spark's unit: what lies below a microsecond is dropped)."""
+        from pyspark.sql import functions as F
+
+        from sqlext.catalog.arguments import quote
+
+        spark = self.spark
+        if getattr(spark, "_jvm", None) is None:  # Spark Connect: no JVM here to give the schema to
+            raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
+                              file=_first_file(spark, folder, _has_nanos) or folder,
+                              cause="nanosecond timestamps, which a Spark Connect session does not read",
+                              fix=NANOS_FIX)
+        self._allow_nanos()
+        reader = spark.readStream.format(self.file_format)
+        types = spark._jvm.org.apache.spark.sql.types
+        reader._jreader.schema(types.DataType.fromJson(json.dumps(self._nanos[name])))
+        frame = reader.load(folder)
+        return frame.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+    def _allow_nanos(self) -> None:
+        """Turn on Spark's setting for nanosecond timestamps, noting what it was."""
+        if not self._nanos_before:
+            self._nanos_before.append(self.spark.conf.get(NANOS_SETTING, None))
+        self.spark.conf.set(NANOS_SETTING, "true")
+
+    def restore(self) -> None:
+        """Put back the session's nanos setting, once the query that reads with it has started
+        (a query keeps the settings it started with)."""
+        if self._nanos_before:
+            before = self._nanos_before.pop()
+            if before is None:
+                self.spark.conf.unset(NANOS_SETTING)
+            else:
+                self.spark.conf.set(NANOS_SETTING, before)
+
+    def _nanos_schema(self, name: str, folder: str, error: BaseException) -> dict:
+        """The columns of a folder whose files hold nanosecond timestamps, read with Spark's
+        setting for them (a schema's JSON; PySpark itself has no type for them). Where the
+        session cannot (Spark Connect, a Spark without the setting), an error that says how to
+        write them."""
+        reader = self.spark.read.format(self.file_format)
+        if self.file_format == "parquet":
+            reader = reader.option("mergeSchema", "true")
+        try:
+            self._allow_nanos()
+            return json.loads(reader.load(folder)._jdf.schema().json())
+        except Exception:  # noqa: BLE001 - Spark cannot: say what to do instead
+            raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
+                              file=_first_file(self.spark, folder, _has_nanos) or folder,
+                              cause=_cause(error), fix=NANOS_FIX) from None
 
     def _declared(self, name: str, folder: str):
         """The declared columns; the folder's files, if any, must hold the same."""
@@ -100,34 +161,158 @@ class Sources:
         known = _FileColumns(self.checkpoint, name, resolve(self.spark, folder)) \
             if self.file_format == "parquet" and self.checkpoint is not None else None
         if known is not None and known.unchanged():
-            return known.schema
+            return self._as_read(name, known.schema)
         schema = self._inferred(name, folder, missing_ok)
         if known is not None and schema is not None:
             known.record(schema)
-        return schema
+        return None if schema is None else self._as_read(name, schema)
 
-    def _inferred(self, name: str, folder: str, missing_ok: bool):
+    def _as_read(self, name: str, schema: dict):
+        """The columns (a schema's JSON, as the JVM gives it) as a StructType; nanosecond
+        timestamps become Spark's own, and the name is noted to be read with a cast."""
+        from pyspark.sql.types import StructType
+
+        micro = _microseconds(schema)
+        if micro != schema:
+            self._nanos[name] = schema
+        return StructType.fromJson(micro)
+
+    def _inferred(self, name: str, folder: str, missing_ok: bool) -> dict | None:
+        """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
+        folder that is missing or holds no file. Any other failure to read them is an error
+        naming the file and the cause, never an empty source."""
         reader = self.spark.read.format(self.file_format)
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
-            schema = reader.load(folder).schema
-        except Exception as error:  # noqa: BLE001 - no files, or files whose columns disagree
-            said = [line.strip() for line in str(error).splitlines()
-                    if "merge" in line.lower() or "incompatible" in line.lower()]
-            if said:
-                raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
-                                  change=f"its files disagree ({said[0][:300]})") from None
-            schema = None
-        if schema is None or not schema.fields:
+            schema = _schema_json(reader.load(folder))
+        except Exception as error:  # noqa: BLE001 - sorted out below
+            schema = self._unread(name, folder, error)
+        if schema is None or not schema.get("fields"):
             if missing_ok:
                 return None
             raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)
         return schema
 
+    def _unread(self, name: str, folder: str, error: Exception) -> dict | None:
+        """What a failure to read a folder's columns means: no files (None), files whose columns
+        disagree, nanosecond timestamps (read again as Spark 4 can), or a file Spark cannot read."""
+        condition = _condition(error)
+        if condition in _NO_FILES:
+            return None
+        said = [line.strip() for line in str(error).splitlines()
+                if ("merge" in line.lower() or "incompatible" in line.lower()) and not line.strip().startswith("at ")]
+        if said:
+            raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
+                              change=f"its files disagree ({said[0][:300]})") from None
+        if condition == "PARQUET_TYPE_ILLEGAL" and "NANOS" in str(error):
+            return self._nanos_schema(name, folder, error)
+        raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
+                          file=_named_file(error) or _first_file(self.spark, folder) or folder,
+                          cause=_cause(error),
+                          fix=f"Check that it is a {self.file_format} file of changes, or move it out of the "
+                              "folder.") from None
+
 
 def _columns(columns) -> str:
     return ", ".join(f"{name} {kind}" for name, kind in columns)
+
+
+# -- files Spark cannot read as they are
+
+# Spark's classes for a folder that is missing or holds no file to read columns from
+_NO_FILES = ("UNABLE_TO_INFER_SCHEMA", "PATH_NOT_FOUND")
+# Spark 4's setting that reads Parquet's nanosecond timestamps (pandas' and pyarrow's default
+# unit) as TIMESTAMP_NTZ(9) and TIMESTAMP_LTZ(9); without it they are PARQUET_TYPE_ILLEGAL
+NANOS_SETTING = "spark.sql.timestampNanosTypes.enabled"
+_NANOS_TYPE = re.compile(r"^timestamp(?P<kind>_ntz|_ltz)?\([7-9]\)$")
+_TYPE_KEYS = ("type", "elementType", "keyType", "valueType")
+
+
+def _condition(error: BaseException) -> str | None:
+    """A Spark error's class (for a JVM error PySpark did not wrap, the class it names)."""
+    try:
+        condition = error.getCondition()
+    except Exception:  # noqa: BLE001 - not a PySpark error, or no JVM to ask
+        condition = None
+    if condition is None:
+        found = re.search(r"\[([A-Z][A-Z0-9_]+)(?:\.[A-Z0-9_]+)?\]", str(error))
+        condition = found.group(1) if found else None
+    return condition
+
+
+def _schema_json(frame) -> dict:
+    """A frame's schema as JSON, from the JVM where there is one: PySpark has no type for
+    Spark 4's nanosecond timestamps, which a session with their setting on reads."""
+    jdf = getattr(frame, "_jdf", None)
+    return json.loads(jdf.schema().json()) if jdf is not None else frame.schema.jsonValue()
+
+
+def _microseconds(schema):
+    """A schema's JSON with nanosecond timestamps (``timestamp_ntz(9)``, ``timestamp_ltz(9)``,
+    at any depth) as Spark's microsecond ``timestamp_ntz`` and ``timestamp``.
+
+    >>> _microseconds({"type": "struct", "fields": [{"name": "ts", "type": "timestamp_ntz(9)"},
+    ...     {"name": "a", "type": {"type": "array", "elementType": "timestamp_ltz(9)"}}]})["fields"]
+    [{'name': 'ts', 'type': 'timestamp_ntz'}, {'name': 'a', 'type': {'type': 'array', 'elementType': 'timestamp'}}]
+    """
+    if isinstance(schema, list):
+        return [_microseconds(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    changed = {}
+    for key, value in schema.items():
+        if key in _TYPE_KEYS and isinstance(value, str) and _NANOS_TYPE.match(value):
+            changed[key] = "timestamp_ntz" if _NANOS_TYPE.match(value).group("kind") == "_ntz" else "timestamp"
+        elif key in _TYPE_KEYS or key == "fields":
+            changed[key] = _microseconds(value)
+        else:
+            changed[key] = value
+    return changed
+
+
+def _cause(error: BaseException) -> str:
+    """Spark's reason, on one line, without the JVM exception's name before it."""
+    from sqlext.errors import spark_error_summary
+
+    return re.sub(r"^[\w.$]+(?:Exception|Error): ", "", spark_error_summary(error)).rstrip(".")
+
+
+def _named_file(error: BaseException) -> str | None:
+    """The file a Spark error names ("... reading file file:/data/x.parquet. ...")."""
+    found = re.search(r"\bfile (\S+?)\.?(?:\s|$)", str(error))
+    return found.group(1) if found else None
+
+
+def _first_file(spark, folder: str, test=None) -> str | None:
+    """The first data file of a folder (that ``test`` holds for, given its Arrow schema, or
+    that Arrow cannot read), or None."""
+    try:
+        files = sorted((f for f in walk_files(resolve(spark, folder)) if not f.name.startswith((".", "_"))),
+                       key=lambda f: f.uri)
+    except Exception:  # noqa: BLE001 - a folder that cannot be listed: name the folder
+        return None
+    for file in files:
+        if test is None:
+            return file.uri
+        try:
+            if test(file.parquet_schema()):
+                return file.uri
+        except Exception:  # noqa: BLE001 - Arrow cannot read it either: that is the file
+            return file.uri
+    return None
+
+
+def _has_nanos(schema) -> bool:
+    """Whether an Arrow schema holds a nanosecond timestamp, at any depth."""
+    import pyarrow as pa
+
+    def nanos(kind) -> bool:
+        if pa.types.is_timestamp(kind):
+            return kind.unit == "ns"
+        return any(nanos(kind.field(i).type) for i in range(kind.num_fields)) if kind.num_fields else False
+
+    return any(nanos(field.type) for field in schema)
 
 
 class _FileColumns:
@@ -159,8 +344,6 @@ class _FileColumns:
     def unchanged(self) -> bool:
         """Whether the recorded columns still hold: every file not read before has the same
         footer schema as those that were."""
-        from pyspark.sql.types import StructType
-
         record = self._recorded().get(self.name)
         files = self._files()
         if record is None or not files:
@@ -172,11 +355,11 @@ class _FileColumns:
                     return False
         except Exception:  # noqa: BLE001 - not a Parquet file Arrow can read: Spark decides
             return False
-        self.schema = StructType.fromJson(record["spark"])
+        self.schema = record["spark"]
         self.record(self.schema, files)
         return True
 
-    def record(self, schema, files: list[Folder] | None = None) -> None:
+    def record(self, schema: dict, files: list[Folder] | None = None) -> None:
         files = self._files() if files is None else files
         if not files:
             return
@@ -185,7 +368,7 @@ class _FileColumns:
         except Exception:  # noqa: BLE001 - nothing to record: Spark reads every file next time
             return
         records = self._recorded()
-        records[self.name] = {"spark": schema.jsonValue(), "footer": footer, "files": [f.name for f in files]}
+        records[self.name] = {"spark": schema, "footer": footer, "files": [f.name for f in files]}
         self.path.write_json(records)
 
 
@@ -202,8 +385,27 @@ def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) 
     query's offset log names the source's log offsets a batch covers; the source's file log, the
     files each log offset added). None where these records are not as read here or name files
     outside ``folder``: the caller then lets Spark read the batch."""
-    import json
+    entries = batch_entries(checkpoint, batch_id, source)
+    if entries is None:
+        return None
+    try:
+        files = []
+        inside = _place(folder.uri)
+        for entry in entries:
+            place = _place(entry["path"])
+            parent, _, name = place[2].rpartition("/")
+            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
+                return None
+            files.append(folder / name)
+        return files
+    except (ValueError, KeyError, TypeError):
+        return None
 
+
+def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] | None:
+    """The entries (``{"path": ...}``) of the files micro-batch ``batch_id`` read from its
+    ``source``-th source, a file source, from Spark's offset and file logs (see
+    :func:`batch_files`); None where the records are not as read here."""
     from sqlext.errors import SqlextError
 
     def log_offset(batch: int):
@@ -230,15 +432,7 @@ def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) 
             if not compacted:
                 return None
             entries += [e for e in _log_entries(log / f"{compacted[0]}.compact") if e.get("batchId") == offset]
-        files = []
-        inside = _place(folder.uri)
-        for entry in entries:
-            place = _place(entry["path"])
-            parent, _, name = place[2].rpartition("/")
-            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
-                return None
-            files.append(folder / name)
-        return files
+        return entries
     except (OSError, ValueError, KeyError, TypeError, SqlextError):
         return None
 

@@ -1,0 +1,125 @@
+"""What one incremental run read and wrote, counted from its files, for ``sqlext stream`` to
+print after every run (also a run with nothing new).
+
+Read: the files each micro-batch of the run took from a folder source (Spark's own offset and
+file logs, :func:`sqlext.streaming.sources.batch_entries`) and, for Parquet, their rows (from
+the files' footers). A source that is not a folder of files gives the rows Spark counted.
+Written: the data files that appeared in the output folder during the run and, for Parquet,
+their rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlext.storage import Folder, resolve
+
+
+@dataclass
+class Counts:
+    """A run's counts; None where one cannot be told (the rows of files in another format)."""
+
+    batches: int = 0
+    files_read: int | None = 0
+    rows_read: int | None = 0
+    files_written: int = 0
+    rows_written: int | None = 0
+
+    def describe(self) -> str:
+        """The counts in words.
+
+        >>> Counts(1, 2, 10, 1, 4).describe()
+        'read 2 files, 10 rows; wrote 1 file, 4 rows'
+        >>> Counts().describe()
+        'nothing new: read 0 files, 0 rows; wrote 0 files, 0 rows'
+        >>> Counts(1, None, 7, 1, None).describe()
+        'read 7 rows; wrote 1 file'
+        """
+        read = [_count(self.files_read, "file"), _count(self.rows_read, "row")]
+        wrote = [_count(self.files_written, "file"), _count(self.rows_written, "row")]
+        said = f"read {', '.join(r for r in read if r)}; wrote {', '.join(w for w in wrote if w)}"
+        return said if self.batches else f"nothing new: {said}"
+
+
+def _count(number: int | None, noun: str) -> str:
+    if number is None:
+        return ""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+class RunCounter:
+    """Made before a run (it notes what the checkpoint had committed and the output held);
+    :meth:`counts` after it."""
+
+    def __init__(self, spark, checkpoint: str, output: str, output_format: str = "parquet"):
+        self.spark = spark
+        self.checkpoint, self.output = resolve(spark, checkpoint), resolve(spark, output)
+        self.output_format = output_format
+        self.committed = _committed(self.checkpoint)
+        self.files = _data_files(self.output)
+
+    def counts(self, query=None) -> Counts:
+        from sqlext.streaming.sources import batch_entries
+
+        batches = sorted(_committed(self.checkpoint) - self.committed)
+        counts = Counts(batches=len(batches))
+        spark_rows = 0  # the rows Spark counted, for sources that are not folders of files
+        for progress in (query.recentProgress if query is not None else []):
+            if progress.get("batchId") in batches:
+                spark_rows += int(progress.get("numInputRows") or 0)
+        files_known = True
+        for batch in batches:
+            for source in range(_sources(self.checkpoint, batch)):
+                entries = batch_entries(self.checkpoint, batch, source)
+                if entries is None:
+                    files_known = False
+                    continue
+                counts.files_read += len(entries)
+                counts.rows_read = _add(counts.rows_read, _rows([e["path"] for e in entries], self.spark))
+        if not files_known:
+            counts.files_read = None if not counts.files_read else counts.files_read
+            counts.rows_read = spark_rows
+        written = sorted(_data_files(self.output) - self.files)
+        counts.files_written = len(written)
+        counts.rows_written = _rows([(self.output / name).uri for name in written], self.spark) \
+            if self.output_format == "parquet" else None
+        return counts
+
+
+def _add(total: int | None, more: int | None) -> int | None:
+    return None if total is None or more is None else total + more
+
+
+def _rows(paths: list[str], spark) -> int | None:
+    """The rows of Parquet files, from their footers; None if one is not a Parquet file."""
+    total = 0
+    for path in paths:
+        try:
+            total += resolve(spark, path).parquet_rows()
+        except Exception:  # noqa: BLE001 - not Parquet (or gone): the rows are not told
+            return None
+    return total
+
+
+def _committed(checkpoint: Folder) -> set[int]:
+    try:
+        return {int(e.name) for e in (checkpoint / "commits").entries() if e.name.isdigit()}
+    except Exception:  # noqa: BLE001 - no commits folder to read: none committed
+        return set()
+
+
+def _data_files(folder: Folder) -> set[str]:
+    """The data files at the top of an output folder (not Spark's or sqlext's records)."""
+    try:
+        return {e.name for e in folder.entries() if not e.is_dir and not e.name.startswith(("_", "."))}
+    except Exception:  # noqa: BLE001 - a folder that is not there holds none
+        return set()
+
+
+def _sources(checkpoint: Folder, batch: int) -> int:
+    """How many sources a batch's offset log entry names (after its version and metadata lines)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_bytes().decode().splitlines()
+    except Exception:  # noqa: BLE001 - no entry to read
+        return 0
+    return max(0, len(lines) - 2)

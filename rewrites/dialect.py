@@ -242,6 +242,37 @@ def is_stream(node) -> bool:
         and node.this.name.upper() == "STREAM"
 
 
+def stream_argument(call: exp.Anonymous) -> exp.Expression:
+    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
+    from sqlext.errors import SqlextError
+
+    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
+        raise SqlextError("UNSUPPORTED_STREAM", function="sqlext stream", what=to_sql(call),
+                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
+    return call.expressions[0]
+
+
+def batch_form(sql: str) -> str:
+    """The same statement over the whole of each ``STREAM(name)`` source read as a table: the
+    batch query whose result the incremental runs add up to."""
+    tree = parse_one(sql)
+    for table in list(tree.find_all(exp.Table)):
+        if not is_stream(table):
+            continue
+        argument = stream_argument(table.this)
+        if isinstance(argument, exp.Column):
+            plain = exp.Table(this=argument.this.copy(),
+                              db=argument.args["table"].copy() if argument.args.get("table") else None)
+        elif isinstance(argument, exp.Table):
+            plain = argument.copy()
+        else:
+            plain = exp.to_table(argument.this)
+        if table.args.get("alias"):
+            plain.set("alias", table.args["alias"].copy())
+        table.replace(plain)
+    return to_sql(tree)
+
+
 # Spark's numeric type names as ``DataType.simpleString()`` and sqlglot write them (with the
 # aliases sqlglot may print), and the width in bits of each integral one.
 INTEGRAL_BITS = {"tinyint": 8, "byte": 8, "smallint": 16, "short": 16, "int": 32, "integer": 32,

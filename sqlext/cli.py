@@ -551,7 +551,7 @@ def _say_stream_runs_its_own_spark() -> None:
     its own even where the other commands attach to a server; say so where one is named."""
     import os
 
-    from sqlext.serve import running_server
+    from sqlext.server_state import running_server
     from sqlext.session import REMOTE_ENV
 
     named = [f"${REMOTE_ENV}"] if os.environ.get(REMOTE_ENV) else []

@@ -67,7 +67,7 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
 def stream_in_batch(streams: list[str], text: str, function: str = FUNCTION) -> SqlextError:
     """The error of a batch run over ``STREAM(...)``: only an incremental run reads a stream.
     It shows the same statement with each source read whole, the batch query it adds up to."""
-    from sqlext.streaming import batch_form
+    from sqlext.rewrites.dialect import batch_form
 
     try:
         batch = batch_form(text)

@@ -20,7 +20,6 @@ ignores it (and removes it when the process is gone).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -28,13 +27,12 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sqlext.errors import SqlextError
+from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
 
 FUNCTION = "sqlext serve"
-STATE = ".sqlext-server"
 LOG = ".sqlext-server.log"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -46,22 +44,6 @@ WARM_UP = (
     "SELECT * FROM CHANGELOG_FILTER(input => TABLE(VALUES (1, 5, 1L), (1, -1, 2L) AS t(id, v, _commit_version)), "
     "key => 'id', predicate => 'v > 0')",
 )
-
-
-@dataclass
-class Server:
-    """What the state file says of a running server."""
-
-    address: str  # sc://localhost:PORT/;token=...
-    port: int
-    pid: int
-    log: str
-    folder: str
-    spark_version: str
-
-    @property
-    def shown(self) -> str:
-        return f"sc://localhost:{self.port}"
 
 
 def add_arguments(parser) -> None:
@@ -107,63 +89,13 @@ def main(args) -> int:
     return 0
 
 
-# -- the state file
-
-def read_state(folder: Path) -> Server | None:
-    try:
-        data = json.loads((folder / STATE).read_text())
-        return Server(**{key: data[key] for key in Server.__dataclass_fields__})
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def write_state(folder: Path, server: Server) -> None:
-    """The state file, readable by its owner alone (the address holds the token)."""
-    descriptor = os.open(folder / STATE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        os.fchmod(descriptor, 0o600)
-        json.dump(asdict(server), file, indent=2)
-        file.write("\n")
-
-
-def running_server(folder: Path) -> Server | None:
-    """The server ``sqlext serve`` started in ``folder``, if it runs and answers; a state file
-    whose process is gone is removed."""
-    server = read_state(folder)
-    if server is None:
-        return None
-    if not _alive(server.pid):
-        try:
-            (folder / STATE).unlink()
-        except OSError:
-            pass
-        return None
-    return server if _listening(server.port) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # a process of another user: alive, and not ours
-        return True
-    return True
-
-
-def _listening(port: int, seconds: float = 1.0) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(seconds)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _is_our_server(pid: int) -> bool:
     """Whether ``pid`` is still a Spark Connect server (not a process that took its number)."""
     try:
         done = subprocess.run(["ps", "-ww", "-p", str(pid), "-o", "command="], capture_output=True, text=True,
                               timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return _alive(pid)
+        return alive(pid)
     return done.returncode == 0 and SERVER_CLASS in done.stdout
 
 
@@ -242,7 +174,7 @@ def _escaped(value: str) -> str:
 
 def _await(process, server: Server, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not _listening(server.port, 0.5):
+    while not listening(server.port, 0.5):
         if process.poll() is not None:
             raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
                               reason=f"it stopped with status {process.returncode}{_last_error(server.log)}")
@@ -295,7 +227,7 @@ def _end(pid: int, seconds: float = 30.0) -> None:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not _alive(pid) or _reaped(pid):
+            if not alive(pid) or _reaped(pid):
                 return
             time.sleep(0.2)
 
@@ -314,7 +246,7 @@ def stop(folder: Path) -> int:
     if server is None:
         print(f"{FUNCTION}: no server runs in {folder}", file=sys.stderr)
         return 0
-    if _alive(server.pid) and _is_our_server(server.pid):
+    if alive(server.pid) and _is_our_server(server.pid):
         _end(server.pid)
         print(f"{FUNCTION}: stopped the server at {server.shown} (process {server.pid})")
     else:

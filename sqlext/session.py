@@ -398,7 +398,7 @@ def check_catalog_free(folder: Path, function: str) -> None:
     from sqlext.errors import SqlextError
 
     if catalog_open(folder):
-        from sqlext.serve import running_server
+        from sqlext.server_state import running_server
 
         if running_server(folder) is not None:
             holder = ", the server sqlext serve started there"
@@ -459,7 +459,7 @@ def command_session(options: SessionOptions, function: str, app_name: str = "sql
         if address is not None:
             return attached_session(address, options, function)
     elif options.catalog is None and SparkContext._active_spark_context is None:
-        from sqlext.serve import running_server
+        from sqlext.server_state import running_server
 
         if running_server(Path.cwd()) is not None:  # it has the folder's catalog open
             options = replace(options, catalog=CATALOG_MEMORY)
@@ -480,7 +480,7 @@ def attach_address(options: SessionOptions) -> str | None:
         return None
     if os.environ.get(REMOTE_ENV):
         return os.environ[REMOTE_ENV]
-    from sqlext.serve import running_server
+    from sqlext.server_state import running_server
 
     server = running_server(Path.cwd())
     return None if server is None else server.address

@@ -59,7 +59,8 @@ class Feed:
     def cli_options(self) -> list[str]:
         """The same, as options of ``sqlext stream``."""
         return ["--checkpoint", self.uri(self.checkpoint), "--output", self.uri(self.output),
-                "--source", f"changes={self.uri(self.source)}", "--engine", self.engine]
+                "--source", f"changes={self.uri(self.source)}", "--engine", self.engine,
+                "--conf", f"spark.sqlext.streaming.path={self.path}"]
 
     def output_frame(self):
         return self.spark.read.parquet(self.uri(self.output))
@@ -146,7 +147,9 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
         stream_state.COMPACT_SHARE = default
 
 
-def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
+                         ids=["driver", "executors", "state_store"])
+def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed, path):
     """The case table of KAFKA-3902, every case on its own key, one version per run: each
     run forwards exactly the batch output's rows of its version."""
     events = [(version, index, *rest) for index, (case_events, *_) in enumerate(CASES.values())
@@ -154,14 +157,18 @@ def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed):
     versions = sorted({e[0] for e in events})
     batch = compact(run_filter("native", spark, "cdf", events), "changes")
     current = feed("cdf")
+    current.path = path
     for version in versions:
         current.add([e for e in events if e[0] == version])
         got = compact(current.run(filter_sql()), "changes")
         assert sorted(got, key=repr) == sorted([b for b in batch if b[2] == version], key=repr), version
 
 
-def test_a_late_change_stops_the_run_and_writes_nothing(feed):
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
+                         ids=["driver", "executors", "state_store"])
+def test_a_late_change_stops_the_run_and_writes_nothing(feed, path):
     current = feed("cdf")
+    current.path = path
     current.add([(1, 1, 5), (2, 1, 7)])
     assert compact(current.run(filter_sql()), "changes") == [
         ("insert", 5, 1), ("update_preimage", 5, 2), ("update_postimage", 7, 2)]
@@ -281,7 +288,9 @@ def _many_events(first_version, keys, versions):
 
 
 @pytest.mark.storage("viewfs")
-def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, storage):
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
+                         ids=["driver", "executors", "state_store"])
+def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, storage, path):
     """SIGKILL the process while its micro-batch runs (offsets logged, no commit yet); the next
     run redoes it: every expected row exactly once, and the state carries on as if nothing
     had happened (a later increment gives the batch result too)."""
@@ -292,6 +301,7 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, st
     import time
 
     current = feed("cdf")
+    current.path = path
     current.add(_many_events(1, 4000, 6))
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql())

@@ -188,9 +188,11 @@ def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, en
 
 
 @pytest.mark.storage("viewfs")
-def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch):
-    """With the state kept as deltas (no compaction), a batch whose commit was lost is redone
-    from the layers before it: the output holds each row once and later runs stay exact."""
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, monkeypatch, path):
+    """With the state kept as deltas (no compaction; on the executors, whose processes keep the
+    default share, as they compact), a batch whose commit was lost is redone from the layers
+    before it: the output holds each row once and later runs stay exact, wherever it runs."""
     import sqlext.streaming.state as stream_state
 
     monkeypatch.setattr(stream_state, "COMPACT_SHARE", float("inf"))
@@ -199,6 +201,7 @@ def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, feeds, m
               (5, "left", "k", {"fk": 2, "note": "n"}), (6, "right", 2, {"name": "c"}),
               (7, "left", "q", None), (8, "right", 1, None)]
     current = feeds("cdf", events)
+    current.path = path
     for after, upto in ((0, 2), (2, 4), (4, 6)):
         current.release(after, upto)
         current.run(join_sql("left", "changes"))

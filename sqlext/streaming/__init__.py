@@ -30,9 +30,10 @@ from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, Before, check_columns,
-                                         check_source_columns, claim, purpose_of)
-from sqlext.streaming.registry import keyed_call
-from sqlext.streaming.sources import Sources, stream_argument
+                                         check_source_columns, claim)
+from sqlext.streaming.registry import keyed_call, purpose_of
+from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
+from sqlext.streaming.sources import Sources
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
@@ -442,26 +443,6 @@ def reads_streams(sql: str) -> bool:
     except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
         return False
     return any(_is_stream(t) for t in tree.find_all(exp.Table))
-
-
-def batch_form(sql: str) -> str:
-    """The same statement over the whole of each ``STREAM(name)`` source read as a table: the
-    batch query whose result the incremental runs add up to."""
-    tree = parse_one(sql)
-    for table in list(tree.find_all(exp.Table)):
-        if not _is_stream(table):
-            continue
-        argument = stream_argument(table.this)
-        if isinstance(argument, exp.Column):
-            plain = exp.Table(this=argument.this.copy(), db=argument.args["table"].copy() if argument.args.get("table") else None)
-        elif isinstance(argument, exp.Table):
-            plain = argument.copy()
-        else:
-            plain = exp.to_table(argument.this)
-        if table.args.get("alias"):
-            plain.set("alias", table.args["alias"].copy())
-        table.replace(plain)
-    return to_sql(tree)
 
 
 def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -> None:

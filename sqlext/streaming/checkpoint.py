@@ -21,10 +21,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from sqlglot import exp
 
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import to_sql
 from sqlext.storage import Folder
 
 FUNCTION = "sqlext stream"
@@ -66,37 +64,6 @@ class Purpose:
         columns = data.get("columns")
         return cls(data["statement"], data["function"], data.get("emit"), tuple(data.get("keys") or ()),
                    None if columns is None else tuple(tuple(c) for c in columns))
-
-
-def purpose_of(tree: exp.Expression) -> Purpose:
-    """The purpose of a parsed statement (read from its text alone: no Spark)."""
-    from sqlext.catalog.arguments import find_calls
-    from sqlext.streaming.registry import KEYED
-
-    statement = to_sql(_without_comments(tree))
-    calls = [(call, keyed) for keyed in KEYED.values() for call in find_calls(tree, keyed.name)]
-    if calls:  # the outermost call: the one whose rows the statement reads
-        call, keyed = min(calls, key=lambda c: _depth(c[0]))
-        literals = keyed.read(call).literals
-        keys = tuple(f"{name} => {literals[name]!r}" for name in keyed.keys if literals.get(name) is not None)
-        return Purpose(statement, keyed.name, literals.get("emit") or "changes", keys)
-    if any(w.args.get("recursive") for w in tree.find_all(exp.With)):
-        return Purpose(statement, "WITH RECURSIVE")
-    return Purpose(statement, "SELECT")
-
-
-def _depth(node: exp.Expression) -> int:
-    depth = 0
-    while node.parent is not None:
-        node, depth = node.parent, depth + 1
-    return depth
-
-
-def _without_comments(tree: exp.Expression) -> exp.Expression:
-    tree = tree.copy()
-    for node in tree.walk():
-        node.comments = None
-    return tree
 
 
 def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_over: str = START_OVER) -> None:

@@ -75,3 +75,35 @@ def keyed_call(table: exp.Expression) -> Keyed | None:
     if isinstance(table, exp.Table) and isinstance(table.this, (exp.Anonymous, exp.Func)):
         return KEYED.get(table.this.name.upper())
     return None
+
+
+def purpose_of(tree: exp.Expression):
+    """The purpose of a parsed statement (read from its text alone: no Spark)."""
+    from sqlext.catalog.arguments import find_calls
+    from sqlext.rewrites.dialect import to_sql
+    from sqlext.streaming.checkpoint import Purpose
+
+    statement = to_sql(_without_comments(tree))
+    calls = [(call, keyed) for keyed in KEYED.values() for call in find_calls(tree, keyed.name)]
+    if calls:  # the outermost call: the one whose rows the statement reads
+        call, keyed = min(calls, key=lambda c: _depth(c[0]))
+        literals = keyed.read(call).literals
+        keys = tuple(f"{name} => {literals[name]!r}" for name in keyed.keys if literals.get(name) is not None)
+        return Purpose(statement, keyed.name, literals.get("emit") or "changes", keys)
+    if any(w.args.get("recursive") for w in tree.find_all(exp.With)):
+        return Purpose(statement, "WITH RECURSIVE")
+    return Purpose(statement, "SELECT")
+
+
+def _depth(node: exp.Expression) -> int:
+    depth = 0
+    while node.parent is not None:
+        node, depth = node.parent, depth + 1
+    return depth
+
+
+def _without_comments(tree: exp.Expression) -> exp.Expression:
+    tree = tree.copy()
+    for node in tree.walk():
+        node.comments = None
+    return tree

@@ -10,18 +10,10 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
-from sqlext.rewrites.dialect import to_sql
+from sqlext.rewrites.dialect import stream_argument, to_sql
 from sqlext.storage import Folder, resolve, walk_files
 
 FUNCTION = "sqlext stream"
-
-
-def stream_argument(call: exp.Anonymous) -> exp.Expression:
-    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
-    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
-        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=to_sql(call),
-                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
-    return call.expressions[0]
 
 
 def stream_names(call: exp.Anonymous) -> tuple[str, ...]:

@@ -232,14 +232,14 @@ def test_a_command_of_its_own_keeps_its_tables_in_memory_where_the_folders_serve
         no_spark_here, monkeypatch, capsys):
     """sqlext stream and sqlext bench start Spark of their own; in a folder whose catalog
     sqlext serve's server has open, they would find it in use."""
-    import sqlext.serve
+    import sqlext.server_state
     import sqlext.session
 
     started = []
     monkeypatch.setattr(sqlext.session, "embedded_session", lambda options, *rest: started.append(options))
     sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
     assert started.pop() == SessionOptions() and capsys.readouterr().err == ""  # no server: the folder's catalog
-    monkeypatch.setattr(sqlext.serve, "running_server", lambda folder: object())
+    monkeypatch.setattr(sqlext.server_state, "running_server", lambda folder: object())
     sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
     assert started.pop() == SessionOptions(catalog=CATALOG_MEMORY)
     assert "sqlext stream keeps its tables in memory" in capsys.readouterr().err

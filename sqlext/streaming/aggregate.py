@@ -251,6 +251,32 @@ class AggregateOperator(KeyedOperator):
                 state.record_schema(StructType(groups + [value, StructField(COUNT, LongType())]), self.groups.buckets)
                 self.states[f"values-{aggregate.index}"] = state
         self.output_arrow = arrow_schema(StructType(list(shape.projected_schema.fields)))
+        self.projection, self.where = self._over_arrow(upstream.output_arrow)
+
+    def _over_arrow(self, schema: pa.Schema):
+        """The projection (grouping values, arguments) and the WHERE as Arrow expressions over
+        the feed, where each is Spark's by construction (:mod:`sqlext.streaming.arrow_sql`);
+        (None, None) where one is not."""
+        from sqlext.streaming.arrow_sql import arrow_expression
+
+        shape, alias = self.shape, self.shape.alias
+        items = list(zip(shape.group_names, shape.groups))
+        items += [(a.column, a.argument) for a in shape.aggregates if a.argument is not None]
+        projection = {}
+        for name, node in items:
+            projection[name] = pc.scalar(int(node.this)) if isinstance(node, exp.Literal) and node.is_int \
+                else arrow_expression(node, schema, alias)
+            if projection[name] is None:
+                return None, None
+        where = self.shape.tree.args.get("where")
+        condition = None if where is None else arrow_expression(where.this, schema, alias, boolean=True)
+        if where is not None and condition is None:
+            return None, None
+        return projection, condition
+
+    @property
+    def arrow_ready(self) -> bool:
+        return self.projection is not None
 
     def keep(self, name: str):
         return pc.field(COUNT) != 0  # a group or value whose count fell to zero is dropped on compaction
@@ -265,9 +291,23 @@ class AggregateOperator(KeyedOperator):
             return feed.sparkSession.sql(to_sql(self.shape.projection(view)))
 
     def rows_from(self, spark, tables: dict):
+        """The projected changes: over Arrow data where :attr:`arrow_ready`, else by Spark."""
+        from sqlext.streaming.arrow_sql import evaluate
         from sqlext.streaming.run import arrow_frame
 
-        return self.prepare({"input": arrow_frame(spark, tables["input"])}).toArrow()
+        rows = tables["input"]
+        if self.projection is None:
+            return self.prepare({"input": arrow_frame(spark, rows)}).toArrow()
+        if self.where is not None:
+            rows = rows.filter(pc.fill_null(evaluate(rows, {"w": self.where})["w"], False))
+        taken = pc.is_in(rows[CHANGE_TYPE], value_set=pa.array([DELETE, PREIMAGE]))
+        sign = pc.if_else(pc.fill_null(taken, False), -1, 1).cast(pa.int64())
+        projected = evaluate(rows, self.projection)
+        schema = self.output_arrow
+        columns = [projected[n].cast(schema.field(n).type) if projected[n].type != schema.field(n).type
+                   else projected[n] for n in self.projection] + [sign]
+        names = list(self.projection) + [SIGN]
+        return pa.Table.from_arrays(columns, names=names)
 
     def route_columns(self) -> list[str]:
         return list(self.shape.group_names)

@@ -56,6 +56,10 @@ class TableStateFilter(KeyedOperator):
                              for c in spec.output_columns])
         self.output_arrow = arrow_schema(output)
         self.order_by = self.spec.shape.order_by  # the ordering column of the rows it forwards
+        from sqlext.streaming.arrow_sql import arrow_expression
+
+        # the predicate over Arrow data where its result is Spark's by construction (no Spark job)
+        self.predicate = arrow_expression(spec.predicate, source.schema, boolean=True)
 
     @classmethod
     def build(cls, spark, table: exp.Table, literals: dict, inputs: dict, folder, buckets: int, feed: bool):
@@ -83,14 +87,26 @@ class TableStateFilter(KeyedOperator):
             changes = changes.where(F.col(CHANGE_TYPE).isNull() | (F.col(CHANGE_TYPE) != F.lit(PREIMAGE)))
         return changes.withColumn(PASS_COLUMN, F.coalesce(F.expr(self.spec.predicate), F.lit(False)))
 
+    @property
+    def arrow_ready(self) -> bool:
+        return self.predicate is not None
+
     def rows_from(self, spark, tables: dict):
-        """Arrow rows with the predicate computed by Spark (one job)."""
+        """The changes without preimages with the predicate's value: computed over Arrow data
+        where it can be (:mod:`sqlext.streaming.arrow_sql`), else by Spark (one job)."""
+        import pyarrow.compute as pc
+
+        from sqlext.streaming.arrow_sql import evaluate
         from sqlext.streaming.run import arrow_frame
 
-        return self.prepare({"input": arrow_frame(spark, tables["input"])}).toArrow()
-
-    def of_bucket(self, rows, bucket: int):
-        return rows.filter(pa.array(self.keyed.bucket_of(rows) == bucket))
+        rows = tables["input"]
+        if self.predicate is None:
+            return self.prepare({"input": arrow_frame(spark, rows)}).toArrow()
+        if self.spec.shape.has_change_type:
+            kinds = rows[CHANGE_TYPE]
+            rows = rows.filter(pc.or_kleene(pc.is_null(kinds), pc.not_equal(kinds, PREIMAGE)))
+        passes = evaluate(rows, {PASS_COLUMN: self.predicate})[PASS_COLUMN]
+        return rows.append_column(PASS_COLUMN, pc.fill_null(passes, False))
 
     def route_columns(self) -> list[str]:
         return list(self.spec.shape.key)

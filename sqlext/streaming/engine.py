@@ -128,8 +128,9 @@ class KeyedOperator:
         raise NotImplementedError
 
     def of_bucket(self, rows, bucket: int):
-        """The rows of the operator's form that bucket ``bucket``'s task sees."""
-        raise NotImplementedError
+        """The rows of the operator's form that bucket ``bucket``'s task sees: by default (rows
+        as one Arrow table) those :meth:`route` sends there."""
+        return rows.filter(pa.array(self.route(rows) == bucket))
 
     def route_columns(self) -> list[str]:
         """The columns of :meth:`prepare`'s frame that :meth:`route` reads."""

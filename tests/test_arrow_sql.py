@@ -1,0 +1,60 @@
+"""Expressions a run computes over Arrow data instead of asking Spark: for random conditions
+of the shapes taken (comparisons of integers, strings and booleans with columns and literals,
+BETWEEN, IS NULL, AND, OR, NOT, parentheses) over random rows with NULLs, Arrow's value is
+Spark's, row by row; other shapes are left to Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from profiles import examples
+
+from sqlext.streaming.arrow_sql import arrow_expression, evaluate
+
+SCHEMA = pa.schema([("i", pa.int64()), ("j", pa.int32()), ("s", pa.string()), ("b", pa.bool_()), ("d", pa.float64())])
+
+integers = st.sampled_from(["i", "j", "I", "-2", "0", "3", "2147483648"])
+strings = st.sampled_from(["s", "'a'", "'b'", "''", "'ä'"])
+booleans = st.sampled_from(["b", "TRUE", "FALSE"])
+
+
+@st.composite
+def conditions(draw, depth=0):
+    kind = draw(st.integers(0, 5 if depth < 2 else 2))
+    if kind == 0:
+        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]))
+        return f"{draw(integers)} {op} {draw(integers)}"
+    if kind == 1:
+        op = draw(st.sampled_from(["=", "<>", "<", ">="]))
+        return f"{draw(strings)} {op} {draw(strings)}"
+    if kind == 2:
+        choice = draw(st.integers(0, 2))
+        return [f"b = {draw(booleans)}", f"{draw(st.sampled_from(['i', 's', 'b']))} IS NULL",
+                f"i BETWEEN {draw(integers)} AND {draw(integers)}"][choice]
+    left, right = draw(conditions(depth=depth + 1)), draw(conditions(depth=depth + 1))
+    return [f"({left}) AND ({right})", f"({left}) OR ({right})", f"NOT ({left})"][kind - 3]
+
+
+rows = st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st.none(), st.integers(-3, 3)),
+                          st.one_of(st.none(), st.sampled_from(["a", "b", "", "ä", "A"])), st.one_of(st.none(), st.booleans()),
+                          st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))), max_size=12)
+
+
+@settings(max_examples=examples(40, 400), deadline=None, suppress_health_check=list(HealthCheck))
+@given(condition=conditions(), data=rows)
+def test_a_condition_over_arrow_is_sparks(spark, condition, data):
+    expression = arrow_expression(condition, SCHEMA, boolean=True)
+    assert expression is not None, condition
+    table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in data], schema=SCHEMA)
+    ours = evaluate(table, {"c": expression})["c"].to_pylist() if data else []
+    frame = spark.createDataFrame(table.to_pandas() if data else [], "i BIGINT, j INT, s STRING, b BOOLEAN, d DOUBLE")
+    theirs = [r[0] for r in frame.selectExpr(condition).collect()]
+    assert ours == theirs, condition
+
+
+@pytest.mark.parametrize("text", ["d > 0", "i + 1 > 2", "CAST(i AS STRING) = '1'", "i = 's'", "upper(s) = 'A'",
+                                  "i IN (1, 2)", "b < TRUE", "x > 1", "1.5 > i", "i"])
+def test_shapes_whose_result_may_not_be_sparks_are_left_to_spark(text):
+    assert arrow_expression(text, SCHEMA, boolean=True) is None

@@ -355,6 +355,7 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         started = time.perf_counter()
         run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
+        initial_steps = dict(STEPS)
         native_options = dict(sources=options["sources"], checkpoint=f"{directory}/native-checkpoint",
                               output=f"{directory}/native-out")
         native, native_state = [], []
@@ -398,7 +399,9 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         ratio = statistics.median(batch) / statistics.median(incremental)
         print(f"{workload.name}, engine {engine!r}: history {workload.about}, increments of "
               f"{workload.increment:,} changes ({percent:g}%), {runs} runs", flush=True)
-        print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s")
+        print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s"
+              + ("" if engine != "tables" or not initial_steps else
+                 " (steps, s: " + ", ".join(f"{n} {t:.2f}" for n, t in initial_steps.items()) + ")"))
         print(f"  incremental run per increment: median {statistics.median(incremental):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in incremental))
         print(f"  batch recompute (history + increments): median {statistics.median(batch):.2f} s   runs: "

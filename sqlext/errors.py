@@ -93,6 +93,11 @@ MESSAGES: dict[str, str] = {
         "have run out of memory: run the command again, with more memory for the driver "
         "(spark.driver.memory) if it happens again."
     ),
+    "SPARK_DID_NOT_START": (
+        "{function}: Spark did not start: {reason}. Check the session options (--master takes local, "
+        "local[N], spark://HOST:PORT, k8s://... or yarn; --conf takes Spark's own settings; --packages "
+        "needs the network or a local Ivy cache), or run without them for the embedded local Spark."
+    ),
     "INTERNAL_ERROR": (
         "{function}: sqlext failed on its own, not because of the SQL: {reason}. Please report it to the "
         "sqlext project with the statement that ran and the traceback that SQLEXT_DEBUG=1 prints when "

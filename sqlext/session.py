@@ -4,6 +4,7 @@ session about relations (analysis only, nothing runs)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,16 +91,20 @@ def local_session(app_name: str = "sqlext", conf: dict[str, str] | None = None, 
 JVM_START_NOISE = ("WARNING: Using incubator modules: ",)
 
 
-def quiet_start(builder):
+def quiet_start(builder, function: str = "sqlext"):
     """``builder.getOrCreate()``, with the lines of :data:`JVM_START_NOISE` kept off the
     terminal when this starts the JVM (log4j2.properties quiets Spark's own logs).
 
     The JVM inherits the process's standard error when PySpark launches it, so for the launch
     the descriptor points at a pipe; a daemon thread copies what arrives there to the real
     standard error, all but those lines, for as long as the process runs (the JVM and the
-    Python workers it starts keep writing there).
+    Python workers it starts keep writing there). What the JVM writes while it starts is held
+    back until it has started: a JVM that does not start (a master Spark does not know, a
+    setting it refuses) is ``[SPARK_DID_NOT_START]`` with the JVM's own reason, not its stack.
     """
     from pyspark import SparkContext
+
+    from sqlext.errors import SqlextError
 
     if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return builder.getOrCreate()  # no JVM starts here
@@ -111,18 +116,71 @@ def quiet_start(builder):
         return builder.getOrCreate()
     import threading
 
-    threading.Thread(target=_copy_without_noise, args=(read_end, terminal), name="sqlext-jvm-stderr",
+    held = _StartOutput(terminal)
+    threading.Thread(target=_copy_without_noise, args=(read_end, held), name="sqlext-jvm-stderr",
                      daemon=True).start()
     os.dup2(write_end, 2)
     try:
-        return builder.getOrCreate()
+        spark = builder.getOrCreate()
+    except Exception as error:  # noqa: BLE001 - PySpark's JAVA_GATEWAY_EXITED and the like
+        sys.stderr.flush()
+        reason = held.reason()
+        if reason is None:
+            held.release()
+            raise
+        raise SqlextError("SPARK_DID_NOT_START", function=function, reason=reason) from error
     finally:
         sys.stderr.flush()
         os.dup2(terminal, 2)
         os.close(write_end)
+    held.release()
+    return spark
 
 
-def _copy_without_noise(source: int, target: int) -> None:
+class _StartOutput:
+    """Where the JVM's standard error goes: held while it starts, then the terminal."""
+
+    def __init__(self, terminal: int):
+        import threading
+
+        self.terminal, self.lock, self.held, self.holding = terminal, threading.Lock(), [], True
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            if self.holding:
+                self.held.append(data)
+                return
+        try:
+            os.write(self.terminal, data)
+        except OSError:  # the terminal went away: keep draining the pipe
+            pass
+
+    def release(self) -> None:
+        """Show what was held, and let later lines through."""
+        with self.lock:
+            self.holding, held = False, b"".join(self.held)
+            self.held = []
+        if held:
+            self.write(held)
+
+    def reason(self) -> str | None:
+        """The JVM's first error line of what it wrote while it failed to start (waiting a
+        moment for the copy to catch up), without its stack; None if it wrote none."""
+        import time
+
+        for _ in range(20):
+            with self.lock:
+                text = b"".join(self.held).decode(errors="replace")
+            lines = [line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith(("\tat ", "\t... ")) and not line.startswith(" ")]
+            found = next((line for line in lines if "Exception" in line or "Error" in line), None)
+            if found is not None:
+                return re.sub(r"^Exception in thread \"main\" ", "", found)[:300]
+            time.sleep(0.05)
+        return None
+
+
+def _copy_without_noise(source: int, target: "_StartOutput") -> None:
     """Copy ``source`` to ``target`` line by line, leaving out the JVM's start-up noise; never
     stop reading while the pipe is open (a full pipe would block the JVM)."""
     pending = b""
@@ -140,15 +198,9 @@ def _copy_without_noise(source: int, target: int) -> None:
         if pending and not any(n.startswith(pending) or pending.startswith(n) for n in noise):
             kept, pending = kept + pending, b""  # a partial line that is not noise: show it now
         if kept:
-            try:
-                os.write(target, kept)
-            except OSError:  # the terminal went away: keep draining the pipe
-                pass
+            target.write(kept)
     if pending and not pending.startswith(noise):
-        try:
-            os.write(target, pending)
-        except OSError:
-            pass
+        target.write(pending)
 
 
 def install(spark):
@@ -561,7 +613,7 @@ def embedded_session(options: SessionOptions, function: str, app_name: str = "sq
     for key, value in merged(embedded_settings(app_name), options.settings(), options.conf_settings()).items():
         builder = builder.config(key, value)
     started = SparkContext._active_spark_context is None
-    spark = quiet_start(builder)
+    spark = quiet_start(builder, function)
     if started and folder is not None:
         _close_catalog_at_exit(spark, folder)
     spark.sparkContext.setLogLevel("ERROR")

@@ -11,6 +11,7 @@ command is found by the next, with ``--master``, ``--conf`` and ``--catalog`` ap
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -226,6 +227,48 @@ def test_a_table_created_by_one_command_is_found_by_the_next(spark_child_env, tm
     assert "| spark.sql.shuffle.partitions | 3 " in out and "| spark.master | local[1] " in out, out
     assert sorted(os.listdir(project)) == ["derby.log", "metastore_db", "q.sql", "spark-warehouse"]
     assert (project / "spark-warehouse" / "t1").is_dir()
+
+
+def test_the_first_hour_streams_a_pandas_file_with_the_options_given(spark_child_env, tmp_path):
+    """The first hour, continued in a shell: pandas writes a change file (its timestamps in
+    nanoseconds), ``sqlext stream`` runs over it with --master and --conf (the setting reaches
+    the state it keeps), and a --master Spark does not know is a classed error on every other
+    command that starts Spark, not the JVM's stack."""
+    import pyarrow.parquet as pq
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "filter.sql").write_text(
+        "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(clicks)), key => 'id',\n"
+        "  predicate => 'ts >= TIMESTAMP_NTZ ''2026-11-22 09:02:00''');\n")
+    (project / "models").mkdir()
+    (project / "models" / "m.sql").write_text("SELECT 1 AS a\n")
+    make_file = ("import pandas as pd; pd.DataFrame({'id': [1, 2], 'ts': pd.to_datetime(['2026-11-22 09:00', "
+                 "'2026-11-22 09:04']), '_commit_version': [1, 1]}).to_parquet('clicks/part-1.parquet')")
+    script = textwrap.dedent(f"""\
+        cd {project}
+        mkdir clicks
+        python -c "{make_file}"
+        sqlext stream filter.sql --source clicks=clicks --checkpoint cp --output out --master 'local[1]' \\
+            --conf spark.sqlext.streaming.stateBuckets=3
+        """)
+    env = user_shell_environment(spark_child_env, tmp_path)
+    done = subprocess.run(["bash", "-c", "set -e\n" + script], capture_output=True, text=True, timeout=900,
+                          env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert str(pq.read_schema(project / "clicks" / "part-1.parquet").field("ts").type) == "timestamp[ns]"
+    written = sorted((project / "out").glob("*.parquet"))
+    rows = [row for f in written for row in pq.read_table(f).to_pylist()]
+    assert [(r["id"], str(r["ts"]), r["_change_type"]) for r in rows] == [(2, "2026-11-22 09:04:00", "insert")]
+    recorded = [json.loads(f.read_text()) for f in (project / "cp").rglob("buckets.json")]
+    assert recorded and all(r == {"buckets": 3} for r in recorded), recorded  # --conf reached the run
+    for command in (["explain", "filter.sql"], ["run", "filter.sql"], ["build", "models"], ["sql", "-e", "SELECT 1"]):
+        failed = subprocess.run(["sqlext", *command, "--master", "nope://x"], capture_output=True, text=True,
+                                timeout=300, env=env, stdin=subprocess.DEVNULL, cwd=project)
+        assert failed.returncode != 0
+        assert f"[SPARK_DID_NOT_START] sqlext {command[0]}: Spark did not start:" in failed.stderr, failed.stderr
+        assert "Master must either be yarn or start with spark, k8s, or local" in failed.stderr
+        assert "\tat org.apache" not in failed.stderr, failed.stderr
 
 
 def test_a_command_of_its_own_keeps_its_tables_in_memory_where_the_folders_server_has_the_catalog(

@@ -264,6 +264,20 @@ def read_parquet(files: Sequence[Folder], schema: pa.Schema, columns=None, filte
         raise storage_error("read", files[0], error) from error
 
 
+def parquet_slices(files: Sequence[Folder], schema: pa.Schema, rows: int = 1 << 20) -> Iterator[pa.Table]:
+    """The rows of Parquet files as :func:`read_parquet` reads them, a slice of about ``rows``
+    rows at a time (all at once where the store is read through the JVM)."""
+    if not files:
+        return
+    io = files[0].io
+    try:
+        yield from io.parquet_slices([f.path for f in files], schema, rows)
+    except SqlextError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the store's own failure
+        raise storage_error("read", files[0], error) from error
+
+
 def storage_error(what: str, path, error: BaseException) -> SqlextError:
     cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     for marker in ("java.io.", "org.apache.hadoop."):
@@ -433,6 +447,8 @@ class _IO:
     def parquet_metadata(self, path: str): ...
     def read_parquet(self, paths, schema, columns, filter) -> pa.Table: ...
 
+    def parquet_slices(self, paths, schema, rows) -> Iterator[pa.Table]: ...
+
 
 class _ArrowIO(_IO):
     """A store through ``pyarrow.fs``: no JVM, so it also works in Spark's Python workers."""
@@ -496,6 +512,14 @@ class _ArrowIO(_IO):
 
         return ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
+
+    def parquet_slices(self, paths, schema, rows):
+        import pyarrow.dataset as ds
+
+        for batch in ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
+                .to_batches(batch_size=rows):
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch])
 
 
 class _HadoopIO(_IO):
@@ -572,6 +596,17 @@ class _HadoopIO(_IO):
         if filter is not None:
             table = table.filter(filter)
         return table if columns is None else table.select(columns)
+
+    def parquet_slices(self, paths, schema, rows):
+        yield self.read_parquet(paths, schema, None, None)
+
+
+def folder_bytes(folder: Folder) -> int:
+    """The bytes of the files under ``folder`` (0 where it does not exist)."""
+    total = 0
+    for entry in folder.entries():
+        total += folder_bytes(folder / entry.name) if entry.is_dir else entry.size
+    return total
 
 
 def walk_files(folder: Folder) -> Iterator[Folder]:

@@ -144,3 +144,20 @@ def test_a_task_reads_and_writes_its_own_bucket_only(tmp_path):
     found = sorted(r["k1"] for r in state.before(1).rows().to_pylist())
     assert found == sorted(k for k, b in zip(range(40), owner) if b == 2)
     assert state.before(1, only=1).rows(column="v", values=pa.array(found, pa.int64())).num_rows == 0
+
+
+def test_a_new_state_gets_a_bucket_for_each_share_of_a_long_history(spark):
+    """A first run over a long history keeps each bucket's share small enough for one task: a
+    new state gets more buckets than cores where the sources hold more than a bucket's bytes;
+    the setting, where given, decides."""
+    from sqlext.streaming.engine import BUCKET_SOURCE_BYTES, KeyedOperator
+
+    cores = int(spark.sparkContext.defaultParallelism)
+    assert KeyedOperator.state_buckets(spark) == cores
+    assert KeyedOperator.state_buckets(spark, BUCKET_SOURCE_BYTES) == cores
+    assert KeyedOperator.state_buckets(spark, 10 * BUCKET_SOURCE_BYTES + 1) == 11
+    spark.conf.set("spark.sqlext.streaming.stateBuckets", "3")
+    try:
+        assert KeyedOperator.state_buckets(spark, 10 * BUCKET_SOURCE_BYTES) == 3
+    finally:
+        spark.conf.unset("spark.sqlext.streaming.stateBuckets")

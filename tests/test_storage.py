@@ -114,6 +114,13 @@ def test_a_parquet_file_is_read_back_with_a_filter_and_columns(folder):
     assert got.column_names == ["k", "v"]
     assert sorted(zip(got["k"].to_pylist(), got["v"].to_pylist())) == [(7, 70), (8, None), (9, 90)]
     assert sx.read_parquet([], wide, columns=["k"]).num_rows == 0
+    # a slice at a time, as a task reads a long history: the same rows, no slice larger than asked
+    slices = list(sx.parquet_slices(files, wide, rows=4))
+    assert pa.concat_tables(slices).equals(whole) and list(sx.parquet_slices([], wide)) == []
+    if folder.io.streams:
+        assert max(t.num_rows for t in slices) <= 4 and len(slices) >= 3
+    assert sx.folder_bytes(folder / "layer") == sum(e.size for e in (folder / "layer").entries()) > 0
+    assert sx.folder_bytes(folder / "nothing here") == 0
 
 
 def test_a_layer_is_seen_only_once_committed(folder):

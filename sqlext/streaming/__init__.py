@@ -244,7 +244,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         frames.append(sources.read(table.this))
         check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
     operators: list = []
-    buckets = _buckets(spark)
+    buckets = _buckets(spark, checkpoint, [sources.parquet_folder(t.this) for t in numbered])
     from sqlext.streaming.aggregate import is_aggregate
 
     call = root.copy()
@@ -290,10 +290,17 @@ def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operat
     return exp.select("*").from_(exp.Table(this=exp.to_identifier(placeholder)))
 
 
-def _buckets(spark) -> int:
+def _buckets(spark, checkpoint, folders: list) -> int:
+    """The buckets of a new state, from the bytes its statement's source folders hold now (a
+    first run over a long history gets more; see :meth:`KeyedOperator.state_buckets`). A state
+    that exists keeps the number it recorded, so the folders are only measured before the
+    first run has kept any."""
+    from sqlext.storage import folder_bytes
     from sqlext.streaming.engine import KeyedOperator
 
-    return KeyedOperator.state_buckets(spark)
+    if (checkpoint / STATE_FOLDER).entries():
+        return KeyedOperator.state_buckets(spark)
+    return KeyedOperator.state_buckets(spark, sum(folder_bytes(f) for f in folders if f is not None))
 
 
 def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,

@@ -51,7 +51,7 @@ from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
 from sqlext.rewrites.dialect import is_stream
-from sqlext.storage import Folder, _HadoopIO, read_parquet
+from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)
 from sqlext.streaming.state import CACHE_BYTES, KeyedState, StateView
@@ -87,6 +87,10 @@ class Input:
     source: int | None = None
     folder: Folder | None = None
     upstream: "KeyedOperator | None" = None
+
+
+# a new state gets a bucket for each this many bytes of its sources' Parquet files
+BUCKET_SOURCE_BYTES = 64 * 1024 * 1024
 
 
 class KeyedOperator:
@@ -165,11 +169,17 @@ class KeyedOperator:
         return next(iter(self.states.values())).buckets
 
     @staticmethod
-    def state_buckets(spark) -> int:
+    def state_buckets(spark, source_bytes: int = 0) -> int:
         """How many buckets a new state gets: ``spark.sqlext.streaming.stateBuckets``, by default
-        Spark's default parallelism (the cores a run can use at once)."""
+        Spark's default parallelism (the cores a run can use at once), or more where the
+        sources already hold more than :data:`BUCKET_SOURCE_BYTES` of Parquet a bucket, so that
+        the task of one bucket in a first run over a long history holds a share that fits a
+        Python worker's memory."""
         value = spark.conf.get(BUCKETS_SETTING, "")
-        return max(1, int(value) if value else int(spark.sparkContext.defaultParallelism))
+        if value:
+            return max(1, int(value))
+        cores = int(spark.sparkContext.defaultParallelism)
+        return max(1, cores, -(-int(source_bytes) // BUCKET_SOURCE_BYTES))
 
     def recorded(self, name: str, batch_id: int):
         """The value the last batch before ``batch_id`` recorded under ``name``; None before any."""
@@ -412,6 +422,13 @@ def _read_frame(spark, files: list, source: Input):
     return spark.read.schema(source.spark_schema).parquet(*[f.uri for f in files])
 
 
+def _concatenated(parts: list):
+    """Rows of an operator's form (an Arrow table, or a tuple of them) put together."""
+    if isinstance(parts[0], tuple):
+        return tuple(_concatenated([part[i] for part in parts]) for i in range(len(parts[0])))
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
 def _combined(facts: list[dict]) -> dict:
     """The tasks' facts combined: the largest value of each."""
     combined: dict = {}
@@ -541,15 +558,24 @@ class _FileTasks:
 
     def __call__(self, batches):
         op = self.operator
-        rows = None
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
                 started = time.perf_counter()
                 STEPS.clear()
-                if rows is None:
-                    with step("read the increment"):
-                        rows = op.rows_from(None, {name: read_parquet(files, op.inputs[name].schema)
-                                                   for name, files in self.files.items()})
-                mine = op.of_bucket(rows, int(bucket))
+                with step("read the increment"):
+                    mine = self._rows_of_bucket(int(bucket))
                 summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
                 yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
+
+    def _rows_of_bucket(self, bucket: int):
+        """The rows bucket ``bucket`` sees, the files read a slice at a time (each slice turned
+        into the operator's rows, the bucket's share kept), so that a task holds its share of
+        a long history, not all of it."""
+        op = self.operator
+        empty = {name: op.inputs[name].schema.empty_table() for name in self.files}
+        parts = [op.of_bucket(op.rows_from(None, {**empty, name: chunk}), bucket)
+                 for name, files in self.files.items()
+                 for chunk in parquet_slices(files, op.inputs[name].schema)]
+        if not parts:
+            return op.of_bucket(op.rows_from(None, empty), bucket)
+        return _concatenated(parts)

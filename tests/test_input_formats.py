@@ -305,3 +305,36 @@ def test_a_debezium_position_that_steps_back_across_runs_writes_nothing(spark, s
     with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*id=1.*source_lsn = 15.*not above 20"):
         current.run(sql)
     assert len(current.output()) == 4
+
+
+@pytest.mark.parametrize("engine", ["tables", "state_store"])
+def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage, engine):
+    """``sqlext stream`` over a folder of Debezium JSON files (as a topic's sink writes them; the
+    columns are inferred from the files): the runs give the Delta shape's rows, and an LSN that
+    steps back is refused with nothing written."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    from sqlext.cli import main
+
+    schema = in_shape("debezium", [], FILTER_DATA)[1]
+    source, out = tmp_path / "topic", tmp_path / "out"
+
+    def add(events, kind=None):
+        rows = [{**r, "_change_type": kind or r["_change_type"]} for r in cdf_rows(events)]
+        shaped = [r for _, r in in_shape("debezium", rows, FILTER_DATA)[0]]
+        spark.createDataFrame(shaped, _parse_datatype_string(schema)).coalesce(1).write.mode("append") \
+            .json(storage.uri(source))
+
+    query = tmp_path / "filter.sql"
+    query.write_text(filter_sql("STREAM(topic)", extra=", format => 'debezium'") + ";\n")
+    argv = ["stream", str(query), "--checkpoint", storage.uri(tmp_path / "checkpoint"), "--output", storage.uri(out),
+            "--source", f"topic={storage.uri(source)}", "--source-format", "json", "--engine", engine]
+    add([(100, 1, 5), (100, 2, -3), (200, 1, None)])  # a delete, and its tombstone
+    assert main(argv) == 0, capsys.readouterr().err
+    rows = [r.asDict() for r in spark.read.parquet(storage.uri(out)).collect()]
+    assert sorted(compact(as_delta(rows, "debezium"), "changes")) == [("delete", 5, 200), ("insert", 5, 100)]
+    add([(150, 2, 4)], kind="update_postimage")  # key 2 at LSN 150, after LSN 100 was applied: in order
+    add([(90, 1, 8)])  # key 1 at LSN 90, below the 200 applied to it
+    assert main(argv) == 1
+    assert re.search(r"\[LATE_CHANGE\].*id=1.*source_lsn = 90.*not above 200", capsys.readouterr().err)
+    assert spark.read.parquet(storage.uri(out)).count() == 2

@@ -13,6 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from change_shapes import ORDER, ORDER_IN, SHAPES, as_delta, debezium_schema, in_shape, quoted
@@ -24,7 +27,7 @@ from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import table
 from sqlext.streaming import run_available_now
 from test_changelog_filter_cases import CASES, KEYS_PER_CASE
-from test_fk_join import SEED_EVENTS, feed
+from test_fk_join import SEED_EVENTS, event_lists, feed
 
 FILTER_DATA = [("id", "BIGINT"), ("name", "STRING"), ("v", "BIGINT"), ("ts", "BIGINT")]
 LEFT_DATA = [("id", "STRING"), ("fk", "BIGINT"), ("note", "STRING")]
@@ -42,11 +45,22 @@ def _case_events():
             for number, (events, *_) in enumerate(CASES.values()) for version, key, *rest in events]
 
 
+_views: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_views(spark):
+    yield
+    for name in _views:
+        spark.catalog.dropTempView(name)
+
+
 def _view(spark, rows, schema):
     from pyspark.sql.types import _parse_datatype_string
 
     name = f"shaped_{next(_names)}"
     spark.createDataFrame(rows, _parse_datatype_string(schema)).createOrReplaceTempView(name)
+    _views.append(name)
     return name
 
 
@@ -156,6 +170,23 @@ def test_kip_213_event_table_gives_the_delta_rows_in_each_shape(spark, seed_feed
     assert want  # the table forwards rows in every mode tried
     views = []
     for rows, data in ((left, LEFT_DATA), (right, RIGHT_DATA)):
+        shaped, schema = in_shape(shape, rows, data)
+        views.append(_view(spark, [r for _, r in shaped], schema))
+    got = _rows(spark, join_sql(*views, join_type, emit, f", format => '{shape}'"))
+    assert multiset(as_delta(got, shape)) == multiset(want)
+
+
+@settings(max_examples=examples(4, 40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(events=event_lists, shape=st.sampled_from(SHAPES), join_type=st.sampled_from(["inner", "left"]),
+       emit=st.sampled_from(["changes", "records", "final"]))
+def test_random_histories_give_the_delta_rows_in_each_shape(spark, events, shape, join_type, emit):
+    """FK_JOIN over random left and right histories (foreign keys that move, right rows that
+    change under their subscribers, deletes of absent keys), written in each shape."""
+    sides = [(feed([(v, k, r) for v, side, k, r in events if side == name], "cdf", key), data)
+             for name, key, data in (("left", "id", LEFT_DATA), ("right", "rid", RIGHT_DATA))]
+    want = _rows(spark, join_sql(*[_view(spark, rows, _schema(data)) for rows, data in sides], join_type, emit))
+    views = []
+    for rows, data in sides:
         shaped, schema = in_shape(shape, rows, data)
         views.append(_view(spark, [r for _, r in shaped], schema))
     got = _rows(spark, join_sql(*views, join_type, emit, f", format => '{shape}'"))
@@ -338,3 +369,38 @@ def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage, e
     assert main(argv) == 1
     assert re.search(r"\[LATE_CHANGE\].*id=1.*source_lsn = 90.*not above 200", capsys.readouterr().err)
     assert spark.read.parquet(storage.uri(out)).count() == 2
+
+
+def test_a_debezium_source_table_feeds_an_incremental_model_whose_deletes_reach_it(spark, tmp_path, storage):
+    """What dbt's incremental model over a Debezium source runs (``run_into_table``): each run
+    reads the events that landed since the last one, and a delete removes the row from the
+    model's table (emit => 'final'), as the batch result over every event says."""
+    from sqlext.streaming import run_into_table
+
+    schema = debezium_schema([("id", "BIGINT"), ("name", "STRING"), ("tier", "STRING")])
+    location = storage.uri(tmp_path / "db").replace("'", "\\'")
+    spark.sql(f"CREATE DATABASE sx_cdc LOCATION '{location}'")
+    try:
+        spark.sql(f"CREATE TABLE sx_cdc.customers_cdc ({schema}) USING parquet")
+        model = ("SELECT id, name FROM CHANGELOG_FILTER(input => TABLE(STREAM(sx_cdc.customers_cdc)), key => 'id', "
+                 "predicate => \"tier = 'gold'\", emit => 'final', format => 'debezium')")
+        landings = [[(1, 1, "Ada", "gold"), (1, 2, "Bo", "gold"), (1, 3, "Cy", "silver")],
+                    [(2, 2, None, None), (3, 3, "Cy", "gold")],  # Bo's account is deleted; Cy turns gold
+                    [(4, 1, None, None)]]
+        history = []
+        for landing in landings:
+            history += [(version, key, {"name": name, "tier": tier} if name else None)
+                        for version, key, name, tier in landing]
+            # the events of this landing, with their before rows taken from the whole history
+            rows = [r for r in feed(history, "cdf", "id") if r[ORDER] >= landing[0][0]]
+            spark.createDataFrame([r for _, r in in_shape("debezium", rows, [("id", "BIGINT"), ("name", "STRING"),
+                                                                             ("tier", "STRING")])[0]],
+                                  schema).coalesce(1).write.insertInto("sx_cdc.customers_cdc")
+            run_into_table(spark, model, "sx_cdc.gold_customers")
+            got = sorted(tuple(r) for r in spark.table("sx_cdc.gold_customers").collect())
+            want = sorted(tuple(r) for r in sqlext.sql(spark, model.replace("STREAM(sx_cdc.customers_cdc)",
+                                                                           "sx_cdc.customers_cdc")).collect())
+            assert got == want
+        assert got == [(3, "Cy")]  # Ada's and Bo's deletes reached the model's table
+    finally:
+        spark.sql("DROP DATABASE sx_cdc CASCADE")

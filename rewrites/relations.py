@@ -254,6 +254,10 @@ def table_inputs(call: Call, keys: dict[str, str], relations: Relations | None) 
     return inputs
 
 
+class _Unknown(Exception):
+    """What ``relations`` cannot tell about an input."""
+
+
 def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relations: Relations | None,
                     order_by) -> TableInput:
     """The input ``found`` in change rows; where its columns are unknown, it stays as it is and
@@ -264,13 +268,22 @@ def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relati
 
     def fields(column: str) -> list[str] | None:
         kind = relations.expression_type(found.query, to_sql(exp.column(exp.to_identifier(column, quoted=True))))
-        if kind is None or not kind.lower().startswith("struct<"):
+        if kind is None:
+            raise _Unknown
+        if not kind.lower().startswith("struct<"):
             return None
         star = exp.Column(this=exp.Star(), table=exp.to_identifier(column, quoted=True))
         inner = exp.select(star).from_(exp.paren(parse_one(found.query), copy=False), copy=False)
-        return relations.columns(to_sql(inner), inner)
+        names = relations.columns(to_sql(inner), inner)
+        if names is None:
+            raise _Unknown
+        return names
 
-    rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by)
+    try:
+        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by)
+    except _Unknown:  # a struct's fields are unknown here (a schema given as a mapping)
+        call.literals["format"] = shape
+        return TableInput(found.argument, found.query, None, found.source)
     call.literals["order_by"] = identifier_list([rows.order_by])
     query = rows.query.copy()
     query.set("from_", exp.From(this=exp.Subquery(this=parse_one(found.query),

@@ -48,11 +48,13 @@ def _case_events():
 _views: list[str] = []
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _drop_views(spark):
-    yield
-    for name in _views:
-        spark.catalog.dropTempView(name)
+def teardown_module():
+    """Drop the views the module's tests made, on the session they made them in (if any)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    for name in _views if session is not None else ():
+        session.catalog.dropTempView(name)
 
 
 def _view(spark, rows, schema):
@@ -123,6 +125,21 @@ def test_an_iceberg_snapshot_id_is_no_order():
     with pytest.raises(SqlextError, match=r"\[INVALID_ARGUMENT_TYPE\].*_commit_snapshot_id.*_change_ordinal"):
         change_rows("F", "input", "iceberg", table("t"), ["id", "_change_type", "_change_ordinal",
                                                           "_commit_snapshot_id"], {}.get, "_commit_snapshot_id")
+
+
+def test_without_spark_an_envelope_of_unknown_fields_is_left_to_spark_and_iceberg_expands():
+    from sqlext.rewrites.changelog_filter_to_sql import changelog_filter_to_sql
+    from sqlext.rewrites.dialect import parse_one
+    from sqlext.rewrites.relations import MappingRelations
+
+    relations = MappingRelations({"env": ["before", "after", "op", "source"],
+                                  "ice": ["id", "v", "_change_type", "_change_ordinal", "_commit_snapshot_id"]})
+    debezium = changelog_filter_to_sql(parse_one(filter_sql("env", extra=", format => 'debezium'")),
+                                       relations=relations)
+    assert "CHANGELOG_FILTER(" in to_sql(debezium)
+    iceberg = to_sql(changelog_filter_to_sql(parse_one(filter_sql("ice", extra=", format => 'iceberg'")),
+                                             relations=relations))
+    assert "CHANGELOG_FILTER(" not in iceberg and "'UPDATE_AFTER' THEN 'update_postimage'" in iceberg
 
 
 def test_an_unknown_format_lists_the_known_ones():

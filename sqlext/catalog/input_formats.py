@@ -217,7 +217,7 @@ def _dotted(function: str, text: Any) -> list[str]:
 
 
 def _check_clash(function: str, side: str, name: str, order: Sequence[str], data: Sequence[str]) -> None:
-    if len(order) > 1 and name.lower() in [c.lower() for c in (*data, CHANGE_TYPE)]:
+    if name.lower() in [c.lower() for c in (*data, CHANGE_TYPE)]:
         raise SqlextError("ORDER_COLUMN_CLASH", function=function, side=side, path=".".join(order), name=name)
 
 

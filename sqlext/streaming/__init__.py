@@ -358,6 +358,8 @@ def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> fro
     for table in [t for t in root.find_all(exp.Table) if keyed_call(t) is not None]:
         keyed = keyed_call(table)
         call = keyed.read(table)
+        if ARGUMENT not in call.literals:
+            continue
         shape = take_format(keyed.name, call.literals)
         set_literal(table, keyed.arguments, ARGUMENT, None)
         if shape == DELTA:

@@ -421,3 +421,16 @@ def test_a_debezium_source_table_feeds_an_incremental_model_whose_deletes_reach_
         assert got == [(3, "Cy")]  # Ada's and Bo's deletes reached the model's table
     finally:
         spark.sql("DROP DATABASE sx_cdc CASCADE")
+
+
+def test_a_nested_ordering_column_with_an_awkward_name(spark):
+    """order_by names a field by its path, each part quoted with backticks; the change rows name
+    it by the path with underscores."""
+    field = "l`s n{x}'"
+    schema = ("before STRUCT<id: BIGINT, v: BIGINT>, after STRUCT<id: BIGINT, v: BIGINT>, op STRING, "
+              f"source STRUCT<{quoted(field)}: BIGINT>")
+    source = _view(spark, [{"after": {"id": 1, "v": 5}, "op": "c", "source": {field: 3}},
+                           {"before": {"id": 1, "v": 5}, "op": "d", "source": {field: 4}}], schema)
+    path = f"source.{quoted(field)}".replace("'", "''")
+    got = _rows(spark, filter_sql(source, extra=f", format => 'debezium', order_by => '{path}'"))
+    assert sorted((r["_change_type"], r["source_" + field]) for r in got) == [("delete", 4), ("insert", 3)]

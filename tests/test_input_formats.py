@@ -434,3 +434,29 @@ def test_a_nested_ordering_column_with_an_awkward_name(spark):
     path = f"source.{quoted(field)}".replace("'", "''")
     got = _rows(spark, filter_sql(source, extra=f", format => 'debezium', order_by => '{path}'"))
     assert sorted((r["_change_type"], r["source_" + field]) for r in got) == [("delete", 4), ("insert", 3)]
+
+
+def test_fk_join_refuses_a_debezium_position_below_what_either_input_reached(spark, shaped_feeds):
+    """FK_JOIN keeps one order across both inputs: a right event whose LSN is below a left
+    event an earlier run applied (transactions that interleave in Postgres's log) is refused."""
+    left = feed([(20, "k", {"fk": 1, "note": "n"})], "cdf", "id")
+    right = feed([(10, 1, {"name": "foo"})], "cdf", "rid")
+    current = shaped_feeds({"orders": in_shape("debezium", left, LEFT_DATA),
+                            "customers": in_shape("debezium", right, RIGHT_DATA)})
+    sql = join_sql("STREAM(orders)", "STREAM(customers)", "inner", "changes", ", format => 'debezium'")
+    current.release(0, 20)
+    assert [(r["id"], r["name"], r["source_lsn"]) for r in current.run(sql)] == [("k", "foo", 20)]
+    late = feed([(15, 2, {"name": "bar"})], "cdf", "rid")
+    current.release(0, 15, {"orders": [], "customers": in_shape("debezium", late, RIGHT_DATA)[0]})
+    with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*rid=2.*source_lsn = 15.*not above 20.*both inputs"):
+        current.run(sql)
+    assert len(current.output()) == 1
+
+
+def test_the_registered_table_function_refuses_a_shape_it_cannot_map(spark):
+    """Plain spark.sql runs the registered CHANGELOG_FILTER, which reads its input as it is."""
+    schema = debezium_schema([("id", "BIGINT"), ("v", "BIGINT")])
+    source = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": {"lsn": 1}}], schema)
+    with pytest.raises(Exception) as caught:
+        spark.sql(filter_sql(source, extra=", format => 'debezium'")).collect()
+    assert find_in(caught.value).error_class == "UNSUPPORTED_STATEMENT"

@@ -460,3 +460,21 @@ def test_the_registered_table_function_refuses_a_shape_it_cannot_map(spark):
     with pytest.raises(Exception) as caught:
         spark.sql(filter_sql(source, extra=", format => 'debezium'")).collect()
     assert find_in(caught.value).error_class == "UNSUPPORTED_STATEMENT"
+
+
+def test_format_is_for_the_call_that_reads_the_shape_not_for_one_over_its_output(spark, shaped_feeds):
+    left = feed([(20, "k", {"fk": 1, "note": "n"})], "cdf", "id")
+    right = feed([(10, 1, {"name": "foo"})], "cdf", "rid")
+    current = shaped_feeds({"orders": in_shape("debezium", left, LEFT_DATA),
+                            "customers": in_shape("debezium", right, RIGHT_DATA)})
+    inner = ("CHANGELOG_FILTER(input => TABLE({}), key => 'id', predicate => 'fk > 0', "
+             "format => 'debezium')")
+    sql = join_sql(inner, "{}", "inner", "changes", ", format => 'debezium'")
+    current.release(0, 20)
+    with pytest.raises(SqlextError, match=r"\[INVALID_ARGUMENT_TYPE\] FK_JOIN: format must be 'delta' where the "
+                                          r"left input is another call's change rows; got 'debezium'"):
+        current.run(sql.format("STREAM(orders)", "STREAM(customers)"))
+    views = [_view(spark, [r for _, r in in_shape("debezium", rows, data)[0]], in_shape("debezium", [], data)[1])
+             for rows, data in ((left, LEFT_DATA), (right, RIGHT_DATA))]
+    with pytest.raises(SqlextError, match=r"\[CHANGELOG_MISSING_COLUMN\] FK_JOIN: left has no column 'before'"):
+        sqlext.sql(spark, sql.format(*views))

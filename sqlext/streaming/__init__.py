@@ -368,8 +368,13 @@ def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> fro
         for name in keyed.tables:
             argument = call.tables.get(name)
             inner = argument.this if argument is not None else None
+            if inner is not None and keyed_call(inner) is not None:
+                raise SqlextError(
+                    "INVALID_ARGUMENT_TYPE", function=keyed.name, argument="format",
+                    expected=f"'delta' where the {name} input is another call's change rows", value=f"'{shape}'",
+                    fix="Give format to the inner call, the one that reads the input in that shape.")
             if inner is None or not _is_stream(inner):
-                continue  # another call's change rows (or an input the operator refuses)
+                continue  # an input the operator refuses
             index = next(i for i, t in enumerate(numbered) if t is inner)
             frames[index], order_by = change_rows_frame(spark, keyed.name, name, shape, frames[index],
                                                         call.literals.get("order_by"))

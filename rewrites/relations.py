@@ -14,7 +14,9 @@ from typing import Mapping, Protocol
 from sqlglot import exp
 
 from sqlext.catalog.arguments import Call, check_table_arguments, relation_source
-from sqlext.rewrites.dialect import TableArgument, to_sql
+from sqlext.catalog.input_formats import DELTA, change_rows, take_format
+from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+from sqlext.rewrites.sqltree import identifier_list
 
 
 class Relations(Protocol):
@@ -231,12 +233,59 @@ class TableInput:
 def table_inputs(call: Call, keys: dict[str, str], relations: Relations | None) -> dict[str, TableInput]:
     """The call's table arguments, ``keys`` naming each one and the argument that holds its
     key: checked (:func:`sqlext.catalog.arguments.check_table_arguments`), each with its
-    standalone query and the columns ``relations`` knows for it."""
+    standalone query and the columns ``relations`` knows for it.
+
+    An input in another shape than change rows (``format => ...``) is read through the query
+    that maps it to change rows (:mod:`sqlext.catalog.input_formats`), and the call's
+    ``order_by`` becomes the name of the ordering column there; ``format`` leaves the call's
+    literals, so the function reads change rows as it always does."""
     check_table_arguments(call, keys)
+    shape = take_format(call.function, call.literals)
+    order_by = call.literals.get("order_by")
     inputs = {}
     for name in keys:
         argument = call.tables[name]
         query = standalone_query(argument)
         columns = relations.columns(query, argument.this) if relations is not None else None
-        inputs[name] = TableInput(argument, query, columns, relation_source(argument))
+        found = TableInput(argument, query, columns, relation_source(argument))
+        if shape != DELTA:
+            found = _as_change_rows(call, name, shape, found, relations, order_by)
+        inputs[name] = found
     return inputs
+
+
+class _Unknown(Exception):
+    """What ``relations`` cannot tell about an input."""
+
+
+def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relations: Relations | None,
+                    order_by) -> TableInput:
+    """The input ``found`` in change rows; where its columns are unknown, it stays as it is and
+    ``format`` goes back into the call's literals (the registered function then refuses it)."""
+    if found.columns is None or relations is None:
+        call.literals["format"] = shape
+        return found
+
+    def fields(column: str) -> list[str] | None:
+        kind = relations.expression_type(found.query, to_sql(exp.column(exp.to_identifier(column, quoted=True))))
+        if kind is None:
+            raise _Unknown
+        if not kind.lower().startswith("struct<"):
+            return None
+        star = exp.Column(this=exp.Star(), table=exp.to_identifier(column, quoted=True))
+        inner = exp.select(star).from_(exp.paren(parse_one(found.query), copy=False), copy=False)
+        names = relations.columns(to_sql(inner), inner)
+        if names is None:
+            raise _Unknown
+        return names
+
+    try:
+        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by)
+    except _Unknown:  # a struct's fields are unknown here (a schema given as a mapping)
+        call.literals["format"] = shape
+        return TableInput(found.argument, found.query, None, found.source)
+    call.literals["order_by"] = identifier_list([rows.order_by])
+    query = rows.query.copy()
+    query.set("from_", exp.From(this=exp.Subquery(this=parse_one(found.query),
+                                                  alias=query.args["from_"].this.args.get("alias").copy())))
+    return TableInput(found.argument, to_sql(query), list(rows.columns), exp.Subquery(this=rows.query))

@@ -44,6 +44,14 @@ MESSAGES: dict[str, str] = {
         "in the input (CAST({order_by} AS BIGINT) AS {order_by}), or name a numeric, DATE or TIMESTAMP "
         "column with order_by => '...'."
     ),
+    "ORDER_BY_REQUIRED": (
+        "{function}: {side} (format => '{format}') has no default ordering column: {reason}. Name one "
+        "with order_by => '...'; the input has {candidates}. {fix}."
+    ),
+    "ORDER_COLUMN_CLASH": (
+        "{function}: the ordering column {path} of {side} is named {name} in the change rows, which is also "
+        "the name of a data column. Rename that column in a view, or order by another column."
+    ),
     "EXPRESSION_TYPE_MISMATCH": (
         "{function}: {argument} => {value} has type {actual}, but {expected} is needed. {fix}"
     ),

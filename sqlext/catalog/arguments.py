@@ -77,6 +77,24 @@ def read_call(table: exp.Table, function: str, arguments: Sequence[str], tables:
     return call
 
 
+def set_literal(table: exp.Table, arguments: Sequence[str], name: str, value: str | None) -> None:
+    """Give the call in FROM item ``table`` the argument ``name => 'value'`` (None: remove it).
+    Positional arguments become named ones (``arguments`` in the function's order)."""
+    node = table.this
+    kept = []
+    for index, argument in enumerate(node.expressions):
+        if isinstance(argument, (exp.Kwarg, exp.PropertyEQ)):
+            named = argument.this.name.lower()
+        else:
+            named = arguments[index]
+            argument = exp.Kwarg(this=exp.var(named), expression=argument)
+        if named != name:
+            kept.append(argument)
+    if value is not None:
+        kept.append(exp.Kwarg(this=exp.var(name), expression=exp.Literal.string(value)))
+    node.set("expressions", kept)
+
+
 def literal_value(function: str, name: str, value: exp.Expression, table: bool = False) -> Any:
     """The constant an argument holds (a string, a number's text, a boolean, or None for NULL).
 

@@ -35,12 +35,13 @@ from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
 )
 from sqlext.catalog.expressions import check_columns, parse_expression
+from sqlext.catalog.input_formats import check_read
 from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import helper
 
 FUNCTION = "CHANGELOG_FILTER"
-ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by")
+ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by", "format")
 REQUIRED = ("input", "key", "predicate")
 TABLES = ("input",)  # the arguments that take a table
 PASS_COLUMN = helper("pass")
@@ -67,6 +68,7 @@ def filter_spec(arguments: Mapping[str, Any], columns: Sequence[str]) -> FilterS
     """
     check_arguments(FUNCTION, list(arguments) + ["input"], ARGUMENTS, REQUIRED)
     args = {k.lower(): v for k, v in arguments.items()}
+    check_read(FUNCTION, args)
     shape = change_shape(
         FUNCTION, "input", columns, args.get("key"), args.get("order_by"), args.get("sequence_by")
     )

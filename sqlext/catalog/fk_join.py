@@ -36,10 +36,11 @@ from sqlext.catalog.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
 from sqlext.catalog.expressions import check_columns, parse_expression
+from sqlext.catalog.input_formats import check_read
 
 FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",
-             "sequence_by")
+             "sequence_by", "format")
 REQUIRED = ("left", "right", "left_key", "foreign_key", "right_key")
 TABLES = ("left", "right")  # the arguments that take a table
 JOIN_TYPES = ("inner", "left")
@@ -87,6 +88,7 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     """Check a call's arguments against both inputs' columns (``left``/``right`` excluded)."""
     check_arguments(FUNCTION, list(arguments) + ["left", "right"], ARGUMENTS, REQUIRED)
     args = {k.lower(): v for k, v in arguments.items()}
+    check_read(FUNCTION, args)
     order_by, sequence_by = args.get("order_by"), args.get("sequence_by")
     left = change_shape(FUNCTION, "left", left_columns, args.get("left_key"), order_by, sequence_by,
                         key_argument="left_key")

@@ -29,6 +29,7 @@ from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
+from sqlext.rewrites.sqltree import identifier_list
 from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, Before, check_columns,
                                          check_source_columns, claim)
 from sqlext.streaming.registry import keyed_call, purpose_of
@@ -171,6 +172,13 @@ def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint):
             source = sources.read(argument.this.this)
             if checkpoint is not None:
                 check_source_columns(checkpoint, to_sql(argument.this.this), source.schema)
+            from sqlext.catalog.input_formats import DELTA, take_format
+
+            shape = take_format(FILTER, call.literals)
+            if shape != DELTA:
+                source, order_by = change_rows_frame(spark, FILTER, "input", shape, source,
+                                                     call.literals.get("order_by"))
+                call.literals["order_by"] = identifier_list([order_by])
             spec = filter_spec(call.literals, source.columns)
             from sqlext.udfs.changelog_stream import filter_stream
 
@@ -243,13 +251,15 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     for table in numbered:
         frames.append(sources.read(table.this))
         check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
+    converted = _as_change_rows(spark, root, numbered, frames)
     operators: list = []
     buckets = _buckets(spark, checkpoint, [sources.parquet_folder(t.this) for t in numbered])
     from sqlext.streaming.aggregate import is_aggregate
 
     call = root.copy()
     aggregated = is_aggregate(tree) and keyed_call(call).emit(call) == "final"
-    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated)
+    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated,
+              converted=converted)
     _replace(root, placeholder)
     from sqlext.streaming.engine import Pipeline, inputs_stream
 
@@ -260,7 +270,8 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         # an aggregate without an incremental form: the statement runs over the call's final table
         operators = []
         numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
-        _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets)
+        _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets,
+                  converted=converted)
     return inputs_stream(frames), Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
 
 
@@ -304,9 +315,11 @@ def _buckets(spark, checkpoint, folders: list) -> int:
 
 
 def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,
-              buckets: int, feed: bool = False):
+              buckets: int, feed: bool = False, converted: frozenset = frozenset()):
     """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
-    each table argument a stream the statement reads, or another call's change feed."""
+    each table argument a stream the statement reads, or another call's change feed. The
+    streams numbered in ``converted`` are read as change rows from another shape, so their
+    files are not the rows the operator reads."""
     from sqlext.streaming.engine import Input
     from sqlext.streaming.run import arrow_schema, spark_schema
 
@@ -320,9 +333,10 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             index = next(i for i, t in enumerate(numbered) if t is inner)
             frame = frames[index]
             inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
-                                 folder=sources.parquet_folder(inner.this))
+                                 folder=None if index in converted else sources.parquet_folder(inner.this))
         elif inner is not None and keyed_call(inner) is not None:
-            upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets)
+            upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets,
+                                 converted=converted)
             if upstream.emit != "changes":
                 raise SqlextError(
                     "UNSUPPORTED_STREAM", function=FUNCTION, what=f"{upstream.function} with emit => "
@@ -336,6 +350,67 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
     operator = keyed.build(spark, table.copy(), call.literals, inputs, folder, buckets, feed)
     operators.append(operator)
     return operator
+
+
+def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> frozenset:
+    """Each stream a call reads in another shape (``format => ...``) as sqlext's change rows:
+    its frame in ``frames`` replaced by the query of :mod:`sqlext.catalog.input_formats` over it,
+    and the call rewritten to read change rows (no ``format``; ``order_by`` naming the ordering
+    column of the change rows), so that the operators, their checks and the batch function a
+    first run may use all see one shape. Returns the indexes of the streams it replaced."""
+    from sqlext.catalog.arguments import set_literal
+    from sqlext.catalog.input_formats import ARGUMENT, DELTA, take_format
+
+    converted = set()
+    for table in [t for t in root.find_all(exp.Table) if keyed_call(t) is not None]:
+        keyed = keyed_call(table)
+        call = keyed.read(table)
+        if ARGUMENT not in call.literals:
+            continue
+        shape = take_format(keyed.name, call.literals)
+        set_literal(table, keyed.arguments, ARGUMENT, None)
+        if shape == DELTA:
+            continue
+        orders = []
+        for name in keyed.tables:
+            argument = call.tables.get(name)
+            inner = argument.this if argument is not None else None
+            if inner is not None and keyed_call(inner) is not None:
+                raise SqlextError(
+                    "INVALID_ARGUMENT_TYPE", function=keyed.name, argument="format",
+                    expected=f"'delta' where the {name} input is another call's change rows", value=f"'{shape}'",
+                    fix="Give format to the inner call, the one that reads the input in that shape.")
+            if inner is None or not _is_stream(inner):
+                continue  # an input the operator refuses
+            index = next(i for i, t in enumerate(numbered) if t is inner)
+            frames[index], order_by = change_rows_frame(spark, keyed.name, name, shape, frames[index],
+                                                        call.literals.get("order_by"))
+            converted.add(index)
+            orders.append(order_by)
+        if orders:
+            set_literal(table, keyed.arguments, "order_by", identifier_list(orders[:1]))
+    return frozenset(converted)
+
+
+def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by):
+    """``frame`` (rows in ``shape``) as sqlext's change rows, and the name of their ordering column."""
+    from pyspark.sql.types import StructType
+
+    from sqlext.catalog.input_formats import change_rows
+
+    def fields(column: str):
+        kind = frame.schema[column].dataType if column in frame.columns else None
+        return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
+
+    views: list[str] = []
+    try:
+        view = _register(spark, frame, views)
+        rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
+                           order_by)
+        return spark.sql(to_sql(rows.query)), rows.order_by
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
 
 
 def _refuse_table_input(function: str, name: str, argument) -> None:

@@ -1,0 +1,247 @@
+"""Input shapes (``format => ...``): how each change-data shape becomes sqlext's change rows.
+
+Every function reads change rows in one shape, Delta's change data feed (see
+docs/change-rows.md). ``format =>`` names the shape its table inputs are in, and this module is
+the one place that maps each shape to those change rows, as a query (a sqlglot tree) over the
+input:
+
+* ``'delta'`` (the default): the input already is change rows; nothing is added.
+* ``'debezium'``: a Debezium envelope (``before``, ``after``, ``op``, ``ts_ms``, ``source``) as
+  Spark reads it from JSON or Parquet files, or from a Kafka value parsed with ``from_json``.
+  ``c`` (create) and ``r`` (snapshot read) give the ``after`` row as an ``insert``, ``u`` the
+  ``after`` row as an ``update_postimage`` (the row before is known from state, as an
+  ``update_preimage`` is), ``d`` the ``before`` row as a ``delete``; a row whose ``op`` is NULL
+  (a Kafka tombstone, which follows a delete and only lets compaction drop the key) is skipped.
+  The data columns are the fields of ``after``; the rest of the envelope is left out. The order
+  is any (nested) column of the envelope, ``order_by => 'source.lsn'``; by default
+  ``source.lsn`` where the envelope has it (Postgres: the log's own order), else the call is
+  refused (MySQL's position is two columns and ``ts_ms`` is a wall clock that ties). In the
+  change rows the ordering column is named by its path with dots as underscores
+  (``source_lsn``).
+* ``'iceberg'``: Iceberg's changelog view: the table's columns, ``_change_type`` in upper case
+  (``INSERT``, ``DELETE``, ``UPDATE_BEFORE``, ``UPDATE_AFTER``), ``_change_ordinal`` (the default
+  order) and ``_commit_snapshot_id`` (an id, not an order: left out).
+
+A value no shape knows (a Debezium ``op`` of ``t``, an Iceberg type in lower case) is kept as
+the ``_change_type``, so the change-row checks report it as ``UNKNOWN_CHANGE_TYPE``.
+
+>>> from sqlext.rewrites.dialect import to_sql
+>>> from sqlext.rewrites.sqltree import table
+>>> fields = {"after": ["id", "v"], "before": ["id", "v"], "source": ["lsn", "db"]}
+>>> rows = change_rows("F", "input", "debezium", table("env"), ["before", "after", "op", "source"],
+...                    fields.get, None)
+>>> rows.order_by, rows.columns
+('source_lsn', ('id', 'v', '_change_type', 'source_lsn'))
+>>> to_sql(rows.query)[:90]
+"SELECT CASE WHEN __sx_env.`op` = 'd' THEN __sx_env.`before`.`id` ELSE __sx_env.`after`.`id"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, MutableMapping, Sequence
+
+from sqlglot import exp
+
+from sqlext.catalog.changes import (
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, check_option, resolve_column, split_columns,
+)
+from sqlext.errors import SqlextError, sql_value
+from sqlext.rewrites.sqltree import alias, case, col, helper, ident, string
+
+ARGUMENT = "format"
+DELTA, DEBEZIUM, ICEBERG = "delta", "debezium", "iceberg"
+FORMATS = (DELTA, DEBEZIUM, ICEBERG)
+
+# Debezium's envelope
+BEFORE, AFTER, OP, SOURCE = "before", "after", "op", "source"
+DEBEZIUM_TYPES = {"c": INSERT, "r": INSERT, "u": POSTIMAGE, "d": DELETE}
+DEBEZIUM_ORDER = ("source", "lsn")
+
+# Iceberg's changelog view
+ICEBERG_ORDER = "_change_ordinal"
+ICEBERG_SNAPSHOT = "_commit_snapshot_id"
+ICEBERG_TYPES = {"INSERT": INSERT, "DELETE": DELETE, "UPDATE_BEFORE": PREIMAGE, "UPDATE_AFTER": POSTIMAGE}
+
+_ENVELOPE = helper("env")  # the input, as the query over it names it
+
+
+def take_format(function: str, literals: MutableMapping[str, Any]) -> str:
+    """The call's ``format`` (``'delta'`` when absent), taken out of ``literals`` so that what
+    reads the change rows sees a call over change rows; an unknown value is
+    ``INVALID_OPTION_VALUE``."""
+    value = DELTA
+    for name in [n for n in literals if n.lower() == ARGUMENT]:
+        value = literals.pop(name)
+    return check_option(function, ARGUMENT, value, FORMATS)
+
+
+def check_read(function: str, literals: MutableMapping[str, Any]) -> None:
+    """For code that reads a call's inputs as they are (the registered table functions): only
+    change rows, i.e. no ``format`` but ``'delta'``."""
+    shape = take_format(function, dict(literals))
+    literals.pop(ARGUMENT, None)
+    if shape != DELTA:
+        raise SqlextError(
+            "UNSUPPORTED_STATEMENT", function=function,
+            reason=f"format => '{shape}' needs the input's columns, which are not known where the call runs as a "
+                   "registered table function",
+            fix="Run the statement through sqlext (sqlext.sql, sqlext run), which reads the input's columns")
+
+
+@dataclass(frozen=True)
+class ChangeRows:
+    """An input in sqlext's change rows: ``query`` over the input, its ``columns``, and the name
+    its ordering column has there (to pass on as ``order_by``)."""
+
+    query: exp.Select
+    columns: tuple[str, ...]
+    order_by: str
+
+
+def change_rows(function: str, side: str, shape: str, source: exp.Expression, columns: Sequence[str],
+                fields: Callable[[str], Sequence[str] | None], order_by: Any) -> ChangeRows | None:
+    """The change rows of an input in ``shape`` (None for ``'delta'``: it is change rows).
+
+    ``source`` is the input as a FROM item, ``columns`` its columns, ``fields(column)`` the
+    field names of a struct column (None where the column is no struct), ``order_by`` the
+    call's argument as written (None: the shape's default)."""
+    if shape == DEBEZIUM:
+        return _debezium(function, side, source, list(columns), fields, order_by)
+    if shape == ICEBERG:
+        return _iceberg(function, side, source, list(columns), order_by)
+    return None
+
+
+def _envelope(source: exp.Expression) -> exp.Expression:
+    """``source AS __sx_env`` (a copy), so that an envelope column is never read as a table name."""
+    source = source.copy()
+    if isinstance(source, exp.Select):
+        source = exp.Subquery(this=source)
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(_ENVELOPE)))
+    return source
+
+
+def _path(parts: Sequence[str]) -> exp.Expression:
+    """The envelope's (nested) column ``parts``: ``__sx_env.a.b``."""
+    node: exp.Expression = col(parts[0], _ENVELOPE)
+    for part in parts[1:]:
+        node = exp.Dot(this=node, expression=ident(part))
+    return node
+
+
+def _debezium(function, side, source, columns, fields, order_by) -> ChangeRows:
+    fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
+    before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
+    data = fields(after)
+    if not data:
+        raise SqlextError(
+            "INVALID_ARGUMENT_TYPE", function=function, argument=f"{side} (format => 'debezium')",
+            expected="a Debezium envelope whose after column is a struct of the row's columns",
+            value=f"a column {after} that is no struct", fix=fix)
+    order = _debezium_order(function, side, columns, fields, order_by)
+    name = "_".join(order)
+    _check_clash(function, side, name, order, data)
+    deleted = exp.EQ(this=col(op, _ENVELOPE), expression=string("d"))
+    values = [alias(case([(deleted.copy(), _path([before, f]))], _path([after, f])), f) for f in data]
+    kind = exp.Case(this=col(op, _ENVELOPE), ifs=[exp.If(this=string(code), true=string(kind))
+                                                  for code, kind in DEBEZIUM_TYPES.items()],
+                    default=col(op, _ENVELOPE))
+    query = exp.select(*values, alias(kind, CHANGE_TYPE), alias(_path(order), name)) \
+        .from_(_envelope(source)).where(exp.not_(col(op, _ENVELOPE).is_(exp.null())))
+    return ChangeRows(query, (*data, CHANGE_TYPE, name), name)
+
+
+def _debezium_order(function, side, columns, fields, order_by) -> list[str]:
+    """The envelope path of the ordering column: ``order_by`` (a dotted path), else ``source.lsn``."""
+    if order_by is None:
+        source = next((c for c in columns if c.lower() == SOURCE), None)
+        inside = list(fields(source) or []) if source is not None else []
+        lsn = next((f for f in inside if f.lower() == DEBEZIUM_ORDER[1]), None)
+        if lsn is not None:
+            return [source, lsn]
+        candidates = [f"{source}.{f}" for f in inside if f.lower() not in ("db", "table", "schema", "name",
+                                                                            "connector", "version")]
+        candidates += [c for c in columns if c.lower() == "ts_ms"]
+        raise SqlextError(
+            "ORDER_BY_REQUIRED", function=function, side=side, format=DEBEZIUM,
+            reason="its source has no lsn (Postgres's log position, the default order)",
+            candidates=", ".join(repr(c) for c in candidates) or "none",
+            fix="MySQL's position is two columns (source.file, source.pos): combine them into one number in a "
+                "view. ts_ms is a wall clock whose ties are errors")
+    parts = _dotted(function, order_by)
+    found = resolve_column(function, side, columns, parts[0], "Name a column of the envelope with order_by => "
+                                                               "'source.lsn'.")
+    path, known = [found], fields
+    for part in parts[1:]:
+        inside = list(known(path[-1]) or []) if len(path) == 1 else None
+        if inside is None:  # deeper than one struct: Spark resolves it (and reports a missing field)
+            path.append(part)
+            continue
+        path.append(resolve_column(function, f"{side}'s {path[-1]}", inside, part,
+                                   "Name a field of the envelope with order_by => 'source.lsn'."))
+    return path
+
+
+def _dotted(function: str, text: Any) -> list[str]:
+    """``'source.lsn'`` -> ``['source', 'lsn']``: a path of names, each quoted with backticks
+    where it needs to be."""
+    parts, current, quoted, i = [], "", False, 0
+    if not isinstance(text, str):
+        split_columns(function, "order_by", text)  # reports it
+    while i < len(text):
+        char = text[i]
+        if char == "`" and quoted and text[i + 1:i + 2] == "`":
+            current += "``"
+            i += 2
+            continue
+        if char == "`":
+            quoted = not quoted
+        if char == "." and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+        i += 1
+    parts.append(current)
+    names = []
+    for part in parts:
+        found = split_columns(function, "order_by", part)
+        if len(found) != 1:
+            raise SqlextError(
+                "INVALID_ARGUMENT_TYPE", function=function, argument="order_by",
+                expected="one column of the input, or a field of one ('source.lsn')", value=sql_value(text),
+                fix="Name a single ordering column.")
+        names += found
+    return names
+
+
+def _check_clash(function: str, side: str, name: str, order: Sequence[str], data: Sequence[str]) -> None:
+    if name.lower() in [c.lower() for c in (*data, CHANGE_TYPE)]:
+        raise SqlextError("ORDER_COLUMN_CLASH", function=function, side=side, path=".".join(order), name=name)
+
+
+def _iceberg(function, side, source, columns, order_by) -> ChangeRows:
+    fix = "Read Iceberg's changelog view (create_changelog_view), which has _change_type and _change_ordinal."
+    kind_column = resolve_column(function, side, columns, CHANGE_TYPE, fix)
+    if order_by is None:
+        order = resolve_column(function, side, columns, ICEBERG_ORDER, fix)
+    else:
+        names = split_columns(function, "order_by", order_by)
+        if len(names) != 1:
+            raise SqlextError(
+                "INVALID_ARGUMENT_TYPE", function=function, argument="order_by", expected="one column",
+                value=sql_value(order_by), fix="Name a single ordering column.")
+        order = resolve_column(function, side, columns, names[0], "Name the ordering column with order_by => '...'.")
+    if order.lower() == ICEBERG_SNAPSHOT:
+        raise SqlextError(
+            "INVALID_ARGUMENT_TYPE", function=function, argument="order_by",
+            expected="a column whose values follow the order of the changes", value=sql_value(order),
+            fix=f"Snapshot ids are random; order by {ICEBERG_ORDER} (the default).")
+    dropped = {kind_column.lower(), ICEBERG_SNAPSHOT, ICEBERG_ORDER}
+    data = [c for c in columns if c.lower() not in dropped or c == order]
+    kind = exp.Case(this=col(kind_column), ifs=[exp.If(this=string(code), true=string(kind))
+                                                for code, kind in ICEBERG_TYPES.items()],
+                    default=col(kind_column))
+    query = exp.select(*[col(c) for c in data], alias(kind, CHANGE_TYPE)).from_(_envelope(source))
+    return ChangeRows(query, (*data, CHANGE_TYPE), order)

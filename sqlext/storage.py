@@ -92,6 +92,13 @@ class Folder:
         return Folder(self.uri.rstrip("/").rsplit("/", 1)[0], self.io, posixpath.dirname(self.path.rstrip("/")))
 
     @property
+    def store_uri(self) -> str | None:
+        """The URI of the file or folder in the store that holds it (a mount table followed),
+        for a library that opens stores itself (``file:///data/t``, ``s3://bucket/t``); None
+        where the store is known only to Hadoop's connector by another name."""
+        return self.io.store_uri(self.path)
+
+    @property
     def atomic_rename(self) -> bool:
         """Whether the store renames a file or folder atomically."""
         return self.io.atomic_rename
@@ -432,6 +439,7 @@ class _IO:
     def write(self, path: str, data) -> None: ...
     def parquet_metadata(self, path: str): ...
     def read_parquet(self, paths, schema, columns, filter) -> pa.Table: ...
+    def store_uri(self, path: str) -> str | None: ...
 
 
 class _ArrowIO(_IO):
@@ -496,6 +504,11 @@ class _ArrowIO(_IO):
 
         return ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
+
+    def store_uri(self, path):
+        # pyarrow's paths are a local path, or the bucket and key of an object store
+        scheme = {"local": "file://", "s3": "s3://", "gcs": "gs://"}.get(self.fs.type_name)
+        return None if scheme is None else scheme + path
 
 
 class _HadoopIO(_IO):
@@ -572,6 +585,9 @@ class _HadoopIO(_IO):
         if filter is not None:
             table = table.filter(filter)
         return table if columns is None else table.select(columns)
+
+    def store_uri(self, path):
+        return path  # the target's whole URI, as Hadoop qualified it
 
 
 def walk_files(folder: Folder) -> Iterator[Folder]:

@@ -1,5 +1,6 @@
 """The sources a statement reads with ``STREAM(name)``: a folder of change files (given by
-name), a streaming temporary view, or a table Spark can read as a stream."""
+name), a Delta table's change data feed (a folder given by name that holds a Delta table, or
+``delta.`path```), a streaming temporary view, or a table Spark can read as a stream."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Sources:
         # nanosecond timestamps: read so, then cast to Spark's microsecond timestamps
         self._nanos: dict[str, dict] = {}
         self._nanos_before: list = []  # the session's nanos setting before a read turned it on
+        self._delta: dict[str, tuple] = {}  # a Delta source's name: its staged commits' folder, its columns
         unknown = sorted(set(self.schemas) - set(self.folders))
         if unknown:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
@@ -49,6 +51,9 @@ class Sources:
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one."""
+        delta = self._delta_source(call)
+        if delta is not None:
+            return delta[0]
         if self.file_format != "parquet":
             return None
         folder = next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
@@ -56,6 +61,12 @@ class Sources:
 
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names."""
+        delta = self._delta_source(call)
+        if delta is not None:
+            folder, schema = delta
+            if folder is None:  # Spark reads the feed itself
+                return self._delta_stream(call)
+            return self.spark.readStream.format("parquet").schema(schema).load(folder.uri)
         names = stream_names(call)
         name = next((n for n in names if n in self.folders), None)
         if name is not None:
@@ -67,6 +78,54 @@ class Sources:
         name = names[0]
         frame = self.spark.table(name)
         return frame if frame.isStreaming else self.spark.readStream.table(name)
+
+    def _delta_path(self, call: exp.Anonymous) -> tuple[str, str] | None:
+        """The name and path of the Delta table ``STREAM(...)`` reads, if it reads one: a
+        folder given by name that holds one, or ``delta.`path```."""
+        from sqlext.delta import is_delta_table, path_of
+
+        names = stream_names(call)
+        name = next((n for n in names if n in self.folders), None)
+        if name is not None:
+            return (name, self.folders[name]) if is_delta_table(resolve(self.spark, self.folders[name])) else None
+        path = path_of(stream_argument(call))
+        return None if path is None else (names[0], path)
+
+    def _delta_source(self, call: exp.Anonymous) -> tuple | None:
+        """For a Delta table: the folder of its commits staged for this run (the commits after
+        those the checkpoint has, one Parquet file of change rows each; see
+        :meth:`sqlext.delta.DeltaChanges.stage`) and its columns; (None, None) where Spark reads
+        the feed itself. None for any other source. Staged once per run."""
+        found = self._delta_path(call)
+        if found is None:
+            return None
+        name, path = found
+        if name not in self._delta:
+            from sqlext.delta import STAGED_FOLDER, DeltaChanges, spark_reads_delta
+            from sqlext.streaming.run import arrow_schema, spark_schema
+
+            if spark_reads_delta(self.spark):
+                self._delta[name] = (None, None)
+                return self._delta[name]
+            if self.checkpoint is None:
+                raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"STREAM({name}) without a checkpoint",
+                                  reason="a run reads the Delta table's commits after those its checkpoint records",
+                                  fix="Run it with sqlext.stream (or sqlext stream), which takes a checkpoint.")
+            feed = DeltaChanges(self.spark, path, FUNCTION)
+            schema = spark_schema(feed.schema())
+            staging = self.checkpoint / STAGED_FOLDER / feed.staging_name()
+            staging.mkdirs()
+            feed.stage(staging, arrow_schema(schema))
+            self._delta[name] = (staging, schema)
+        return self._delta[name]
+
+    def _delta_stream(self, call: exp.Anonymous):
+        """The change data feed of a Delta table as Spark with Delta Lake streams it."""
+        from sqlext.delta import COMMIT_TIMESTAMP
+
+        _, path = self._delta_path(call)
+        return self.spark.readStream.format("delta").option("readChangeFeed", "true") \
+            .option("startingVersion", "0").load(resolve(self.spark, path).uri).drop(COMMIT_TIMESTAMP)
 
     def _read_nanos(self, name: str, folder: str, schema):
         """The stream of a folder whose files hold nanosecond timestamps: read as Spark 4 reads

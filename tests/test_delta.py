@@ -252,3 +252,28 @@ def test_what_cannot_be_read_is_a_classed_error(spark, root, monkeypatch):
         sqlext.sql(spark, filter_sql(delta_name(str(root / "no_feed"))))
     assert error.value.error_class == "DELTA_NOT_INSTALLED"
     assert 'pip install "sqlext[delta]"' in str(error.value)
+
+
+@pytest.mark.storage("viewfs")
+def test_a_run_redone_after_a_crash_reads_each_commit_once(spark, root, storage):
+    """The states a crash can leave: commits staged but their version not recorded (killed while
+    staging), and a batch whose output is written but not committed (killed before the
+    checkpoint's commit). The next run stages nothing twice and redoes the batch: the output
+    holds every row of the batch statement once."""
+    from sqlext.delta import OFFSET_FILE, STAGED_FOLDER
+
+    rows = cdf_rows(FIVE_COMMITS)
+    table = delta_name(storage.uri(root / "accounts"))
+    create(root / "accounts", CDF_SCHEMA)
+    runs = Runs(spark, root, storage)
+    for version in (1, 2):
+        commit(root / "accounts", CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == version])
+    runs.run(filter_sql(f"STREAM({table})"))
+    staged, = (root / "checkpoint" / STAGED_FOLDER).iterdir()
+    (staged / OFFSET_FILE).unlink()
+    last = max(int(p.name) for p in (root / "checkpoint" / "commits").iterdir() if p.name.isdigit())
+    (root / "checkpoint" / "commits" / str(last)).unlink()
+    commit(root / "accounts", CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == 3])
+    runs.run(filter_sql(f"STREAM({table})"))
+    assert sorted(p.name for p in staged.glob("commit-*.parquet")) == [f"commit-{v:020d}.parquet" for v in (1, 2, 3)]
+    assert multiset(runs.seen) == multiset(batch(spark, filter_sql(table)))

@@ -277,3 +277,18 @@ def test_a_run_redone_after_a_crash_reads_each_commit_once(spark, root, storage)
     runs.run(filter_sql(f"STREAM({table})"))
     assert sorted(p.name for p in staged.glob("commit-*.parquet")) == [f"commit-{v:020d}.parquet" for v in (1, 2, 3)]
     assert multiset(runs.seen) == multiset(batch(spark, filter_sql(table)))
+
+
+def test_the_delta_example_runs_and_its_runs_give_the_batch_rows(spark, root, capsys):
+    """sql_examples/delta_accounts.py: its incremental runs' output is its batch query's rows."""
+    import importlib.util
+
+    example = Path(__file__).resolve().parent.parent / "sql_examples" / "delta_accounts.py"
+    spec = importlib.util.spec_from_file_location("delta_accounts", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got = module.main(spark, str(root))
+    assert got["batch"] and multiset(got["runs"]) == multiset(got["batch"])
+    assert {r["_change_type"] for r in got["batch"]} == {"insert", "update_preimage", "update_postimage", "delete"}
+    printed = capsys.readouterr().out
+    assert "|  3|carol|     15|          delete|              4|" in printed  # carol overdraws: she leaves

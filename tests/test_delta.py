@@ -57,10 +57,14 @@ class Runs:
         self.options = dict(checkpoint=storage.uri(root / "checkpoint"), output=storage.uri(root / "out"),
                             sources=sources or {})
         self.seen: list[dict] = []
+        self.jobs: list[int] = []  # the Spark jobs of each run
 
     def run(self, sql: str, path: str = "auto") -> list[dict]:
+        from sqlext.streaming import jobs_of
+
         with computed_on(self.spark, path):
-            run_available_now(self.spark, sql, **self.options)
+            query = run_available_now(self.spark, sql, **self.options)
+        self.jobs.append(len(jobs_of(self.spark, query)))
         rows = [r.asDict() for r in self.spark.read.parquet(self.options["output"]).collect()] \
             if any((self.root / "out").glob("*.parquet")) else []
         new = multiset(rows) - multiset(self.seen)
@@ -72,7 +76,8 @@ class Runs:
 def test_five_commits_run_by_run_give_the_batch_rows(spark, root, storage, path, view):
     """A run after each commit forwards the rows of that commit that the batch statement over
     the whole table gives, and the batch statement over the table gives what it gives over the
-    same changes as Parquet change rows. A sixth run, with no new commit, writes nothing."""
+    same changes as Parquet change rows. On the driver, a run starts no Spark job. A sixth run,
+    with no new commit, writes nothing."""
     from sqlext.streaming.summary import RunCounter
 
     rows = cdf_rows(FIVE_COMMITS)
@@ -91,6 +96,8 @@ def test_five_commits_run_by_run_give_the_batch_rows(spark, root, storage, path,
     for version, got in outputs.items():
         assert multiset(got) == multiset(r for r in over_delta if r["_commit_version"] == version), version
     assert {r["_change_type"] for r in over_delta} == {"insert", "update_preimage", "update_postimage", "delete"}
+    if path == "driver":  # the staged commits are read as any folder's files: without a Spark job
+        assert runs.jobs == [0] * 5
 
     counter = RunCounter(spark, runs.options["checkpoint"], runs.options["output"])
     assert runs.run(filter_sql(f"STREAM({delta_name(table)})"), path) == []

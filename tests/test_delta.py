@@ -299,3 +299,23 @@ def test_the_delta_example_runs_and_its_runs_give_the_batch_rows(spark, root, ca
     assert {r["_change_type"] for r in got["batch"]} == {"insert", "update_preimage", "update_postimage", "delete"}
     printed = capsys.readouterr().out
     assert "|  3|carol|     15|          delete|              4|" in printed  # carol overdraws: she leaves
+
+
+def test_the_spellings_of_a_delta_table_parse_without_spark():
+    """Spark's ``delta.`path``` parses as it is, in a FROM, a TABLE(...) argument and inside
+    STREAM(...); table_changes takes either form of the path."""
+    from sqlglot import exp
+
+    from sqlext.delta import _table_changes_arguments, path_of
+    from sqlext.rewrites.dialect import parse_one, stream_argument, to_sql
+
+    sql = ("SELECT * FROM FK_JOIN(left => TABLE(delta.`/data/o``rders`), right => TABLE(STREAM(delta.`s3a://b/c`)), "
+           "left_key => 'id', foreign_key => 'fk', right_key => 'rid')")
+    tree = parse_one(sql)
+    assert to_sql(tree) == sql
+    tables = [t for t in tree.find_all(exp.Table) if t.this.name.upper() != "FK_JOIN"]
+    assert path_of(tables[0]) == "/data/o`rders"
+    assert path_of(stream_argument(tables[1].this)) == "s3a://b/c"
+    for spelling in ("'/data/t'", "'delta.`/data/t`'"):
+        call = parse_one(f"SELECT * FROM table_changes({spelling}, 2, 5)").find(exp.Table).this
+        assert _table_changes_arguments(call) == ("/data/t", 2, 5)

@@ -63,9 +63,12 @@ class Sources:
         """The streaming DataFrame ``STREAM(name)`` names."""
         delta = self._delta_source(call)
         if delta is not None:
-            folder, schema = delta
-            if folder is None:  # Spark reads the feed itself
-                return self._delta_stream(call)
+            folder, schema, path = delta
+            if folder is None:  # Spark with Delta Lake streams the feed itself
+                from sqlext.delta import COMMIT_TIMESTAMP
+
+                return self.spark.readStream.format("delta").option("readChangeFeed", "true") \
+                    .option("startingVersion", "0").load(resolve(self.spark, path).uri).drop(COMMIT_TIMESTAMP)
             return self.spark.readStream.format("parquet").schema(schema).load(folder.uri)
         names = stream_names(call)
         name = next((n for n in names if n in self.folders), None)
@@ -79,53 +82,42 @@ class Sources:
         frame = self.spark.table(name)
         return frame if frame.isStreaming else self.spark.readStream.table(name)
 
-    def _delta_path(self, call: exp.Anonymous) -> tuple[str, str] | None:
-        """The name and path of the Delta table ``STREAM(...)`` reads, if it reads one: a
-        folder given by name that holds one, or ``delta.`path```."""
+    def _delta_source(self, call: exp.Anonymous) -> tuple | None:
+        """For ``STREAM(...)`` over a Delta table (a folder given by name that holds one, or
+        ``delta.`path```): the folder of its commits staged for this run (the commits after those
+        the checkpoint has, one Parquet file of change rows each; see
+        :meth:`sqlext.delta.DeltaChanges.stage`), its columns and its path; the folder and columns
+        are None where Spark reads the feed itself. None for any other source. Looked up, and
+        staged, once per run."""
         from sqlext.delta import is_delta_table, path_of
 
         names = stream_names(call)
-        name = next((n for n in names if n in self.folders), None)
-        if name is not None:
-            return (name, self.folders[name]) if is_delta_table(resolve(self.spark, self.folders[name])) else None
-        path = path_of(stream_argument(call))
-        return None if path is None else (names[0], path)
-
-    def _delta_source(self, call: exp.Anonymous) -> tuple | None:
-        """For a Delta table: the folder of its commits staged for this run (the commits after
-        those the checkpoint has, one Parquet file of change rows each; see
-        :meth:`sqlext.delta.DeltaChanges.stage`) and its columns; (None, None) where Spark reads
-        the feed itself. None for any other source. Staged once per run."""
-        found = self._delta_path(call)
-        if found is None:
-            return None
-        name, path = found
+        name = next((n for n in names if n in self.folders), names[0])
         if name not in self._delta:
-            from sqlext.delta import STAGED_FOLDER, DeltaChanges, spark_reads_delta
-            from sqlext.streaming.run import arrow_schema, spark_schema
-
-            if spark_reads_delta(self.spark):
-                self._delta[name] = (None, None)
-                return self._delta[name]
-            if self.checkpoint is None:
-                raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"STREAM({name}) without a checkpoint",
-                                  reason="a run reads the Delta table's commits after those its checkpoint records",
-                                  fix="Run it with sqlext.stream (or sqlext stream), which takes a checkpoint.")
-            feed = DeltaChanges(self.spark, path, FUNCTION)
-            schema = spark_schema(feed.schema())
-            staging = self.checkpoint / STAGED_FOLDER / feed.staging_name()
-            staging.mkdirs()
-            feed.stage(staging, arrow_schema(schema))
-            self._delta[name] = (staging, schema)
+            path = self.folders.get(name)
+            if path is None:
+                path = path_of(stream_argument(call))
+            elif not is_delta_table(resolve(self.spark, path)):
+                path = None
+            self._delta[name] = None if path is None else self._stage(name, path)
         return self._delta[name]
 
-    def _delta_stream(self, call: exp.Anonymous):
-        """The change data feed of a Delta table as Spark with Delta Lake streams it."""
-        from sqlext.delta import COMMIT_TIMESTAMP
+    def _stage(self, name: str, path: str) -> tuple:
+        from sqlext.delta import STAGED_FOLDER, DeltaChanges, spark_reads_delta
+        from sqlext.streaming.run import arrow_schema, spark_schema
 
-        _, path = self._delta_path(call)
-        return self.spark.readStream.format("delta").option("readChangeFeed", "true") \
-            .option("startingVersion", "0").load(resolve(self.spark, path).uri).drop(COMMIT_TIMESTAMP)
+        if spark_reads_delta(self.spark):
+            return None, None, path
+        if self.checkpoint is None:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"STREAM({name}) without a checkpoint",
+                              reason="a run reads the Delta table's commits after those its checkpoint records",
+                              fix="Run it with sqlext.stream (or sqlext stream), which takes a checkpoint.")
+        feed = DeltaChanges(self.spark, path, FUNCTION)
+        schema = spark_schema(feed.schema())
+        staging = self.checkpoint / STAGED_FOLDER / feed.staging_name()
+        staging.mkdirs()
+        feed.stage(staging, arrow_schema(schema))
+        return staging, schema, path
 
     def _read_nanos(self, name: str, folder: str, schema):
         """The stream of a folder whose files hold nanosecond timestamps: read as Spark 4 reads

@@ -43,6 +43,7 @@ TABLE_CHANGES = "TABLE_CHANGES"
 # in a checkpoint: the commits staged for the runs, a folder per table
 STAGED_FOLDER = "sqlext-delta"
 OFFSET_FILE = "_sqlext_delta_offset.json"  # '_': Spark's file source does not read it
+STAGE_COMMITS = 100  # commits read at a time while staging: a first run over a long history stays bounded
 _views = itertools.count(1)
 
 
@@ -144,12 +145,13 @@ class DeltaChanges:
             return
         import pyarrow.compute as pc
 
-        rows = self.changes(done + 1, latest, schema)
-        versions = rows.column(DEFAULT_ORDER_BY)
-        for version in sorted(pc.unique(versions).to_pylist()):
-            file = staging / f"commit-{version:020d}.parquet"
-            if not file.exists():
-                file.write_parquet(rows.filter(pc.equal(versions, version)))
+        for first in range(done + 1, latest + 1, STAGE_COMMITS):  # a bounded read at a time
+            rows = self.changes(first, min(first + STAGE_COMMITS - 1, latest), schema)
+            versions = rows.column(DEFAULT_ORDER_BY)
+            for version in sorted(pc.unique(versions).to_pylist()):
+                file = staging / f"commit-{version:020d}.parquet"
+                if not file.exists():
+                    file.write_parquet(rows.filter(pc.equal(versions, version)))
         record.write_json({"table": self.uri, "version": latest})
 
     def staging_name(self) -> str:

@@ -319,3 +319,24 @@ def test_the_spellings_of_a_delta_table_parse_without_spark():
     for spelling in ("'/data/t'", "'delta.`/data/t`'"):
         call = parse_one(f"SELECT * FROM table_changes({spelling}, 2, 5)").find(exp.Table).this
         assert _table_changes_arguments(call) == ("/data/t", 2, 5)
+
+
+def test_staging_reads_a_long_history_a_bounded_number_of_commits_at_a_time(spark, root, monkeypatch):
+    """Staged two commits at a time, five commits give the same files as staged at once."""
+    import pyarrow.parquet as pq
+
+    from sqlext import delta
+    from sqlext.storage import local
+
+    rows = cdf_rows(FIVE_COMMITS)
+    write_table(root / "accounts", CDF_SCHEMA, "id", rows)
+    feed = delta.DeltaChanges(spark, str(root / "accounts"), "sqlext stream")
+    schema = feed.schema()
+    feed.stage(local(root / "all"), schema)
+    monkeypatch.setattr(delta, "STAGE_COMMITS", 2)
+    feed.stage(local(root / "by_two"), schema)
+    names = sorted(p.name for p in (root / "all").glob("commit-*.parquet"))
+    assert names == [f"commit-{v:020d}.parquet" for v in range(1, 6)]
+    assert sorted(p.name for p in (root / "by_two").glob("commit-*.parquet")) == names
+    for name in names:
+        assert pq.read_table(root / "all" / name).equals(pq.read_table(root / "by_two" / name))

@@ -206,8 +206,9 @@ def with_change_feeds(spark, text: str, function: str) -> tuple[str, list[str]]:
             frame.createOrReplaceTempView(view)
             views.append(view)
             replacement = exp.Table(this=exp.to_identifier(view))
-            if table.args.get("alias"):
-                replacement.set("alias", table.args["alias"].copy())
+            for key in ("alias", "joins", "laterals", "pivots"):  # what the name carried stays with it
+                if table.args.get(key):
+                    replacement.set(key, table.args[key])
             table.replace(replacement)
     except BaseException:
         for view in views:

@@ -222,6 +222,9 @@ def test_table_changes_reads_a_range_of_commits(spark, root):
     ranged = batch(spark, f"SELECT c.* FROM table_changes('delta.`{path}`', 2, 3) AS c")
     assert multiset(ranged) == multiset(_feed(path, 2, 3))
     assert {r["_commit_version"] for r in ranged} == {2, 3}
+    joined = batch(spark, f"SELECT c.id, c._commit_version FROM (table_changes('{path}', 4, 4) AS c JOIN "
+                          f"table_changes('{path}', 5) AS d ON c.id = d.id)")
+    assert sorted((r["id"], r["_commit_version"]) for r in joined) == [(4, 4)]  # account 4: opened, then closed
     with pytest.raises(SqlextError) as past:
         sqlext.sql(spark, f"SELECT * FROM table_changes('{path}', 6)")
     assert past.value.error_class == "DELTA_CHANGES_UNREADABLE"

@@ -89,7 +89,10 @@ class DeltaChanges:
     def __init__(self, spark, path: str, function: str):
         self.path, self.function = path, function
         self._module = _deltalake(path, function)
-        self.uri, self.options = store_location(spark, resolve(spark, path), path, function)
+        if getattr(spark, "_jvm", None) is None:  # Spark Connect: no Hadoop here to resolve the path with
+            self.uri, self.options = _location(path, path, function, {})
+        else:
+            self.uri, self.options = store_location(spark, resolve(spark, path), path, function)
         self._table = None
 
     def _open(self):
@@ -251,17 +254,33 @@ def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
     uri = folder.store_uri
-    parsed = urlparse(uri or "")
+    bucket = urlparse(uri or "").netloc
+    return _location(uri or folder.uri, path, function,
+                     _s3_options(spark, bucket) if urlparse(uri or "").scheme.lower() in _S3 else {})
+
+
+_S3 = ("s3", "s3a", "s3n")
+
+
+def _location(uri: str, path: str, function: str, s3_options: dict) -> tuple[str, dict]:
+    """A store's URI as deltalake opens it (a local path for a local disk), with its options.
+
+    >>> _location("file:///data/my%20t", "/data/my t", "sqlext sql", {})
+    ('/data/my t', {})
+    >>> _location("s3a://bucket/t", "s3a://bucket/t", "sqlext sql", {})
+    ('s3://bucket/t', {})
+    """
+    parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
-    if scheme == "file":
-        return unquote(parsed.path), {}
-    if scheme in ("s3", "s3a", "s3n"):
-        return f"s3://{parsed.netloc}{parsed.path}", _s3_options(spark, parsed.netloc)
+    if scheme in ("file", ""):
+        return unquote(parsed.path) if scheme else uri, {}
+    if scheme in _S3:
+        return f"s3://{parsed.netloc}{parsed.path}", s3_options
     if scheme in ("gs", "gcs"):
         return f"gs://{parsed.netloc}{parsed.path}", {}
     if scheme in ("abfs", "abfss", "az"):
         return uri, {}
-    raise SqlextError("DELTA_PATH_UNSUPPORTED", function=function, path=path, store=uri or folder.uri)
+    raise SqlextError("DELTA_PATH_UNSUPPORTED", function=function, path=path, store=uri)
 
 
 def _s3_options(spark, bucket: str) -> dict:

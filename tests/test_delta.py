@@ -239,7 +239,7 @@ def test_what_cannot_be_read_is_a_classed_error(spark, root, monkeypatch):
     from deltalake import write_deltalake
 
     from delta_tables import data_schema
-    from sqlext.delta import spark_reads_delta, store_location
+    from sqlext.delta import DeltaChanges, spark_reads_delta, store_location
 
     assert not spark_reads_delta(spark)  # the embedded session has no Delta Lake: deltalake reads
     write_deltalake(str(root / "no_feed"), data_schema(CDF_SCHEMA).empty_table())
@@ -255,6 +255,14 @@ def test_what_cannot_be_read_is_a_classed_error(spark, root, monkeypatch):
 
     with pytest.raises(SqlextError) as error:
         store_location(spark, Elsewhere(), Elsewhere.uri, "sqlext stream")
+    assert error.value.error_class == "DELTA_PATH_UNSUPPORTED"
+
+    class Remote:  # a Spark Connect session: no JVM, so the path is handed over as given
+        pass
+
+    assert DeltaChanges(Remote(), str(root / "no_feed"), "sqlext sql").uri == str(root / "no_feed")
+    with pytest.raises(SqlextError) as error:
+        DeltaChanges(Remote(), Elsewhere.uri, "sqlext sql")
     assert error.value.error_class == "DELTA_PATH_UNSUPPORTED"
 
     monkeypatch.setitem(sys.modules, "deltalake", None)  # as if it were not installed

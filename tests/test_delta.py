@@ -351,3 +351,20 @@ def test_staging_reads_a_long_history_a_bounded_number_of_commits_at_a_time(spar
     assert sorted(p.name for p in (root / "by_two").glob("commit-*.parquet")) == names
     for name in names:
         assert pq.read_table(root / "all" / name).equals(pq.read_table(root / "by_two" / name))
+
+
+def test_a_streaming_frame_over_a_delta_table_stages_its_commits_in_the_checkpoint_given(spark, root):
+    """streaming_frame, for any sink: the commits are staged in the checkpoint it is given; without
+    one it cannot tell which commits are new, and says so."""
+    from sqlext.delta import STAGED_FOLDER
+    from sqlext.streaming import streaming_frame
+
+    write_table(root / "accounts", CDF_SCHEMA, "id", cdf_rows(FIVE_COMMITS[:3]))
+    sql = filter_sql(f"STREAM({delta_name(str(root / 'accounts'))})")
+    with pytest.raises(SqlextError) as error:
+        streaming_frame(spark, sql)
+    assert error.value.error_class == "UNSUPPORTED_STREAM"
+    frame = streaming_frame(spark, sql, checkpoint=str(root / "checkpoint"))
+    assert frame.isStreaming and frame.columns == ["id", "name", "v", "ts", "_change_type", "_commit_version"]
+    staged, = (root / "checkpoint" / STAGED_FOLDER).iterdir()
+    assert [p.name for p in staged.glob("commit-*.parquet")] == [f"commit-{1:020d}.parquet"]

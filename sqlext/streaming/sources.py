@@ -111,7 +111,8 @@ class Sources:
         if self.checkpoint is None:
             raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"STREAM({name}) without a checkpoint",
                               reason="a run reads the Delta table's commits after those its checkpoint records",
-                              fix="Run it with sqlext.stream (or sqlext stream), which takes a checkpoint.")
+                              fix="Give the run a checkpoint (sqlext.stream and sqlext stream take one; "
+                                  "streaming_frame takes checkpoint=...).")
         feed = DeltaChanges(self.spark, path, FUNCTION)
         schema = spark_schema(feed.schema())
         staging = self.checkpoint / STAGED_FOLDER / feed.staging_name()

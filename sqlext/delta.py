@@ -174,7 +174,7 @@ def changes_frame(spark, path: str, start: int = 0, end: int | None = None, func
 
     feed = DeltaChanges(spark, path, function)
     latest = feed.version()
-    if start > latest or (end is not None and end < start):
+    if start > latest or (end is not None and not start <= end <= latest):
         raise feed.unreadable(f"there are no versions {start} to {'the latest' if end is None else end} (its "
                               f"latest is {latest})", f"Give versions from 0 to {latest}, the first not after the last.")
     schema = feed.schema()

@@ -225,9 +225,11 @@ def test_table_changes_reads_a_range_of_commits(spark, root):
     joined = batch(spark, f"SELECT c.id, c._commit_version FROM (table_changes('{path}', 4, 4) AS c JOIN "
                           f"table_changes('{path}', 5) AS d ON c.id = d.id)")
     assert sorted((r["id"], r["_commit_version"]) for r in joined) == [(4, 4)]  # account 4: opened, then closed
-    with pytest.raises(SqlextError) as past:
-        sqlext.sql(spark, f"SELECT * FROM table_changes('{path}', 6)")
-    assert past.value.error_class == "DELTA_CHANGES_UNREADABLE"
+    for versions in ("6", "2, 6", "3, 2"):  # past the latest version (5), or backwards
+        with pytest.raises(SqlextError) as past:
+            sqlext.sql(spark, f"SELECT * FROM table_changes('{path}', {versions})")
+        assert past.value.error_class == "DELTA_CHANGES_UNREADABLE", versions
+        assert "latest is 5" in str(past.value)
     for arguments in ("'accounts', 1", f"'{path}'", f"'{path}', '2026-01-01'"):
         with pytest.raises(SqlextError) as wrong:
             sqlext.sql(spark, f"SELECT * FROM table_changes({arguments})")

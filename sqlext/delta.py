@@ -253,10 +253,9 @@ def _table_changes_arguments(call: exp.Anonymous) -> tuple[str, int, int | None]
 def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str, dict]:
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
-    uri = folder.store_uri
-    bucket = urlparse(uri or "").netloc
-    return _location(uri or folder.uri, path, function,
-                     _s3_options(spark, bucket) if urlparse(uri or "").scheme.lower() in _S3 else {})
+    uri = folder.store_uri or folder.uri
+    parsed = urlparse(uri)
+    return _location(uri, path, function, _s3_options(spark, parsed.netloc) if parsed.scheme.lower() in _S3 else {})
 
 
 _S3 = ("s3", "s3a", "s3n")
@@ -285,14 +284,13 @@ def _location(uri: str, path: str, function: str, s3_options: dict) -> tuple[str
 
 def _s3_options(spark, bucket: str) -> dict:
     """deltalake's S3 options from Hadoop's s3a settings for ``bucket``."""
+    from sqlext.storage import s3a_setting
+
     conf = spark._jsc.hadoopConfiguration()
-
-    def setting(name):
-        return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
-
     names = {"access.key": "AWS_ACCESS_KEY_ID", "secret.key": "AWS_SECRET_ACCESS_KEY",
              "session.token": "AWS_SESSION_TOKEN", "endpoint": "AWS_ENDPOINT_URL", "endpoint.region": "AWS_REGION"}
-    options = {key: setting(name) for name, key in names.items() if setting(name)}
+    found = {key: s3a_setting(conf, bucket, name) for name, key in names.items()}
+    options = {key: value for key, value in found.items() if value}
     if options.get("AWS_ENDPOINT_URL", "").startswith("http:"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options

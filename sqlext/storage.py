@@ -401,12 +401,17 @@ def _arrow_io(uri: str, conf) -> "_IO | None":
     return _ArrowIO(fs, scheme in ATOMIC_RENAME)
 
 
+def s3a_setting(conf, bucket: str, name: str) -> str | None:
+    """Hadoop's s3a setting ``name`` for ``bucket`` (its per-bucket value first)."""
+    return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
+
+
 def _s3(bucket: str, conf):
     """pyarrow's S3 with the endpoint and keys Hadoop's s3a has for ``bucket``."""
     import pyarrow.fs as pafs
 
     def setting(name):
-        return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
+        return s3a_setting(conf, bucket, name)
 
     options = {}
     if setting("access.key"):

@@ -370,3 +370,25 @@ def test_a_streaming_frame_over_a_delta_table_stages_its_commits_in_the_checkpoi
     assert frame.isStreaming and frame.columns == ["id", "name", "v", "ts", "_change_type", "_commit_version"]
     staged, = (root / "checkpoint" / STAGED_FOLDER).iterdir()
     assert [p.name for p in staged.glob("commit-*.parquet")] == [f"commit-{1:020d}.parquet"]
+
+
+def test_s3_keys_and_endpoint_come_from_sparks_s3a_settings(spark):
+    """deltalake is given the keys and endpoint Spark's s3a connector has for the bucket (its
+    per-bucket settings first); nothing is looked up on S3 itself."""
+    from sqlext.delta import store_location
+
+    class Bucket:
+        uri = store_uri = "s3a://lake/accounts"
+
+    conf = spark._jsc.hadoopConfiguration()
+    settings = {"fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK", "fs.s3a.bucket.lake.endpoint": "http://minio:9000"}
+    try:
+        for key, value in settings.items():
+            conf.set(key, value)
+        uri, options = store_location(spark, Bucket(), Bucket.uri, "sqlext sql")
+    finally:
+        for key in settings:
+            conf.unset(key)
+    assert uri == "s3://lake/accounts"
+    assert options == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_ENDPOINT_URL": "http://minio:9000",
+                       "AWS_ALLOW_HTTP": "true"}

@@ -19,7 +19,9 @@ from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
 from test_changelog_filter_cases import CASES
-from test_fk_join import LEFT_CDF, RIGHT_CDF, SEED_EVENTS, SEED_EXPECTED, feed, fk_join
+from test_fk_join import LEFT_CDF, RIGHT_CDF, feed, fk_join
+from test_fk_join import SEED_EVENTS as KIP_213_EVENTS
+from test_fk_join import SEED_EXPECTED as KIP_213_EXPECTED
 
 # five commits: inserts, updates (one to a value the filter drops), deletes, a re-insert
 FIVE_COMMITS = [(1, 1, 5), (1, 2, -3), (1, 3, 8),
@@ -151,12 +153,12 @@ def test_the_kafka_3902_cases_as_delta_commits_give_the_parquet_rows(spark, root
 
 
 @pytest.fixture(scope="module")
-def seed_tables():
+def kip_213_tables():
     """KIP-213's event table as two Delta tables (orders, customers) with a commit per event's
     version in both (empty in the table the event does not change), so their versions are the
     event table's one order."""
     folder = Path(tempfile.mkdtemp(prefix="sqlext-delta-fk-"))
-    last = max(e[0] for e in SEED_EVENTS)
+    last = max(e[0] for e in KIP_213_EVENTS)
     write_table(folder / "orders", LEFT_CDF, "id", _side_rows("left"), last)
     write_table(folder / "customers", RIGHT_CDF, "rid", _side_rows("right"), last)
     yield folder
@@ -164,7 +166,7 @@ def seed_tables():
 
 
 def _side_rows(side: str) -> list[dict]:
-    return feed([(v, k, r) for v, s, k, r in SEED_EVENTS if s == side], "cdf", "id" if side == "left" else "rid")
+    return feed([(v, k, r) for v, s, k, r in KIP_213_EVENTS if s == side], "cdf", "id" if side == "left" else "rid")
 
 
 def join_sql(left: str, right: str, join_type: str, emit: str) -> str:
@@ -172,14 +174,14 @@ def join_sql(left: str, right: str, join_type: str, emit: str) -> str:
             f"foreign_key => 'fk', right_key => 'rid', join_type => '{join_type}', emit => '{emit}')")
 
 
-@pytest.mark.parametrize("join_type, emit", list(SEED_EXPECTED))
-def test_the_kip_213_event_table_as_delta_commits_gives_the_parquet_rows_in_batch(spark, seed_tables, join_type,
+@pytest.mark.parametrize("join_type, emit", list(KIP_213_EXPECTED))
+def test_the_kip_213_event_table_as_delta_commits_gives_the_parquet_rows_in_batch(spark, kip_213_tables, join_type,
                                                                                   emit):
     from test_fk_join import compact as join_compact
 
-    left, right = (delta_name(str(seed_tables / name)) for name in ("orders", "customers"))
+    left, right = (delta_name(str(kip_213_tables / name)) for name in ("orders", "customers"))
     got = batch(spark, join_sql(left, right, join_type, emit))
-    assert join_compact(got, emit) == join_compact(fk_join(spark, SEED_EVENTS, "cdf", join_type, emit), emit)
+    assert join_compact(got, emit) == join_compact(fk_join(spark, KIP_213_EVENTS, "cdf", join_type, emit), emit)
 
 
 @pytest.mark.parametrize("join_type, emit", [("left", "changes"), ("inner", "records")])
@@ -188,12 +190,12 @@ def test_the_kip_213_event_table_as_delta_commits_one_commit_per_run(spark, root
     its version."""
     from test_fk_join import compact as join_compact
 
-    expected = join_compact(fk_join(spark, SEED_EVENTS, "cdf", join_type, emit), emit)
+    expected = join_compact(fk_join(spark, KIP_213_EVENTS, "cdf", join_type, emit), emit)
     sides = {"orders": (LEFT_CDF, "id", _side_rows("left")), "customers": (RIGHT_CDF, "rid", _side_rows("right"))}
     for name, (ddl, _key, _rows) in sides.items():
         create(root / name, ddl)
     runs = Runs(spark, root, storage, sources={name: storage.uri(root / name) for name in sides})
-    for version in range(1, max(e[0] for e in SEED_EVENTS) + 1):
+    for version in range(1, max(e[0] for e in KIP_213_EVENTS) + 1):
         for name, (ddl, key, rows) in sides.items():
             commit(root / name, ddl, key, [r for r in rows if r["_commit_version"] == version])
         got = join_compact(runs.run(join_sql("STREAM(orders)", "STREAM(customers)", join_type, emit)), emit)

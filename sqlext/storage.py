@@ -435,6 +435,7 @@ class _IO:
     atomic_rename: bool
     streams: bool  # whether it writes Arrow buffers as they are (no copy into bytes)
 
+    def store_uri(self, path: str) -> str | None: ...
     def kind(self, path: str) -> str | None: ...
     def entries(self, path: str) -> list[Entry]: ...
     def mkdirs(self, path: str) -> None: ...
@@ -444,7 +445,6 @@ class _IO:
     def write(self, path: str, data) -> None: ...
     def parquet_metadata(self, path: str): ...
     def read_parquet(self, paths, schema, columns, filter) -> pa.Table: ...
-    def store_uri(self, path: str) -> str | None: ...
 
 
 class _ArrowIO(_IO):
@@ -457,6 +457,11 @@ class _ArrowIO(_IO):
 
     def __reduce__(self):
         return _ArrowIO, (self.fs, self.atomic_rename)
+
+    def store_uri(self, path):
+        # pyarrow's paths are a local path, or the bucket and key of an object store
+        scheme = {"local": "file://", "s3": "s3://", "gcs": "gs://"}.get(self.fs.type_name)
+        return None if scheme is None else scheme + path
 
     def kind(self, path):
         import pyarrow.fs as pafs
@@ -510,11 +515,6 @@ class _ArrowIO(_IO):
         return ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
 
-    def store_uri(self, path):
-        # pyarrow's paths are a local path, or the bucket and key of an object store
-        scheme = {"local": "file://", "s3": "s3://", "gcs": "gs://"}.get(self.fs.type_name)
-        return None if scheme is None else scheme + path
-
 
 class _HadoopIO(_IO):
     """A store through the JVM's Hadoop ``FileSystem`` (on the driver): whatever Spark reads."""
@@ -533,6 +533,9 @@ class _HadoopIO(_IO):
 
     def _path(self, path):
         return _hadoop_path(self.jvm, path)
+
+    def store_uri(self, path):
+        return path  # the target's whole URI, as Hadoop qualified it
 
     def kind(self, path):
         p = self._path(path)
@@ -590,9 +593,6 @@ class _HadoopIO(_IO):
         if filter is not None:
             table = table.filter(filter)
         return table if columns is None else table.select(columns)
-
-    def store_uri(self, path):
-        return path  # the target's whole URI, as Hadoop qualified it
 
 
 def walk_files(folder: Folder) -> Iterator[Folder]:

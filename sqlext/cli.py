@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the query's progress and state (keep it between runs)")
     stream.add_argument("--output", required=True, metavar="DIR", help="the folder the output rows are written to")
     stream.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
-                        help="read STREAM(NAME) from the change files in DIR; repeatable")
+                        help="read STREAM(NAME) from the change files in DIR, or from the change data feed of "
+                             "the Delta table in DIR; repeatable")
     stream.add_argument("--source-schema", action="append", default=[], metavar="NAME=COLUMNS",
                         help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
                              "the folder holds a file; repeatable")

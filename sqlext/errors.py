@@ -211,6 +211,19 @@ MESSAGES: dict[str, str] = {
     "STREAM_SOURCE_UNREADABLE": (
         "{function}: Spark cannot read the change files of {name}: the file {file} gives {cause}. {fix}"
     ),
+    # Delta tables' change data feeds (sqlext.delta)
+    "DELTA_NOT_INSTALLED": (
+        "{function}: reading the change data feed of the Delta table {path} needs the deltalake package, "
+        "which is not installed here. Install sqlext with its delta extra: pip install \"sqlext[delta]\"."
+    ),
+    "DELTA_PATH_UNSUPPORTED": (
+        "{function}: the Delta table {path} is kept in {store}, which deltalake (sqlext's reader of Delta "
+        "tables where Spark has no Delta Lake) cannot open. Copy the table to a local disk, S3, GCS or "
+        "Azure storage, or run on a Spark with Delta Lake (its io.delta package), whose reader sqlext uses."
+    ),
+    "DELTA_CHANGES_UNREADABLE": (
+        "{function}: cannot read the change data feed of the Delta table {path}: {cause}. {fix}"
+    ),
     # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (
         "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."

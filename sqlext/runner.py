@@ -29,15 +29,21 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
     from pyspark.errors import PySparkException
     from sqlglot.errors import ParseError, TokenError
 
+    from sqlext.delta import with_change_feeds
     from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 
-    plan = rewrite_statement(text, SparkRelations(spark))
-    if plan.streams:
-        raise stream_in_batch(plan.streams, text, function)
-    if on_plan is not None:
-        on_plan(plan)
-    views: list[str] = []
+    # the Delta change feeds the statement reads, as temporary views (dropped with the others)
+    runnable, views = with_change_feeds(spark, text, function)
+    try:
+        plan = rewrite_statement(runnable, SparkRelations(spark))
+        if plan.streams:
+            raise stream_in_batch(plan.streams, text, function)
+        if on_plan is not None:
+            on_plan(plan)
+    except BaseException:
+        _drop_views(spark, views)
+        raise
     try:
         for recursion in plan.recursions:
             from sqlext.udfs.recursion import expand
@@ -59,9 +65,13 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
             note_rewritten(error)
         raise
     finally:
-        if views and not _is_connect(spark):
-            for view in views:
-                spark.catalog.dropTempView(view)
+        _drop_views(spark, views)
+
+
+def _drop_views(spark, views: list[str]) -> None:
+    if views and not _is_connect(spark):
+        for view in views:
+            spark.catalog.dropTempView(view)
 
 
 def stream_in_batch(streams: list[str], text: str, function: str = FUNCTION) -> SqlextError:

@@ -92,6 +92,13 @@ class Folder:
         return Folder(self.uri.rstrip("/").rsplit("/", 1)[0], self.io, posixpath.dirname(self.path.rstrip("/")))
 
     @property
+    def store_uri(self) -> str | None:
+        """The URI of the file or folder in the store that holds it (a mount table followed),
+        for a library that opens stores itself (``file:///data/t``, ``s3://bucket/t``); None
+        where the store is known only to Hadoop's connector by another name."""
+        return self.io.store_uri(self.path)
+
+    @property
     def atomic_rename(self) -> bool:
         """Whether the store renames a file or folder atomically."""
         return self.io.atomic_rename
@@ -408,12 +415,17 @@ def _arrow_io(uri: str, conf) -> "_IO | None":
     return _ArrowIO(fs, scheme in ATOMIC_RENAME)
 
 
+def s3a_setting(conf, bucket: str, name: str) -> str | None:
+    """Hadoop's s3a setting ``name`` for ``bucket`` (its per-bucket value first)."""
+    return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
+
+
 def _s3(bucket: str, conf):
     """pyarrow's S3 with the endpoint and keys Hadoop's s3a has for ``bucket``."""
     import pyarrow.fs as pafs
 
     def setting(name):
-        return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
+        return s3a_setting(conf, bucket, name)
 
     options = {}
     if setting("access.key"):
@@ -437,6 +449,7 @@ class _IO:
     atomic_rename: bool
     streams: bool  # whether it writes Arrow buffers as they are (no copy into bytes)
 
+    def store_uri(self, path: str) -> str | None: ...
     def kind(self, path: str) -> str | None: ...
     def entries(self, path: str) -> list[Entry]: ...
     def mkdirs(self, path: str) -> None: ...
@@ -460,6 +473,11 @@ class _ArrowIO(_IO):
 
     def __reduce__(self):
         return _ArrowIO, (self.fs, self.atomic_rename)
+
+    def store_uri(self, path):
+        # pyarrow's paths are a local path, or the bucket and key of an object store
+        scheme = {"local": "file://", "s3": "s3://", "gcs": "gs://"}.get(self.fs.type_name)
+        return None if scheme is None else scheme + path
 
     def kind(self, path):
         import pyarrow.fs as pafs
@@ -539,6 +557,9 @@ class _HadoopIO(_IO):
 
     def _path(self, path):
         return _hadoop_path(self.jvm, path)
+
+    def store_uri(self, path):
+        return path  # the target's whole URI, as Hadoop qualified it
 
     def kind(self, path):
         p = self._path(path)

@@ -148,8 +148,8 @@ def test_the_readme_test_command_is_what_ci_runs():
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert ci[-1] == ".venv/bin/pytest"
     # CI sets up as the quick start does (quietly)
-    assert "python3 -m venv .venv" in ci and '.venv/bin/pip install -q -e ".[dev]"' in ci
-    assert 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]"' in SETUP[0].text
+    assert "python3 -m venv .venv" in ci and '.venv/bin/pip install -q -e ".[dev,delta]"' in ci
+    assert 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,delta]"' in SETUP[0].text
 
 
 def test_every_code_block_is_runnable_or_says_why_not():
@@ -243,7 +243,7 @@ def clone(tmp_path_factory) -> Path:
 
     The copy gets a .venv of its own whose site-packages names the suite venv's in a .pth
     file: the quick start's `python3 -m venv .venv` completes it, and its
-    `pip install -e ".[dev]"` finds every dependency installed and installs sqlext from the
+    `pip install -e ".[dev,delta]"` finds every dependency installed and installs sqlext from the
     copy into the copy's venv, leaving the suite's venv as it was."""
     env = _user_environment()
     copy = tmp_path_factory.mktemp("clone")

@@ -142,11 +142,12 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
     ``checkpoint``, the columns of every source are compared with those of the checkpoint's
-    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
+    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run; a Delta
+    table's commits are staged there (a Delta source needs it)."""
     from sqlext.storage import resolve
 
     checkpoint = None if checkpoint is None else resolve(spark, checkpoint)
-    return _frame(spark, one_statement(sql), Sources(spark, sources, source_format, schemas), checkpoint)
+    return _frame(spark, one_statement(sql), Sources(spark, sources, source_format, schemas, checkpoint), checkpoint)
 
 
 def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint):

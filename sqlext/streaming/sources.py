@@ -1,5 +1,6 @@
 """The sources a statement reads with ``STREAM(name)``: a folder of change files (given by
-name), a streaming temporary view, or a table Spark can read as a stream."""
+name), a Delta table's change data feed (a folder given by name that holds a Delta table, or
+``delta.`path```), a streaming temporary view, or a table Spark can read as a stream."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Sources:
         # nanosecond timestamps: read so, then cast to Spark's microsecond timestamps
         self._nanos: dict[str, dict] = {}
         self._nanos_before: list = []  # the session's nanos setting before a read turned it on
+        self._delta: dict[str, tuple] = {}  # a Delta source's name: its staged commits' folder, its columns
         unknown = sorted(set(self.schemas) - set(self.folders))
         if unknown:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
@@ -49,6 +51,9 @@ class Sources:
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one."""
+        delta = self._delta_source(call)
+        if delta is not None:
+            return delta[0]
         if self.file_format != "parquet":
             return None
         folder = next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
@@ -56,6 +61,15 @@ class Sources:
 
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names."""
+        delta = self._delta_source(call)
+        if delta is not None:
+            folder, schema, path = delta
+            if folder is None:  # Spark with Delta Lake streams the feed itself
+                from sqlext.delta import COMMIT_TIMESTAMP
+
+                return self.spark.readStream.format("delta").option("readChangeFeed", "true") \
+                    .option("startingVersion", "0").load(resolve(self.spark, path).uri).drop(COMMIT_TIMESTAMP)
+            return self.spark.readStream.format("parquet").schema(schema).load(folder.uri)
         names = stream_names(call)
         name = next((n for n in names if n in self.folders), None)
         if name is not None:
@@ -67,6 +81,44 @@ class Sources:
         name = names[0]
         frame = self.spark.table(name)
         return frame if frame.isStreaming else self.spark.readStream.table(name)
+
+    def _delta_source(self, call: exp.Anonymous) -> tuple | None:
+        """For ``STREAM(...)`` over a Delta table (a folder given by name that holds one, or
+        ``delta.`path```): the folder of its commits staged for this run (the commits after those
+        the checkpoint has, one Parquet file of change rows each; see
+        :meth:`sqlext.delta.DeltaChanges.stage`), its columns and its path; the folder and columns
+        are None where Spark reads the feed itself. None for any other source. Looked up, and
+        staged, once per run."""
+        from sqlext.delta import is_delta_table, path_of
+
+        names = stream_names(call)
+        name = next((n for n in names if n in self.folders), names[0])
+        if name not in self._delta:
+            path = self.folders.get(name)
+            if path is None:
+                path = path_of(stream_argument(call))
+            elif not is_delta_table(resolve(self.spark, path)):
+                path = None
+            self._delta[name] = None if path is None else self._stage(name, path)
+        return self._delta[name]
+
+    def _stage(self, name: str, path: str) -> tuple:
+        from sqlext.delta import STAGED_FOLDER, DeltaChanges, spark_reads_delta
+        from sqlext.streaming.run import arrow_schema, spark_schema
+
+        if spark_reads_delta(self.spark):
+            return None, None, path
+        if self.checkpoint is None:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"STREAM({name}) without a checkpoint",
+                              reason="a run reads the Delta table's commits after those its checkpoint records",
+                              fix="Give the run a checkpoint (sqlext.stream and sqlext stream take one; "
+                                  "streaming_frame takes checkpoint=...).")
+        feed = DeltaChanges(self.spark, path, FUNCTION)
+        schema = spark_schema(feed.schema())
+        staging = self.checkpoint / STAGED_FOLDER / feed.staging_name()
+        staging.mkdirs()
+        feed.stage(staging, arrow_schema(schema))
+        return staging, schema, path
 
     def _read_nanos(self, name: str, folder: str, schema):
         """The stream of a folder whose files hold nanosecond timestamps: read as Spark 4 reads

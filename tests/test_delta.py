@@ -1,0 +1,396 @@
+"""Delta tables' change data feeds (sqlext.delta): tables written with deltalake, commit by
+commit, read by batch statements (TABLE(delta.`path`), table_changes) and by incremental runs
+(STREAM(delta.`path`), a folder source holding a Delta table), against the same statements over
+the same changes as Parquet change rows; and the errors of what cannot be read."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import sqlext
+from delta_tables import commit, create, write_table
+from feeds import CDF_SCHEMA, cdf_rows, compact, computed_on, run_filter
+from rows import multiset
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now
+from test_changelog_filter_cases import CASES
+from test_fk_join import LEFT_CDF, RIGHT_CDF, feed, fk_join
+from test_fk_join import SEED_EVENTS as KIP_213_EVENTS
+from test_fk_join import SEED_EXPECTED as KIP_213_EXPECTED
+
+# five commits: inserts, updates (one to a value the filter drops), deletes, a re-insert
+FIVE_COMMITS = [(1, 1, 5), (1, 2, -3), (1, 3, 8),
+                (2, 1, 7), (2, 2, 4),
+                (3, 1, None), (3, 3, -2),
+                (4, 4, 6), (4, 2, 9),
+                (5, 1, 2), (5, 4, None), (5, 3, 1)]
+
+
+def filter_sql(source: str, emit: str = "changes") -> str:
+    return (f"SELECT * FROM CHANGELOG_FILTER(input => TABLE({source}), key => 'id', predicate => 'v >= 0', "
+            f"emit => '{emit}')")
+
+
+def delta_name(uri: str) -> str:
+    return "delta.`" + uri.replace("`", "``") + "`"
+
+
+@pytest.fixture
+def root():
+    folder = Path(tempfile.mkdtemp(prefix="sqlext-delta-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def batch(spark, sql: str) -> list[dict]:
+    return [r.asDict() for r in sqlext.sql(spark, sql).collect()]
+
+
+class Runs:
+    """Incremental runs into one output folder; :meth:`run` gives the rows a run added."""
+
+    def __init__(self, spark, root: Path, storage, sources: dict | None = None):
+        self.spark, self.root, self.storage = spark, root, storage
+        self.options = dict(checkpoint=storage.uri(root / "checkpoint"), output=storage.uri(root / "out"),
+                            sources=sources or {})
+        self.seen: list[dict] = []
+        self.jobs: list[int] = []  # the Spark jobs of each run
+
+    def run(self, sql: str, path: str = "auto") -> list[dict]:
+        from sqlext.streaming import jobs_of
+
+        with computed_on(self.spark, path):
+            query = run_available_now(self.spark, sql, **self.options)
+        self.jobs.append(len(jobs_of(self.spark, query)))
+        rows = [r.asDict() for r in self.spark.read.parquet(self.options["output"]).collect()] \
+            if any((self.root / "out").glob("*.parquet")) else []
+        new = multiset(rows) - multiset(self.seen)
+        self.seen = rows
+        return [dict(r) for r in new.elements()]
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_five_commits_run_by_run_give_the_batch_rows(spark, root, storage, path, view):
+    """A run after each commit forwards the rows of that commit that the batch statement over
+    the whole table gives, and the batch statement over the table gives what it gives over the
+    same changes as Parquet change rows. On the driver, a run starts no Spark job. A sixth run,
+    with no new commit, writes nothing."""
+    from sqlext.streaming.summary import RunCounter
+
+    rows = cdf_rows(FIVE_COMMITS)
+    table = storage.uri(root / "accounts")
+    create(root / "accounts", CDF_SCHEMA)
+    runs = Runs(spark, root, storage)
+    outputs = {}
+    for version in range(1, 6):
+        assert commit(root / "accounts", CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == version]) \
+            == version
+        outputs[version] = runs.run(filter_sql(f"STREAM({delta_name(table)})"), path)
+    over_delta = batch(spark, filter_sql(delta_name(table)))
+    spark.createDataFrame(rows, CDF_SCHEMA).write.parquet(str(root / "changes"))
+    over_parquet = batch(spark, filter_sql(f"parquet.`{root / 'changes'}`"))
+    assert multiset(over_delta) == multiset(over_parquet)
+    for version, got in outputs.items():
+        assert multiset(got) == multiset(r for r in over_delta if r["_commit_version"] == version), version
+    assert {r["_change_type"] for r in over_delta} == {"insert", "update_preimage", "update_postimage", "delete"}
+    if path == "driver":  # the staged commits are read as any folder's files: without a Spark job
+        assert runs.jobs == [0] * 5
+
+    counter = RunCounter(spark, runs.options["checkpoint"], runs.options["output"])
+    assert runs.run(filter_sql(f"STREAM({delta_name(table)})"), path) == []
+    counts = counter.counts()
+    assert (counts.batches, counts.files_written) == (0, 0)
+    assert counts.describe().startswith("nothing new")
+
+
+def _case_events():
+    """KAFKA-3902's case table, each case on its own key."""
+    return [(version, index, *rest) for index, (case_events, *_) in enumerate(CASES.values())
+            for version, _key, *rest in case_events]
+
+
+def test_the_kafka_3902_cases_as_delta_commits_give_the_parquet_rows(spark, root, storage, capsys):
+    """The case table written as one commit per version, read from a folder source given by
+    name (the command line's --source NAME=DIR), one commit per run: each run forwards the
+    batch rows of its version over the Parquet change rows; so does the batch statement over
+    the table, in every emit mode that does not forward deletes of rows never there (a Delta
+    table records no such delete)."""
+    from sqlext.cli import main
+
+    events = _case_events()
+    rows = cdf_rows(events)
+    parquet = {emit: run_filter("native", spark, "cdf", events, emit=emit) for emit in ("changes", "final")}
+    folder = root / "accounts"
+    write_table(folder, CDF_SCHEMA, "id", rows)
+    for emit in ("changes", "final"):
+        got = batch(spark, filter_sql(delta_name(storage.uri(folder)), emit))
+        assert compact(got, emit) == compact(parquet[emit], emit), emit
+
+    # the same cases run by run: a fresh table that grows a commit per run
+    shutil.rmtree(folder)
+    create(folder, CDF_SCHEMA)
+    query = root / "filter.sql"
+    query.write_text(filter_sql("STREAM(accounts)") + ";\n")
+    argv = ["stream", str(query), "--source", f"accounts={storage.uri(folder)}", "--checkpoint",
+            storage.uri(root / "checkpoint"), "--output", storage.uri(root / "out")]
+    seen: list[dict] = []
+    for version in sorted({e[0] for e in events}):
+        commit(folder, CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == version])
+        assert main(argv) == 0
+        assert "read 1 file" in capsys.readouterr().out
+        out = [r.asDict() for r in spark.read.parquet(storage.uri(root / "out")).collect()]
+        new = list((multiset(out) - multiset(seen)).elements())
+        seen = out
+        assert sorted(compact([dict(r) for r in new], "changes"), key=repr) == sorted(
+            [c for c in compact(parquet["changes"], "changes") if c[2] == version], key=repr), version
+    assert main(argv) == 0
+    assert "nothing new" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def kip_213_tables():
+    """KIP-213's event table as two Delta tables (orders, customers) with a commit per event's
+    version in both (empty in the table the event does not change), so their versions are the
+    event table's one order."""
+    folder = Path(tempfile.mkdtemp(prefix="sqlext-delta-fk-"))
+    last = max(e[0] for e in KIP_213_EVENTS)
+    write_table(folder / "orders", LEFT_CDF, "id", _side_rows("left"), last)
+    write_table(folder / "customers", RIGHT_CDF, "rid", _side_rows("right"), last)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _side_rows(side: str) -> list[dict]:
+    return feed([(v, k, r) for v, s, k, r in KIP_213_EVENTS if s == side], "cdf", "id" if side == "left" else "rid")
+
+
+def join_sql(left: str, right: str, join_type: str, emit: str) -> str:
+    return (f"SELECT * FROM FK_JOIN(left => TABLE({left}), right => TABLE({right}), left_key => 'id', "
+            f"foreign_key => 'fk', right_key => 'rid', join_type => '{join_type}', emit => '{emit}')")
+
+
+@pytest.mark.parametrize("join_type, emit", list(KIP_213_EXPECTED))
+def test_the_kip_213_event_table_as_delta_commits_gives_the_parquet_rows_in_batch(spark, kip_213_tables, join_type,
+                                                                                  emit):
+    from test_fk_join import compact as join_compact
+
+    left, right = (delta_name(str(kip_213_tables / name)) for name in ("orders", "customers"))
+    got = batch(spark, join_sql(left, right, join_type, emit))
+    assert join_compact(got, emit) == join_compact(fk_join(spark, KIP_213_EVENTS, "cdf", join_type, emit), emit)
+
+
+@pytest.mark.parametrize("join_type, emit", [("left", "changes"), ("inner", "records")])
+def test_the_kip_213_event_table_as_delta_commits_one_commit_per_run(spark, root, storage, join_type, emit):
+    """Both tables grow a commit per run; each run forwards the Parquet form's batch rows of
+    its version."""
+    from test_fk_join import compact as join_compact
+
+    expected = join_compact(fk_join(spark, KIP_213_EVENTS, "cdf", join_type, emit), emit)
+    sides = {"orders": (LEFT_CDF, "id", _side_rows("left")), "customers": (RIGHT_CDF, "rid", _side_rows("right"))}
+    for name, (ddl, _key, _rows) in sides.items():
+        create(root / name, ddl)
+    runs = Runs(spark, root, storage, sources={name: storage.uri(root / name) for name in sides})
+    for version in range(1, max(e[0] for e in KIP_213_EVENTS) + 1):
+        for name, (ddl, key, rows) in sides.items():
+            commit(root / name, ddl, key, [r for r in rows if r["_commit_version"] == version])
+        got = join_compact(runs.run(join_sql("STREAM(orders)", "STREAM(customers)", join_type, emit)), emit)
+        assert got == [r for r in expected if r[4] == version], version
+
+
+def _feed(path: str, start: int, end: int | None = None) -> list[dict]:
+    """The change rows deltalake itself reads, without their commit times."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    rows = pa.table(DeltaTable(path).load_cdf(starting_version=start, ending_version=end).read_all())
+    return [{k: v for k, v in r.items() if k != "_commit_timestamp"} for r in rows.to_pylist()]
+
+
+def test_table_changes_reads_a_range_of_commits(spark, root):
+    """The change rows of the commits asked for, the table's columns then the change columns;
+    a delete carries the row as the table held it (its ts is the row's, not the delete's)."""
+    rows = cdf_rows(FIVE_COMMITS)
+    write_table(root / "accounts", CDF_SCHEMA, "id", rows)
+    path = str(root / "accounts")
+    everything = sqlext.sql(spark, f"SELECT * FROM table_changes('{path}', 0)")
+    assert everything.columns == ["id", "name", "v", "ts", "_change_type", "_commit_version"]
+    assert multiset(r.asDict() for r in everything.collect()) == multiset(_feed(path, 0))
+    assert multiset({**r, "ts": None} for r in _feed(path, 0)) == multiset({**r, "ts": None} for r in rows)
+    ranged = batch(spark, f"SELECT c.* FROM table_changes('delta.`{path}`', 2, 3) AS c")
+    assert multiset(ranged) == multiset(_feed(path, 2, 3))
+    assert {r["_commit_version"] for r in ranged} == {2, 3}
+    joined = batch(spark, f"SELECT c.id, c._commit_version FROM (table_changes('{path}', 4, 4) AS c JOIN "
+                          f"table_changes('{path}', 5) AS d ON c.id = d.id)")
+    assert sorted((r["id"], r["_commit_version"]) for r in joined) == [(4, 4)]  # account 4: opened, then closed
+    for versions in ("6", "2, 6", "3, 2"):  # past the latest version (5), or backwards
+        with pytest.raises(SqlextError) as past:
+            sqlext.sql(spark, f"SELECT * FROM table_changes('{path}', {versions})")
+        assert past.value.error_class == "DELTA_CHANGES_UNREADABLE", versions
+        assert "latest is 5" in str(past.value)
+    for arguments in ("'accounts', 1", f"'{path}'", f"'{path}', '2026-01-01'"):
+        with pytest.raises(SqlextError) as wrong:
+            sqlext.sql(spark, f"SELECT * FROM table_changes({arguments})")
+        assert wrong.value.error_class == "INVALID_ARGUMENT_TYPE", arguments
+    assert not any(t.name.startswith("__sx_delta") for t in spark.catalog.listTables())
+
+
+def test_what_cannot_be_read_is_a_classed_error(spark, root, monkeypatch):
+    from deltalake import write_deltalake
+
+    from delta_tables import data_schema
+    from sqlext.delta import DeltaChanges, spark_reads_delta, store_location
+
+    assert not spark_reads_delta(spark)  # the embedded session has no Delta Lake: deltalake reads
+    write_deltalake(str(root / "no_feed"), data_schema(CDF_SCHEMA).empty_table())
+    (root / "not_a_table").mkdir()
+    for folder in ("no_feed", "not_a_table"):
+        with pytest.raises(SqlextError) as error:
+            sqlext.sql(spark, filter_sql(delta_name(str(root / folder))))
+        assert error.value.error_class == "DELTA_CHANGES_UNREADABLE", folder
+        assert str(root / folder) in str(error.value)
+
+    class Elsewhere:  # a folder in a store deltalake does not open
+        uri = store_uri = "hdfs://namenode/warehouse/accounts"
+
+    with pytest.raises(SqlextError) as error:
+        store_location(spark, Elsewhere(), Elsewhere.uri, "sqlext stream")
+    assert error.value.error_class == "DELTA_PATH_UNSUPPORTED"
+
+    class Remote:  # a Spark Connect session: no JVM, so the path is handed over as given
+        pass
+
+    assert DeltaChanges(Remote(), str(root / "no_feed"), "sqlext sql").uri == str(root / "no_feed")
+    with pytest.raises(SqlextError) as error:
+        DeltaChanges(Remote(), Elsewhere.uri, "sqlext sql")
+    assert error.value.error_class == "DELTA_PATH_UNSUPPORTED"
+
+    monkeypatch.setitem(sys.modules, "deltalake", None)  # as if it were not installed
+    with pytest.raises(SqlextError) as error:
+        sqlext.sql(spark, filter_sql(delta_name(str(root / "no_feed"))))
+    assert error.value.error_class == "DELTA_NOT_INSTALLED"
+    assert 'pip install "sqlext[delta]"' in str(error.value)
+
+
+@pytest.mark.storage("viewfs")
+def test_a_run_redone_after_a_crash_reads_each_commit_once(spark, root, storage):
+    """The states a crash can leave: commits staged but their version not recorded (killed while
+    staging), and a batch whose output is written but not committed (killed before the
+    checkpoint's commit). The next run stages nothing twice and redoes the batch: the output
+    holds every row of the batch statement once."""
+    from sqlext.delta import OFFSET_FILE, STAGED_FOLDER
+
+    rows = cdf_rows(FIVE_COMMITS)
+    table = delta_name(storage.uri(root / "accounts"))
+    create(root / "accounts", CDF_SCHEMA)
+    runs = Runs(spark, root, storage)
+    for version in (1, 2):
+        commit(root / "accounts", CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == version])
+    runs.run(filter_sql(f"STREAM({table})"))
+    staged, = (root / "checkpoint" / STAGED_FOLDER).iterdir()
+    (staged / OFFSET_FILE).unlink()
+    last = max(int(p.name) for p in (root / "checkpoint" / "commits").iterdir() if p.name.isdigit())
+    (root / "checkpoint" / "commits" / str(last)).unlink()
+    commit(root / "accounts", CDF_SCHEMA, "id", [r for r in rows if r["_commit_version"] == 3])
+    runs.run(filter_sql(f"STREAM({table})"))
+    assert sorted(p.name for p in staged.glob("commit-*.parquet")) == [f"commit-{v:020d}.parquet" for v in (1, 2, 3)]
+    assert multiset(runs.seen) == multiset(batch(spark, filter_sql(table)))
+
+
+def test_the_delta_example_runs_and_its_runs_give_the_batch_rows(spark, root, capsys):
+    """sql_examples/delta_accounts.py: its incremental runs' output is its batch query's rows."""
+    import importlib.util
+
+    example = Path(__file__).resolve().parent.parent / "sql_examples" / "delta_accounts.py"
+    spec = importlib.util.spec_from_file_location("delta_accounts", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got = module.main(spark, str(root))
+    assert got["batch"] and multiset(got["runs"]) == multiset(got["batch"])
+    assert {r["_change_type"] for r in got["batch"]} == {"insert", "update_preimage", "update_postimage", "delete"}
+    printed = capsys.readouterr().out
+    assert "|  3|carol|     15|          delete|              4|" in printed  # carol overdraws: she leaves
+
+
+def test_the_spellings_of_a_delta_table_parse_without_spark():
+    """Spark's ``delta.`path``` parses as it is, in a FROM, a TABLE(...) argument and inside
+    STREAM(...); table_changes takes either form of the path."""
+    from sqlglot import exp
+
+    from sqlext.delta import _table_changes_arguments, path_of
+    from sqlext.rewrites.dialect import parse_one, stream_argument, to_sql
+
+    sql = ("SELECT * FROM FK_JOIN(left => TABLE(delta.`/data/o``rders`), right => TABLE(STREAM(delta.`s3a://b/c`)), "
+           "left_key => 'id', foreign_key => 'fk', right_key => 'rid')")
+    tree = parse_one(sql)
+    assert to_sql(tree) == sql
+    tables = [t for t in tree.find_all(exp.Table) if t.this.name.upper() != "FK_JOIN"]
+    assert path_of(tables[0]) == "/data/o`rders"
+    assert path_of(stream_argument(tables[1].this)) == "s3a://b/c"
+    for spelling in ("'/data/t'", "'delta.`/data/t`'"):
+        call = parse_one(f"SELECT * FROM table_changes({spelling}, 2, 5)").find(exp.Table).this
+        assert _table_changes_arguments(call) == ("/data/t", 2, 5)
+
+
+def test_staging_reads_a_long_history_a_bounded_number_of_commits_at_a_time(spark, root, monkeypatch):
+    """Staged two commits at a time, five commits give the same files as staged at once."""
+    import pyarrow.parquet as pq
+
+    from sqlext import delta
+    from sqlext.storage import local
+
+    rows = cdf_rows(FIVE_COMMITS)
+    write_table(root / "accounts", CDF_SCHEMA, "id", rows)
+    feed = delta.DeltaChanges(spark, str(root / "accounts"), "sqlext stream")
+    schema = feed.schema()
+    feed.stage(local(root / "all"), schema)
+    monkeypatch.setattr(delta, "STAGE_COMMITS", 2)
+    feed.stage(local(root / "by_two"), schema)
+    names = sorted(p.name for p in (root / "all").glob("commit-*.parquet"))
+    assert names == [f"commit-{v:020d}.parquet" for v in range(1, 6)]
+    assert sorted(p.name for p in (root / "by_two").glob("commit-*.parquet")) == names
+    for name in names:
+        assert pq.read_table(root / "all" / name).equals(pq.read_table(root / "by_two" / name))
+
+
+def test_a_streaming_frame_over_a_delta_table_stages_its_commits_in_the_checkpoint_given(spark, root):
+    """streaming_frame, for any sink: the commits are staged in the checkpoint it is given; without
+    one it cannot tell which commits are new, and says so."""
+    from sqlext.delta import STAGED_FOLDER
+    from sqlext.streaming import streaming_frame
+
+    write_table(root / "accounts", CDF_SCHEMA, "id", cdf_rows(FIVE_COMMITS[:3]))
+    sql = filter_sql(f"STREAM({delta_name(str(root / 'accounts'))})")
+    with pytest.raises(SqlextError) as error:
+        streaming_frame(spark, sql)
+    assert error.value.error_class == "UNSUPPORTED_STREAM"
+    frame = streaming_frame(spark, sql, checkpoint=str(root / "checkpoint"))
+    assert frame.isStreaming and frame.columns == ["id", "name", "v", "ts", "_change_type", "_commit_version"]
+    staged, = (root / "checkpoint" / STAGED_FOLDER).iterdir()
+    assert [p.name for p in staged.glob("commit-*.parquet")] == [f"commit-{1:020d}.parquet"]
+
+
+def test_s3_keys_and_endpoint_come_from_sparks_s3a_settings(spark):
+    """deltalake is given the keys and endpoint Spark's s3a connector has for the bucket (its
+    per-bucket settings first); nothing is looked up on S3 itself."""
+    from sqlext.delta import store_location
+
+    class Bucket:
+        uri = store_uri = "s3a://lake/accounts"
+
+    conf = spark._jsc.hadoopConfiguration()
+    settings = {"fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK", "fs.s3a.bucket.lake.endpoint": "http://minio:9000"}
+    try:
+        for key, value in settings.items():
+            conf.set(key, value)
+        uri, options = store_location(spark, Bucket(), Bucket.uri, "sqlext sql")
+    finally:
+        for key in settings:
+            conf.unset(key)
+    assert uri == "s3://lake/accounts"
+    assert options == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_ENDPOINT_URL": "http://minio:9000",
+                       "AWS_ALLOW_HTTP": "true"}

@@ -9,6 +9,7 @@ a checkpoint; each costs a few seconds, so the data stays small.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from profiles import examples
+from profiles import PROFILE, examples
 
 from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
 from rows import multiset
@@ -76,10 +77,21 @@ class Feed:
         return [dict(r) for r in new.elements()]
 
 
-@pytest.fixture(params=["tables", "state_store"])
-def engine(request):
-    """Both places an incremental CHANGELOG_FILTER can keep its state give the same rows."""
-    return request.param
+ENGINES = ("tables", "state_store")
+_engine_turns = itertools.count()
+
+
+def pytest_generate_tests(metafunc):
+    """Both places an incremental CHANGELOG_FILTER can keep its state give the same rows. A test
+    that names its engines runs on those; any other test that takes ``engine`` runs on one
+    engine, the two taken in turn through the file, so that each meets half of them (the
+    nightly profile runs every such test on both)."""
+    if "engine" not in metafunc.fixturenames:
+        return
+    if any(m.name == "parametrize" and "engine" in str(m.args[0]) for m in metafunc.definition.iter_markers()):
+        return
+    engines = list(ENGINES) if PROFILE == "nightly" else [ENGINES[next(_engine_turns) % len(ENGINES)]]
+    metafunc.parametrize("engine", engines)
 
 
 @pytest.fixture
@@ -101,6 +113,7 @@ histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
     .map(lambda evs: [(version + 1, key, v) for version, (key, v) in enumerate(evs)])
 
 
+@pytest.mark.parametrize("engine", ENGINES)  # the property every engine must hold, on both always
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
        emit=st.sampled_from(["changes", "records"]), path=st.sampled_from(["driver", "spark"]))

@@ -111,3 +111,21 @@ def test_an_interval_column_reads_in_pandas_as_the_docs_say(spark, tmp_path):
     assert frame["gap"].tolist() == [240000000]
     assert pd.to_timedelta(frame["gap"], unit="us").tolist() == [pd.Timedelta(minutes=4)]
     assert frame["gap_seconds"].tolist() == [240]
+
+
+def test_json_files_are_read_in_the_declared_columns(spark, tmp_path):
+    """JSON holds no column types (Spark would infer BIGINT for any number): with a declared
+    schema, the files are read in its types, not refused as a schema change."""
+    source = tmp_path / "accounts"
+    source.mkdir()
+    (source / "a.json").write_text('{"id": 1, "v": 5, "_change_type": "insert", "_commit_version": 1}\n'
+                                   '{"id": 2, "v": -1, "_change_type": "insert", "_commit_version": 1}\n')
+    sql = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(accounts)), key => 'id', "
+           "predicate => 'v >= 0')")
+    options = dict(sources={"accounts": str(source)}, source_format="json", checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"),
+                   schemas={"accounts": "v INT, id INT, _change_type STRING, _commit_version BIGINT"})
+    run_available_now(spark, sql, **options)
+    out = spark.read.parquet(str(tmp_path / "out"))
+    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields][:2] == [("v", "int"), ("id", "int")]
+    assert [(r.id, r.v, r._change_type) for r in out.collect()] == [(1, 5, "insert")]

@@ -15,6 +15,8 @@ from sqlext.rewrites.dialect import stream_argument, to_sql
 from sqlext.storage import Folder, resolve, walk_files
 
 FUNCTION = "sqlext stream"
+# formats whose files hold no column types (Spark infers them, as BIGINT for any JSON number)
+TEXT_FORMATS = ("json", "csv", "text")
 
 
 def stream_names(call: exp.Anonymous) -> tuple[str, ...]:
@@ -188,6 +190,8 @@ class Sources:
                               expected="a column list such as 'id BIGINT, name STRING'",
                               value=repr(self.schemas[name]), fix="Name each column and its type.")
         resolve(self.spark, folder).mkdirs()
+        if self.file_format.lower() in TEXT_FORMATS:
+            return schema  # text has no types of its own: the declared ones are how Spark reads it
         found = self._found(name, folder, missing_ok=True)
         if found is not None:
             have = [(f.name, f.dataType.simpleString()) for f in found.fields]

@@ -22,6 +22,12 @@ def multiset(rows: Iterable) -> Counter:
     return Counter(row_tuple(r) for r in rows)
 
 
+def added(rows: Iterable[dict], before: Iterable[dict]) -> list[dict]:
+    """The rows of an output beyond those it held before (as multisets): what one incremental
+    run appended."""
+    return [dict(r) for r in (multiset(rows) - multiset(before)).elements()]
+
+
 def ordered(rows: Iterable) -> list[tuple]:
     """The rows as tuples in the order given: for results whose order is part of the check."""
     return [row_tuple(r) for r in rows]

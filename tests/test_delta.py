@@ -15,7 +15,7 @@ import pytest
 import sqlext
 from delta_tables import commit, create, write_table
 from feeds import CDF_SCHEMA, cdf_rows, compact, computed_on, run_filter
-from rows import multiset
+from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
 from test_changelog_filter_cases import CASES
@@ -69,9 +69,8 @@ class Runs:
         self.jobs.append(len(jobs_of(self.spark, query)))
         rows = [r.asDict() for r in self.spark.read.parquet(self.options["output"]).collect()] \
             if any((self.root / "out").glob("*.parquet")) else []
-        new = multiset(rows) - multiset(self.seen)
-        self.seen = rows
-        return [dict(r) for r in new.elements()]
+        new, self.seen = added(rows, self.seen), rows
+        return new
 
 
 @pytest.mark.parametrize("path", ["driver", "spark"])

@@ -20,7 +20,7 @@ from profiles import examples
 import sqlext
 from change_shapes import ORDER, ORDER_IN, SHAPES, as_delta, debezium_schema, in_shape, quoted
 from feeds import cdf_rows, compact, computed_on
-from rows import multiset
+from rows import added, multiset
 from sqlext.catalog.input_formats import change_rows
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import to_sql
@@ -295,9 +295,8 @@ class ShapedFeeds:
                               output=self.uri(self.root / "out"),
                               sources={name: self.uri(self.root / name) for name in self.tables})
         rows = self.output()
-        new = multiset(rows) - multiset(self.seen)
-        self.seen = rows
-        return [dict(r) for r in new.elements()]
+        new, self.seen = added(rows, self.seen), rows
+        return new
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from profiles import PROFILE, examples
 
 from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
-from rows import multiset
+from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now, stream, streaming_frame
 from test_changelog_filter_cases import CASES, SEQUENCED
@@ -72,9 +72,8 @@ class Feed:
             run_available_now(self.spark, sql, **self.options())
         rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) or (self.output / "_spark_metadata").exists() else []
-        new = multiset(rows) - multiset(self.seen)
-        self.seen = rows
-        return [dict(r) for r in new.elements()]
+        new, self.seen = added(rows, self.seen), rows
+        return new
 
 
 ENGINES = ("tables", "state_store")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from profiles import examples
 
 from feeds import computed_on
-from rows import multiset
+from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
 from sqlext.streaming.engine import LAST_RUN
@@ -76,9 +76,8 @@ class Feeds:
             run_available_now(self.spark, sql, **self.options())
         rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) else []
-        new = multiset(rows) - multiset(self.seen)
-        self.seen = rows
-        return [dict(r) for r in new.elements()]
+        new, self.seen = added(rows, self.seen), rows
+        return new
 
 
 @pytest.fixture

@@ -264,8 +264,7 @@ class AggregateOperator(KeyedOperator):
         items += [(a.column, a.argument) for a in shape.aggregates if a.argument is not None]
         projection = {}
         for name, node in items:
-            projection[name] = pc.scalar(int(node.this)) if isinstance(node, exp.Literal) and node.is_int \
-                else arrow_expression(node, schema, alias)
+            projection[name] = arrow_expression(node, schema, alias)
             if projection[name] is None:
                 return None, None
         where = self.shape.tree.args.get("where")

@@ -178,10 +178,56 @@ def at(values: np.ndarray, indices: np.ndarray, missing: int = -1) -> np.ndarray
 def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     """The rows at ``indices`` (-1: a row of NULLs)."""
     missing = indices < 0
-    chosen = table.take(pa.array(np.where(missing, 0, indices))) if table.num_rows else \
-        pa.Table.from_arrays([pa.nulls(len(indices), f.type) for f in table.schema], schema=table.schema)
-    if not missing.any() or not table.num_rows:
-        return chosen
-    mask = pa.array(missing)
-    return pa.Table.from_arrays([pc.if_else(mask, pa.nulls(len(indices), c.type), c) for c in chosen.columns],
-                                schema=table.schema)
+    if not table.num_rows:
+        return pa.Table.from_arrays([pa.nulls(len(indices), f.type) for f in table.schema], schema=table.schema)
+    chosen = pa.array(np.where(missing, 0, indices), mask=missing if missing.any() else None)
+    return table.take(chosen)  # a NULL index takes a row of NULLs
+
+
+def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Table:
+    """A change feed's net effect per key, as a minimal change feed: what a reader of the
+    table it describes sees between before the first change and after the last.
+
+    A key's first change says whether it had a row before (an ``update_preimage`` or a
+    ``delete`` carries that row), its last whether it has one after (an ``insert`` or an
+    ``update_postimage`` carries it). A key with a row before and after, the two different,
+    gives a preimage and a postimage; one with a row only after an insert, only before a
+    delete; otherwise nothing. Every row takes the ordering value of the key's last change.
+    The changes' order within a key is their ordering value, then their place in ``changes``
+    (a preimage before its postimage)."""
+    from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE
+
+    count = changes.num_rows
+    if count == 0:
+        return changes
+    key_codes = codes([changes[k] for k in keys])
+    order = np.lexsort((np.arange(count), ranks(changes[order_by]), key_codes))
+    edge = key_codes[order][1:] != key_codes[order][:-1]
+    first, last = order[np.r_[True, edge]], order[np.r_[edge, True]]
+    kinds = changes[CHANGE_TYPE]
+    before = np.asarray(pc.fill_null(pc.is_in(kinds.take(pa.array(first)), value_set=pa.array([PREIMAGE, DELETE])),
+                                     False), dtype=bool)
+    after = np.asarray(pc.fill_null(pc.is_in(kinds.take(pa.array(last)), value_set=pa.array(list(SETS_VALUE))),
+                                    False), dtype=bool)
+    both = before & after
+    if both.any():
+        old, new = changes.take(pa.array(first[both])), changes.take(pa.array(last[both]))
+        same = np.ones(int(both.sum()), dtype=bool)
+        for column in changes.column_names:
+            if column not in (CHANGE_TYPE, order_by):
+                same &= np.asarray(same_value(old[column], new[column]), dtype=bool)
+        both[both] = ~same
+    pieces = [(first, both, PREIMAGE), (last, both, POSTIMAGE), (last, after & ~before, INSERT),
+              (first, before & ~after, DELETE)]
+    # the key's rows in order: its preimage, then its postimage
+    rows = np.concatenate([np.flatnonzero(chosen) for _, chosen, _ in pieces])
+    which = np.concatenate([np.full(int(chosen.sum()), i) for i, (_, chosen, _) in enumerate(pieces)])
+    arranged = np.lexsort((which, rows))
+    rows, which = rows[arranged], which[arranged]
+    source = np.choose(which, [first[rows], last[rows], last[rows], first[rows]])
+    kind = pa.array([kind for _, _, kind in pieces], pa.string()).take(pa.array(which))
+    net = changes.take(pa.array(source))
+    net = net.set_column(net.schema.get_field_index(CHANGE_TYPE), CHANGE_TYPE,
+                         kind.cast(changes.schema.field(CHANGE_TYPE).type))
+    return net.set_column(net.schema.get_field_index(order_by), order_by,
+                          changes[order_by].take(pa.array(last[rows])))

@@ -290,6 +290,8 @@ class _JoinIncrement:
             versions_at.append(when[valid])
             source.append(lines.num_rows + change[valid])
         keys, versions_at, source = np.concatenate(keys), np.concatenate(versions_at), np.concatenate(source)
+        # one pair per (left key, version), in key and version order (the lookups below then
+        # walk the timelines in order)
         _, first = np.unique(keys * width + versions_at, return_index=True)
         keys, versions_at, source = keys[first], versions_at[first], source[first]
 
@@ -305,29 +307,53 @@ class _JoinIncrement:
 
         old_left, old_right, old_exists = result(strict=True)
         new_left, new_right, new_exists = result(strict=False)
-        old = self._images(lines, right_lines, old_left, old_right)
-        new = self._images(lines, right_lines, new_left, new_right)
-        from sqlext.udfs.column_wise import same_value
-
-        differs = np.zeros(len(keys), dtype=bool)
-        for column in old.column_names:
-            differs |= ~np.asarray(same_value(old[column], new[column]), dtype=bool)
-        both = old_exists & new_exists & differs
-        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source))
-        pieces = [(old, both, PREIMAGE, 0), (new, both, POSTIMAGE, 1), (new, new_exists & ~old_exists, INSERT, 0),
-                  (old, old_exists & ~new_exists, DELETE, 0)]
-        tables, sort_keys = [], []
-        for image, chosen, kind, after in pieces:
-            mask = pa.array(chosen)
-            arrays = image.filter(mask).columns + [pa.array([kind] * int(chosen.sum()), pa.string()),
-                                                  values.filter(mask)]
-            tables.append(pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, self.output_schema)],
-                                               schema=self.output_schema))
-            sort_keys.append((versions_at[chosen], keys[chosen], np.full(int(chosen.sum()), after)))
-        out = pa.concat_tables(tables)
-        at_sorted, key_sorted, after_sorted = (np.concatenate([k[i] for k in sort_keys]) for i in range(3))
-        out = out.take(pa.array(np.lexsort((after_sorted, key_sorted, at_sorted))))
+        both = old_exists & new_exists
+        both[both] = self._differ(lines, right_lines, old_left[both], new_left[both], old_right[both],
+                                  new_right[both])
+        inserted, deleted = new_exists & ~old_exists, old_exists & ~new_exists
+        # the output's order: by version, then by key (each pair's rows together)
+        span = int(keys.max()) + 1 if len(keys) else 1
+        order = np.argsort(versions_at * span + keys) if width * span < (1 << 62) else np.lexsort((keys, versions_at))
+        old_left, new_left, old_right, new_right = old_left[order], new_left[order], old_right[order], new_right[order]
+        both, inserted, deleted, source = both[order], inserted[order], deleted[order], source[order]
+        # each pair's rows: a preimage and a postimage where both results exist and differ, an
+        # insert or a delete where one does
+        count = both.astype(np.int64) * 2 + inserted + deleted
+        pair = np.repeat(np.arange(len(keys)), count)
+        second = np.zeros(len(pair), dtype=bool)
+        second[1:] = pair[1:] == pair[:-1]
+        is_new = inserted[pair] | second
+        left_rows = np.where(is_new, new_left[pair], old_left[pair])
+        right_rows = np.where(is_new, new_right[pair], old_right[pair])
+        kind = np.where(both[pair], second.astype(np.int8), np.where(inserted[pair], 2, 3).astype(np.int8))
+        image = self._images(lines, right_lines, left_rows, right_rows)
+        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source[pair]))
+        arrays = image.columns + [pa.array([PREIMAGE, POSTIMAGE, INSERT, DELETE], pa.string()).take(pa.array(kind)),
+                                  values]
+        out = pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, self.output_schema)],
+                                   schema=self.output_schema)
         return out, left_last, right_last
+
+    def _differ(self, lines, right_lines, old_left, new_left, old_right, new_right):
+        """Whether the result rows of two (left row, right row) pairs differ: rows at the same
+        index are equal, so only the pairs whose indices differ compare values."""
+        import numpy as np
+
+        from sqlext.udfs.column_wise import same_value, take
+
+        differs = np.zeros(len(old_left), dtype=bool)
+        for table, columns, old, new in ((lines, self.spec.left.data_columns, old_left, new_left),
+                                         (right_lines, self.spec.right.data_columns, old_right, new_right)):
+            moved = old != new
+            if not moved.any():
+                continue
+            data = table.select(list(columns))
+            before, after = take(data, old[moved]), take(data, new[moved])
+            unequal = np.zeros(int(moved.sum()), dtype=bool)
+            for column in data.column_names:
+                unequal |= ~np.asarray(same_value(before[column], after[column]), dtype=bool)
+            differs[moved] |= unequal
+        return differs
 
     def _images(self, lines, right_lines, left_rows, right_rows):
         """The result rows of the left rows joined with the right rows (indices; -1: NULLs)."""

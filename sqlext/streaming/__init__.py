@@ -247,7 +247,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
                                           source.schema, sources.parquet_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
     placeholder = f"__sx_result_{next(_views)}"
-    numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, as Pipeline.call_over numbers them
+    numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, numbered in the order of the text
     frames = []
     for table in numbered:
         frames.append(sources.read(table.this))

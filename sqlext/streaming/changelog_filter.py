@@ -55,7 +55,8 @@ class TableStateFilter(KeyedOperator):
         output = StructType([StructField(CHANGE_TYPE, StringType(), True) if c == CHANGE_TYPE else fields[c]
                              for c in spec.output_columns])
         self.output_arrow = arrow_schema(output)
-        self.order_by = self.spec.shape.order_by  # the ordering column of the rows it forwards
+        self.order_by = self.spec.shape.order_by
+        self.output_key = list(shape.key)
         from sqlext.streaming.arrow_sql import arrow_expression
 
         # the predicate over Arrow data where its result is Spark's by construction (no Spark job)
@@ -120,10 +121,6 @@ class TableStateFilter(KeyedOperator):
         from sqlext.udfs.changelog_filter import filter_increment
 
         spec, keys = self.spec, list(self.spec.shape.key)
-        if self.state_only:  # the output is recomputed: only the new state is needed
-            from dataclasses import replace
-
-            spec = replace(spec, emit="final")
         with step("look up the state"):
             touched = rows.select(keys).group_by(keys, use_threads=False).aggregate([]) \
                 .cast(pa.schema([self.keyed.arrow_schema.field(k) for k in keys]))

@@ -25,10 +25,10 @@ first, each one's output feeding the next:
 
 Either way nothing is visible until the driver commits every operator's layers and the output
 at the end of the batch, so a batch that fails anywhere (a late change in one bucket) writes
-nothing. A first run over a large history (every state empty, an increment the driver does
-not take) takes its output from the batch function over the increment, which Spark runs
-natively, while the last operator's step only builds its states; :data:`LAST_RUN` says how a
-run was computed.
+nothing. A first run over a long history is no different: the tasks run the steps over
+the whole history, their states empty (no lookups), and write the output and the states in the
+same pass, which costs about what the batch statement costs to compute and write the same
+output; :data:`LAST_RUN` says where a run was computed.
 
 ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark`` (the executors);
 ``spark.sqlext.streaming.driverBytes`` is the largest increment (Spark's estimate) the driver
@@ -50,7 +50,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
-from sqlext.rewrites.dialect import is_stream
+from sqlext.catalog.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)
@@ -61,7 +61,7 @@ EVERY = -1  # a row every bucket's task must see
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
 INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
-# how the last micro-batch ran: where ("driver" or "executors"), whether its output was recomputed
+# how the last micro-batch ran: where ("driver" or "executors")
 LAST_RUN: dict = {}
 
 
@@ -105,8 +105,10 @@ class KeyedOperator:
     shared: frozenset = frozenset()
     inputs: dict[str, Input]
     output_arrow: pa.Schema
-    # this batch's output comes from the batch function (a recompute): the step builds the states only
-    state_only: bool = False
+    output_key: list[str]  # the columns that name a row of the table its change rows describe
+    order_by: str  # the ordering column of the rows it forwards
+    # its reader needs only the net effect of each batch's changes (see :meth:`forwarded`)
+    net: bool = False
 
     def __init__(self, folder: Folder, call: exp.Table):
         self.folder, self.call = folder, call
@@ -163,6 +165,18 @@ class KeyedOperator:
         raise NotImplementedError
 
     # -- shared by every operator
+
+    def forwarded(self, out: pa.Table | None) -> pa.Table | None:
+        """The rows a step forwards to its reader: all of them, or where the statement's output
+        is a table (``emit => 'final'``, an aggregate) and this operator feeds another, each key's
+        net change over the batch (:func:`~sqlext.udfs.column_wise.net_changes`). The reader's
+        states and the table it gives depend only on that net change, and a first run over a
+        long history then passes on the rows of the table rather than its whole history."""
+        if not self.net or out is None or CHANGE_TYPE not in out.column_names:
+            return out
+        from sqlext.udfs.column_wise import net_changes
+
+        return net_changes(out, self.output_key, self.order_by)
 
     @property
     def buckets(self) -> int:
@@ -225,17 +239,9 @@ class Pipeline(TableStateRun):
         root = operators[-1]
         super().__init__(root.call, outer, placeholder, checkpoint, output, output_format, root.function, ())
         self.operators, self.root = operators, root
+        for operator in operators[:-1]:  # an inner operator, where the statement gives a table
+            operator.net = root.emit == "final"
         self.emit, self.output_arrow = root.emit, root.output_arrow
-
-    def call_over(self, views: dict[str, str]) -> exp.Expression:
-        """``SELECT * FROM <the call>``, each ``STREAM(...)`` in it (inner calls included) reading
-        the view ``views`` names for its source (by index, as text)."""
-        call = self.call.copy()
-        streams = [t for t in call.find_all(exp.Table) if is_stream(t)]
-        for index, table in enumerate(streams):
-            table.replace(exp.Table(this=exp.to_identifier(views[str(index)])))
-        call.set("alias", None)
-        return exp.select("*").from_(call)
 
     # -- one micro-batch
 
@@ -246,22 +252,13 @@ class Pipeline(TableStateRun):
         for operator in self.operators:
             operator.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
-        recompute = not driver and all(state.before(batch_id).empty for op in self.operators
-                                       for state in op.states.values())
         LAST_RUN.clear()
-        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors", recomputed=recompute)
-        self.root.state_only = recompute
-        try:
-            if recompute and self.emit != "final":
-                with step("recompute the output"), adaptive(spark):
-                    self._recompute(spark, batch, batch_id)
-            if driver:
-                facts = self._on_driver(spark, batch, batch_id)
-            else:
-                with step("on the executors"):
-                    facts = self._on_executors(spark, batch, batch_id)
-        finally:
-            self.root.state_only = False
+        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors")
+        if driver:
+            facts = self._on_driver(spark, batch, batch_id)
+        else:
+            with step("on the executors"):
+                facts = self._on_executors(spark, batch, batch_id)
         for operator in self.operators:
             operator.finish(batch_id, facts.get(id(operator), {}))
         if self.emit == "final":
@@ -301,19 +298,6 @@ class Pipeline(TableStateRun):
                 else None
         return self._files[source.source]
 
-    def _recompute(self, spark, batch, batch_id: int) -> None:
-        """A first run's output: the batch function over the sources' changes (each source's own
-        files where it has them: one scan of each)."""
-        frames = {}
-        for operator in self.operators:
-            for source in operator.inputs.values():
-                if source.upstream is None:
-                    files = self._source_files(source, batch_id)
-                    frames[str(source.source)] = _read_frame(spark, files, source) if files is not None \
-                        else source_frame(batch, source.source)
-        with self.called(spark, frames) as forwarded:
-            self.write_statement(spark, forwarded, batch_id)
-
     # -- on the driver
 
     def _on_driver(self, spark, batch, batch_id: int) -> dict:
@@ -324,7 +308,7 @@ class Pipeline(TableStateRun):
                 rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
             views = {name: state.before(batch_id) for name, state in operator.states.items()}
             result = operator.step(rows, views, batch_id)
-            outputs[id(operator)] = result.out
+            outputs[id(operator)] = operator.forwarded(result.out)
             facts[id(operator)] = result.facts
             with step("write the state"):
                 for name, delta in result.deltas.items():
@@ -332,7 +316,7 @@ class Pipeline(TableStateRun):
                     pending.append((state, state.write(views[name], delta, batch_id, keep=operator.keep(name),
                                                        commit=False)))
         out = outputs[id(self.root)]
-        if out is not None and not self.root.state_only:
+        if out is not None:
             with step("write the output"):
                 self.write_rows(spark, out, batch_id)
         with step("write the state"):
@@ -391,7 +375,7 @@ class Pipeline(TableStateRun):
             parts[id(operator)] = [folder / s["out"] for s in done if s["out"]]
             facts[id(operator)] = _combined([s["facts"] for s in done])
             pending += [(operator.states[name], layers) for s in done for name, layers in s["pending"].items()]
-        if not self.root.state_only and self.emit != "final":
+        if self.emit != "final":
             with step("write the output"):
                 self._commit_output(spark, parts[id(self.root)], batch_id)
         with step("write the state"):
@@ -454,20 +438,6 @@ def temporary_view(frame):
         frame.sparkSession.catalog.dropTempView(name)
 
 
-@contextmanager
-def adaptive(spark):
-    """Adaptive query execution for a batch query run inside a micro-batch (the session Spark
-    hands ``foreachBatch`` may have it off): the batch function's joins over a whole history
-    need it (skewed keys, a side small enough to broadcast)."""
-    key = "spark.sql.adaptive.enabled"
-    before = spark.conf.get(key, "false")
-    spark.conf.set(key, "true")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, before)
-
-
 def _routed(operator: KeyedOperator, frame, batch_id: int, pending: Folder, summary_schema):
     """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
     each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
@@ -512,10 +482,11 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
     result = op.step(rows, views, batch_id)
+    forwarded = op.forwarded(result.out)  # a key's rows are all in its bucket
     out = None
-    if result.out is not None and result.out.num_rows:
+    if forwarded is not None and forwarded.num_rows:
         out = f"part-{bucket:05d}.parquet"
-        (pending / out).write_parquet(result.out)
+        (pending / out).write_parquet(forwarded)
     written = {}
     for name, delta in result.deltas.items():
         view = views[name] if name not in op.shared else views[name].owned(bucket)

@@ -98,7 +98,8 @@ class TableStateFkJoin(KeyedOperator):
         if spec.emit != "final":
             output += [StructField(CHANGE_TYPE, StringType(), True), left_fields[spec.left.order_by]]
         self.output_arrow = arrow_schema(StructType(output))
-        self.order_by = self.spec.left.order_by  # the ordering column of the rows it forwards
+        self.order_by = self.spec.left.order_by
+        self.output_key = list(spec.left.key)
         self.highest = None
 
     @classmethod
@@ -180,10 +181,6 @@ class TableStateFkJoin(KeyedOperator):
         from sqlext.udfs.fk_join import join_increment
 
         spec = self.spec
-        if self.state_only:  # the output is recomputed: only the new states are needed
-            from dataclasses import replace
-
-            spec = replace(spec, emit="final")
         left_rows, right_rows = rows
         newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
         with step("look up the state"):

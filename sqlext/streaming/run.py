@@ -14,7 +14,6 @@ so the output never holds a row twice.
 
 from __future__ import annotations
 
-import itertools
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -30,7 +29,6 @@ STEPS: dict[str, float] = {}
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
 DRIVER_BYTES = 8 * 1024 * 1024
-_views = itertools.count(1)
 
 
 @contextmanager
@@ -72,18 +70,6 @@ class TableStateRun:
             (self.state / LAYOUT_FILE).write_bytes((LAYOUT + "\n").encode())
         self.output, self.output_format = output, output_format
         self.function, self.arguments = function, arguments
-
-    def call_over(self, views: dict[str, str]) -> exp.Expression:
-        """``SELECT * FROM <the call>`` with each table argument named in ``views`` reading
-        that view instead of its stream."""
-        from sqlext.catalog.arguments import read_call
-
-        call = self.call.copy()
-        tables = read_call(call, self.function, self.arguments).tables
-        for name, view in views.items():
-            tables[name].this.replace(exp.Table(this=exp.to_identifier(view)))
-        call.set("alias", None)
-        return exp.select("*").from_(call)
 
     @property
     def outer_is_all(self) -> bool:
@@ -143,22 +129,6 @@ class TableStateRun:
     def record(self, name: str, batch_id: int, value) -> None:
         """Record ``value`` under ``name`` for this batch."""
         record_in(self.state, name, batch_id, value)
-
-    @contextmanager
-    def called(self, spark, feeds: dict):
-        """The batch call over ``feeds`` (a frame for each table argument, by name), each read
-        through a temporary view that lives as long as the block."""
-        from sqlext.runner import run_statement
-
-        views = {}
-        try:
-            for name, frame in feeds.items():
-                views[name] = f"__sx_batch_{name}_{next(_views)}"
-                frame.createOrReplaceTempView(views[name])
-            yield run_statement(spark, to_sql(self.call_over(views)))
-        finally:
-            for view in views.values():
-                spark.catalog.dropTempView(view)
 
 
 def recorded_in(folder: Folder, name: str, batch_id: int):

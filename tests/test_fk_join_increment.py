@@ -179,3 +179,29 @@ def test_records_and_sequence_by_are_left_to_the_per_key_replay(emit, sequence_b
     spec = fk_join_spec(arguments, columns, ["rid", "ts", "_commit_version"])
     empty = pa.table({})
     assert join_increment(spec, FK, PRESENT, empty, empty, empty, empty, None, pa.schema([])) is None
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 4)), max_size=12),
+       changes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 10)), max_size=12),
+       wide=st.booleans())
+def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, changes, wide):
+    """The pairs the step's subscription lookup finds: each left row alive from one version
+    (excluded) to a later one (included), and each right change of the key it points at in that
+    span; one integer per (key, version), or a join where that does not fit in 62 bits."""
+    import numpy as np
+
+    from sqlext.udfs.fk_join import _met_during
+
+    if not rows or not changes:
+        return
+    keys = np.array([k for k, _, _ in rows], np.int64)
+    starts = np.array([s for _, s, _ in rows], np.int64)
+    ends = starts + np.array([n for _, _, n in rows], np.int64)
+    change_keys = np.array([k for k, _ in changes], np.int64)
+    versions = np.array([v for _, v in changes], np.int64)
+    width = (1 << 61) if wide else int(max(ends.max(), versions.max())) + 2
+    row, change = _met_during(keys, starts, ends, change_keys, versions, width)
+    expected = Counter((r, c) for r in range(len(rows)) for c in range(len(changes))
+                       if keys[r] == change_keys[c] and starts[r] < versions[c] <= ends[r])
+    assert Counter(zip(row.tolist(), change.tolist())) == expected

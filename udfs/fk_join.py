@@ -201,6 +201,34 @@ def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left
         return None
 
 
+def _met_during(row_keys, starts, ends, change_keys, versions, width: int):
+    """The (row, change) pairs, as indices into the two sides, of rows alive over the versions
+    ``starts`` (excluded) to ``ends`` (included) and the changes of their key at a version in
+    that span: a left row subscribed to a foreign key and the right changes it sees. The
+    changes of each key are sorted once and each row finds its span's changes by a binary
+    search, so the work follows the pairs found, not every row times every change of its key."""
+    import numpy as np
+
+    if (int(max(row_keys.max(), change_keys.max())) + 2) * width >= (1 << 62):  # too wide for one integer
+        import pyarrow as pa
+
+        pairs = pa.table({"fk": row_keys, "row": np.arange(len(row_keys))}).join(
+            pa.table({"fk": change_keys, "change": np.arange(len(change_keys))}), keys="fk", join_type="inner")
+        row = pairs["row"].to_numpy().astype(np.int64)
+        change = pairs["change"].to_numpy().astype(np.int64)
+        valid = (starts[row] < versions[change]) & (versions[change] <= ends[row])
+        return row[valid], change[valid]
+    placed = change_keys * width + versions
+    order = np.argsort(placed, kind="stable")
+    placed = placed[order]
+    low = np.searchsorted(placed, row_keys * width + starts, side="right")
+    high = np.searchsorted(placed, row_keys * width + ends, side="right")
+    count = np.maximum(high - low, 0)
+    row = np.repeat(np.arange(len(row_keys)), count)
+    offsets = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    return row, order[np.repeat(low, count) + offsets]
+
+
 class _JoinIncrement:
     def __init__(self, spec, foreign_key, present_column, left, right, left_state, right_state, highest, output_schema):
         self.spec, self.fk, self.present_column, self.output_schema = spec, foreign_key, present_column, output_schema
@@ -279,16 +307,13 @@ class _JoinIncrement:
         subscribed = np.nonzero(left_present & (fk_codes >= 0))[0]
         right_changed = np.nonzero(right_new)[0]
         if len(subscribed) and len(right_changed):
-            pairs = pa.table({"fk": fk_codes[subscribed], "row": subscribed}).join(
-                pa.table({"fk": right_codes[right_changed], "change": right_changed}), keys="fk", join_type="inner")
-            row = pairs["row"].to_numpy().astype(np.int64)
-            change = pairs["change"].to_numpy().astype(np.int64)
-            when = right_versions[change]
-            until = left_line.next_rank(left_versions, never=width)[row]
-            valid = (left_versions[row] < when) & (when <= until)
-            keys.append(left_codes[row[valid]])
-            versions_at.append(when[valid])
-            source.append(lines.num_rows + change[valid])
+            until = left_line.next_rank(left_versions, never=width)[subscribed]
+            row, change = _met_during(fk_codes[subscribed], left_versions[subscribed], until,
+                                      right_codes[right_changed], right_versions[right_changed], width)
+            row, change = subscribed[row], right_changed[change]
+            keys.append(left_codes[row])
+            versions_at.append(right_versions[change])
+            source.append(lines.num_rows + change)
         keys, versions_at, source = np.concatenate(keys), np.concatenate(versions_at), np.concatenate(source)
         # one pair per (left key, version), in key and version order (the lookups below then
         # walk the timelines in order)

@@ -98,3 +98,26 @@ def test_sparse_and_negative_keys_take_the_sorted_lookup_with_the_same_result(ed
     dense_rows = run_walk(edges, pa.table({"n": pa.array([start], pa.int64())}), plan)
     sparse_rows = run_walk(sparse, pa.table({"n": pa.array([spread(start)], pa.int64())}), plan)
     assert multiset(sparse_rows) == multiset([(spread(n),) for (n,) in dense_rows])
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(levels=st.lists(st.lists(st.tuples(
+    st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([-2 ** 62, 2 ** 61])),
+    st.one_of(st.none(), st.integers(0, 40))), max_size=8), max_size=6))
+def test_a_walk_keeps_the_first_of_each_row_as_a_set_does(levels):
+    """UNION's memory of the rows met (integer rows packed into one number, bounds widened as
+    levels bring new values, tuples where the spans do not fit): each level keeps, in order,
+    the rows neither met at an earlier level nor earlier in itself."""
+    from sqlext.udfs.recursive_expand import _Seen
+
+    seen, met = _Seen(), set()
+    for rows in levels:
+        table = pa.table({"a": pa.array([r[0] for r in rows], pa.int64()),
+                          "b": pa.array([r[1] for r in rows], pa.int32())})
+        expected = []
+        for row in rows:
+            if row not in met:
+                met.add(row)
+                expected.append(row)
+        kept = seen.new_rows(table) if rows else table
+        assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected

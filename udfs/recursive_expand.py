@@ -136,7 +136,7 @@ def walk(seeds: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> Iterator[p
     if plan.key:
         yield from _walk_keyed(seeds, edges, plan)
         return
-    seen: set | None = set() if plan.distinct else None
+    seen = _Seen() if plan.distinct else None
     level = _new_rows(seeds, seen)
     previous = None
     total = 0
@@ -190,18 +190,105 @@ def _rows(table: pa.Table) -> list[tuple]:
     return list(zip(*(column.to_pylist() for column in table.columns)))
 
 
-def _new_rows(table: pa.Table, seen: set | None) -> pa.Table:
+def _new_rows(table: pa.Table, seen: "_Seen | None") -> pa.Table:
     if seen is None or not table.num_rows:
         return table
-    keep = []
-    rows = zip(*(column.to_pylist() for column in table.columns))
-    for row in rows:
-        if row in seen:
-            keep.append(False)
-        else:
-            seen.add(row)
-            keep.append(True)
-    return table.filter(pa.array(keep, pa.bool_()))
+    return seen.new_rows(table)
+
+
+class _Seen:
+    """The rows a walk under ``UNION`` has met, to keep only the first of each. Rows of integer
+    columns (the usual ids and depths) are packed into one integer each, exactly (each
+    column's value less its lowest, times the spans of the columns after it, a NULL one past
+    the highest), and looked up in a sorted array; the bounds widen, and the rows met so far
+    are packed again, when a level brings a value outside them. Rows of other types, or whose
+    spans do not fit 62 bits, are kept as tuples in a set."""
+
+    def __init__(self):
+        self.tuples: set | None = None
+        # the rows met, a list of pieces per column (read back only when the bounds widen)
+        self.columns: list[list[np.ndarray]] | None = None
+        self.nulls: list[list[np.ndarray]] | None = None
+        self.bounds: list[tuple[int, int]] | None = None
+        self.codes = np.zeros(0, np.int64)  # sorted
+
+    def new_rows(self, table: pa.Table) -> pa.Table:
+        if self.tuples is None and self.columns is None:
+            if all(pa.types.is_integer(c.type) for c in table.columns):
+                self.columns, self.nulls = [[] for _ in table.columns], [[] for _ in table.columns]
+            else:
+                self.tuples = set()
+        if self.tuples is None:
+            kept = self._packed(table)
+            if kept is not None:
+                return kept
+        return self._as_tuples(table)
+
+    def _as_tuples(self, table: pa.Table) -> pa.Table:
+        if self.tuples is None:  # from packed rows to tuples, once
+            self.tuples = set(zip(*[[None if n else int(v) for v, n in zip(c, m)]
+                                    for c, m in zip(self._whole(self.columns), self._whole(self.nulls))]))
+            self.columns = self.nulls = None
+        keep = []
+        for row in zip(*(column.to_pylist() for column in table.columns)):
+            if row in self.tuples:
+                keep.append(False)
+            else:
+                self.tuples.add(row)
+                keep.append(True)
+        return table.filter(pa.array(keep, pa.bool_()))
+
+    def _packed(self, table: pa.Table) -> pa.Table | None:
+        values, nulls = [], []
+        for column in table.columns:
+            column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+            nulls.append(np.asarray(column.is_null(), dtype=bool))
+            values.append(pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64))
+        bounds = []
+        for i, (value, null) in enumerate(zip(values, nulls)):
+            present = value[~null]
+            low = int(present.min()) if len(present) else 0
+            high = int(present.max()) if len(present) else 0
+            if self.bounds is not None:
+                low, high = min(low, self.bounds[i][0]), max(high, self.bounds[i][1])
+            bounds.append((low, high))
+        if bounds != self.bounds:  # wider: room to grow, and the rows met so far packed again
+            old_bounds = self.bounds or [None] * len(bounds)
+            roomy = [(lo - 8 * (hi - lo + 1), hi + 8 * (hi - lo + 1)) if (lo, hi) != old else old
+                     for (lo, hi), old in zip(bounds, old_bounds)]
+            for chosen in (roomy, bounds):  # room to grow where it fits, else the bounds as they are
+                spans = [hi - lo + 2 for lo, hi in chosen]  # a code past the highest for NULL
+                if np.prod([float(s) for s in spans]) < float(1 << 62):
+                    break
+            else:
+                return None
+            self.bounds = chosen
+            self.codes = np.sort(self._pack(self._whole(self.columns), self._whole(self.nulls)))
+        codes = self._pack(values, nulls)
+        _, first = np.unique(codes, return_index=True)  # the first of equal rows in the level
+        first.sort()
+        position = np.searchsorted(self.codes, codes[first])
+        met = position < len(self.codes)
+        met[met] = self.codes[position[met]] == codes[first][met]
+        chosen = first[~met]
+        # two sorted runs: the stable sort (a merge sort) merges them in one pass
+        self.codes = np.sort(np.concatenate([self.codes, np.sort(codes[chosen])]), kind="stable")
+        for pieces, value in zip(self.columns, values):
+            pieces.append(value[chosen])
+        for pieces, null in zip(self.nulls, nulls):
+            pieces.append(null[chosen])
+        return table.take(pa.array(chosen))
+
+    @staticmethod
+    def _whole(columns: list[list[np.ndarray]]) -> list[np.ndarray]:
+        return [np.concatenate(pieces) if pieces else np.zeros(0, np.int64) for pieces in columns]
+
+    def _pack(self, values: list[np.ndarray], nulls: list[np.ndarray]) -> np.ndarray:
+        code = np.zeros(len(values[0]) if values else 0, np.int64)
+        for (low, high), value, null in zip(self.bounds, values, nulls):
+            span = high - low + 2
+            code = code * span + np.where(null, high - low + 1, value - low)
+        return code
 
 
 def step(level: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> pa.Table:

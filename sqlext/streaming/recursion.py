@@ -44,7 +44,7 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
+from sqlext.streaming.run import PATH_SETTING, STEPS, TableStateRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, exclude
 
 FUNCTION = "sqlext stream"
@@ -52,6 +52,8 @@ FUNCTION = "sqlext stream"
 COUNT, BEFORE = "__sx_n", "__sx_before"
 # whether a row of the recursion is found (a row no longer reached is kept as not found)
 FOUND = "__sx_found"
+# the largest increment (Spark's estimate) a graph walk takes on the driver
+WALK_BYTES = 256 * 1024 * 1024
 # rows to take away from what was found are matched against it by broadcasting them, up to this many
 BROADCAST_ROWS = 2_000_000
 
@@ -197,12 +199,13 @@ class TableStateRecursion(TableStateRun):
         self._views: list[str] = []
         STEPS.clear()
         try:
-            if CHANGE_TYPE in batch.columns and self.walk_plan is not None and on_driver(batch):
+            walks = self._walks_on_driver(batch, batch_id)
+            if CHANGE_TYPE in batch.columns and walks:
                 self._changes_on_driver(batch, batch_id)
             elif CHANGE_TYPE in batch.columns:
                 with step("spark"):
                     self._changes(batch, batch_id)
-            elif self.walk_plan is not None and on_driver(batch):
+            elif walks:
                 self._arrivals_on_driver(batch, batch_id)
             else:
                 with step("spark"):
@@ -210,6 +213,19 @@ class TableStateRecursion(TableStateRun):
         finally:
             for name in self._views:
                 batch.sparkSession.catalog.dropTempView(name)
+
+    def _walks_on_driver(self, batch, batch_id: int) -> bool:
+        """Whether this batch walks the graph on the driver, over Arrow data: where the step is
+        a walk, the increment is at most :data:`WALK_BYTES` (Spark's estimate; a first run over
+        a long history included: one walk over Arrow data costs less than Spark's recursion)
+        and the state fits the driver's cache; else the recursion runs in Spark."""
+        from sqlext.streaming.state import CACHE_BYTES
+
+        if self.walk_plan is None or not on_driver(batch, WALK_BYTES):
+            return False
+        stored = self.found.before(batch_id).stored_bytes() + self.edges.before(batch_id).stored_bytes()
+        forced = batch.sparkSession.conf.get(PATH_SETTING, "auto").lower() == "driver"
+        return forced or stored * 4 <= CACHE_BYTES
 
     def _view(self, frame, role: str) -> str:
         name = f"__sx_rec_{role}_{len(self._views)}"
@@ -259,7 +275,8 @@ class TableStateRecursion(TableStateRun):
             seeds = self._minus_found(found_view, seeds)  # a row found before was walked from before
             every_edge = pa.concat_tables([old_edges, fresh])
             levels = list(walk(seeds, EdgeIndex.build(every_edge, plan.key_e), plan)) if seeds.num_rows else []
-            new = self._minus_found(found_view, _distinct(pa.concat_tables([self._cast(t) for t in levels]))) \
+            # under UNION the walk yields each row once (its levels keep only rows not met before)
+            new = self._minus_found(found_view, pa.concat_tables([self._cast(t) for t in levels])) \
                 if levels else seeds
         with step("write the output"):
             self.write_rows(spark, new, batch_id)
@@ -439,17 +456,22 @@ class TableStateRecursion(TableStateRun):
 
         spark = batch.sparkSession
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
-        new_edges = batch.select(*[F.col(quote(c)) for c in self.edge_columns]).distinct().localCheckpoint()
+        with step("read the new edges"):
+            new_edges = batch.select(*[F.col(quote(c)) for c in self.edge_columns]).distinct().localCheckpoint()
         old = self._edges_frame(spark, edges_view)
         old_edges = None if old is None else old.select(*[F.col(quote(c)) for c in self.edge_columns])
         all_edges = new_edges if old_edges is None else old_edges.unionByName(new_edges)
         found = self._found_frame(spark, found_view)
-        new = self._reached(spark, new_edges, all_edges, found)
+        with step("the recursion"):
+            new = self._reached(spark, new_edges, all_edges, found)
         if new is not None:
-            self.write_statement(spark, new, batch_id)
-            self.found.write(found_view, new.withColumn(FOUND, F.lit(True)), batch_id)
+            with step("write the output"):
+                self.write_statement(spark, new, batch_id)
+            with step("write the state"):
+                self.found.write(found_view, new.withColumn(FOUND, F.lit(True)), batch_id)
         fresh = new_edges if old_edges is None else _match(new_edges, old_edges, "left_anti")
-        self.edges.write(edges_view, fresh.withColumn(COUNT, F.lit(1).cast("bigint")), batch_id)
+        with step("write the state"):
+            self.edges.write(edges_view, fresh.withColumn(COUNT, F.lit(1).cast("bigint")), batch_id)
 
     def _reached(self, spark, new_edges, all_edges, found, extra_seeds=()):
         """The rows of the recursion over ``all_edges`` that are not in ``found`` (the
@@ -468,7 +490,9 @@ class TableStateRecursion(TableStateRun):
         seeds = _minus(self._rows(parts + list(extra_seeds), found).distinct(), found)
         if seeds.isEmpty():
             return None
-        return _minus(self._recursion(spark, seeds, seeds.columns, all_view), found)
+        # computed once: the output and the state both read it (over a long history, the
+        # recursion is most of a run's work)
+        return _minus(self._recursion(spark, seeds, seeds.columns, all_view), found).localCheckpoint()
 
     def _rows(self, parts, found=None):
         """Frames of the recursion's rows under its column names and types, as one frame."""
@@ -572,9 +596,9 @@ class TableStateRecursion(TableStateRun):
         again = _match(self._rows([anchor, step], found), suspects, "left_semi")
         reached = self._reached(spark, added, edges_now, kept, extra_seeds=[again])
         if reached is None:
-            return suspects, None
-        inserted = _without(reached, suspects)
-        return _without(suspects, reached), (None if inserted.isEmpty() else inserted)
+            return suspects, None  # materialised above
+        inserted = _without(reached, suspects).localCheckpoint()
+        return _without(suspects, reached).localCheckpoint(), (None if inserted.isEmpty() else inserted)
 
     def _near(self, kept, edges, suspects):
         """``kept`` and ``edges`` narrowed to the rows that can produce a suspect: where the

@@ -43,14 +43,16 @@ def step(name: str):
         STEPS[name] = STEPS.get(name, 0.0) + time.perf_counter() - started
 
 
-def on_driver(batch) -> bool:
+def on_driver(batch, limit: int | None = None) -> bool:
     """Whether this batch runs on the driver: forced by ``spark.sqlext.streaming.path``, else
-    when Spark estimates the increment at no more than ``spark.sqlext.streaming.driverBytes``."""
+    when Spark estimates the increment at no more than ``limit``, by default
+    ``spark.sqlext.streaming.driverBytes``."""
     spark = batch.sparkSession
     forced = spark.conf.get(PATH_SETTING, "auto").lower()
     if forced in ("driver", "spark"):
         return forced == "driver"
-    limit = int(spark.conf.get(DRIVER_BYTES_SETTING, str(DRIVER_BYTES)))
+    if limit is None:
+        limit = int(spark.conf.get(DRIVER_BYTES_SETTING, str(DRIVER_BYTES)))
     try:
         size = int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate: take the path that scales

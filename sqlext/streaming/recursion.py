@@ -214,6 +214,23 @@ class TableStateRecursion(TableStateRun):
             for name in self._views:
                 batch.sparkSession.catalog.dropTempView(name)
 
+    # the Parquet folder the stream reads, if it reads one (set by the statement's dispatch)
+    source_folder = None
+
+    def _increment(self, batch, batch_id: int) -> pa.Table:
+        """The batch's rows as Arrow data: its files read straight from the source folder where
+        Arrow reads them as Spark does (no Spark job), else collected from Spark."""
+        from sqlext.storage import read_parquet
+        from sqlext.streaming.run import arrow_schema
+        from sqlext.streaming.sources import batch_files, readable_files
+
+        schema = arrow_schema(batch.schema)
+        if self.source_folder is not None:
+            files = batch_files(self.checkpoint, batch_id, 0, self.source_folder)
+            if files is not None and readable_files(files, schema):
+                return read_parquet(files, schema)
+        return batch.toArrow()
+
     def _walks_on_driver(self, batch, batch_id: int) -> bool:
         """Whether this batch walks the graph on the driver, over Arrow data: where the step is
         a walk, the increment is at most :data:`WALK_BYTES` (Spark's estimate; a first run over
@@ -262,7 +279,7 @@ class TableStateRecursion(TableStateRun):
         spark, plan = batch.sparkSession, self.walk_plan
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
         with step("collect the increment"):
-            new_edges = _distinct(batch.select(*[quote(c) for c in self.edge_columns]).toArrow())
+            new_edges = _distinct(self._increment(batch, batch_id).select(self.edge_columns))
         with step("look up the state"):
             old_edges = edges_view.rows().select(self.edge_columns).cast(new_edges.schema) \
                 if not edges_view.empty else new_edges.slice(0, 0)
@@ -282,7 +299,8 @@ class TableStateRecursion(TableStateRun):
             self.write_rows(spark, new, batch_id)
         with step("write the state"):
             self.found.write(found_view, _with(new, FOUND, True), batch_id)
-            self.edges.write(edges_view, fresh.append_column(COUNT, pa.array([1] * fresh.num_rows, pa.int64())),
+            ones = pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows)
+            self.edges.write(edges_view, fresh.append_column(COUNT, ones),
                              batch_id)
 
     def _cast(self, table: pa.Table) -> pa.Table:
@@ -327,7 +345,7 @@ class TableStateRecursion(TableStateRun):
         spark, plan, columns = batch.sparkSession, self.walk_plan, self.edge_columns
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
         with step("collect the increment"):
-            rows = batch.toArrow()
+            rows = self._increment(batch, batch_id)
             version = pc.max(rows[DEFAULT_ORDER_BY]).as_py() if DEFAULT_ORDER_BY in rows.column_names else None
             kinds = rows[CHANGE_TYPE]
             unknown = pc.invert(pc.fill_null(pc.is_in(kinds, value_set=pa.array(list(CHANGE_TYPES))), False))
@@ -374,15 +392,16 @@ class TableStateRecursion(TableStateRun):
                     seeds.append(self._cast(walk_step(met, EdgeIndex.build(added, plan.key_e), plan)))
             seeds = self._minus_kept(found_view, _distinct(pa.concat_tables(seeds)), suspects)
             levels = list(walk(seeds, index_now, plan)) if seeds.num_rows else []
-            reached = self._minus_kept(found_view, _distinct(pa.concat_tables([self._cast(t) for t in levels])),
+            # under UNION the walk yields each row once
+            reached = self._minus_kept(found_view, pa.concat_tables([self._cast(t) for t in levels]),
                                        suspects) if levels else seeds
             inserted = _exclude_rows(reached, suspects, self.columns)
             gone = _exclude_rows(gone, reached, self.columns)
         with step("write the output"):
             out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
             if DEFAULT_ORDER_BY in rows.column_names:
-                out = out.append_column(DEFAULT_ORDER_BY, pa.array([version] * out.num_rows,
-                                                                     rows.schema.field(DEFAULT_ORDER_BY).type))
+                out = out.append_column(DEFAULT_ORDER_BY, pa.repeat(
+                    pa.scalar(version, rows.schema.field(DEFAULT_ORDER_BY).type), out.num_rows))
             if out.num_rows:
                 self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, DEFAULT_ORDER_BY)
                                                                   if c in out.column_names))
@@ -747,8 +766,8 @@ def _narrowed(rows: pa.Table, wanted: pa.Table, pairs, wanted_columns) -> pa.Tab
 
 
 def _with(rows: pa.Table, column: str, value) -> pa.Table:
-    return rows.append_column(column, pa.array([value] * rows.num_rows,
-                                               pa.bool_() if isinstance(value, bool) else pa.string()))
+    kind = pa.bool_() if isinstance(value, bool) else pa.string()
+    return rows.append_column(column, pa.repeat(pa.scalar(value, kind), rows.num_rows))
 
 
 def _distinct(table: pa.Table) -> pa.Table:

@@ -43,6 +43,21 @@ def step(name: str):
         STEPS[name] = STEPS.get(name, 0.0) + time.perf_counter() - started
 
 
+@contextmanager
+def adaptive(spark):
+    """Adaptive query execution for a batch query run inside a micro-batch (Structured
+    Streaming turns it off for the micro-batch's own plan, and the session ``foreachBatch``
+    hands over keeps that): a join over a long history needs it (the number of partitions, a
+    side small enough to broadcast, skewed keys)."""
+    key = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(key, "false")
+    spark.conf.set(key, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
 def on_driver(batch, limit: int | None = None) -> bool:
     """Whether this batch runs on the driver: forced by ``spark.sqlext.streaming.path``, else
     when Spark estimates the increment at no more than ``limit``, by default

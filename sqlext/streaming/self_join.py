@@ -34,7 +34,8 @@ from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream, to_sql
-from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, arrow_schema, instant, on_driver, step
+from sqlext.runner import run_statement
+from sqlext.streaming.run import STEPS, TableStateRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped
 from sqlext.streaming.sources import stream_names
 from sqlext.streaming.state import KeyedState
@@ -184,7 +185,7 @@ class TableStateSelfJoin(TableStateRun):
                     limit = newest - shape.distance(1)
                     first = rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0]
                     raise self._late(first[shape.column], limit)
-            new = arrow_frame(spark, rows, self.source_schema)
+            new = batch  # Spark pairs the events from the batch's own files (a long first run too)
             old = None
             if not view.empty and kept is not None:
                 earlier = view.rows()
@@ -237,21 +238,24 @@ class TableStateSelfJoin(TableStateRun):
         shape = self.shape
         views = []
         try:
-            with step("pair the events"):
+            with step("pair the events"), adaptive(spark):
                 names = {}
-                for role, frame in (("new", new), ("old", old), ("all", new if old is None else new.unionByName(old))):
+                for role, frame in (("new", new), ("old", old), ("all", None if old is None else new.unionByName(old))):
                     if frame is not None:
                         names[role] = f"__sx_pairs_{role}_{batch_id}"
                         frame.createOrReplaceTempView(names[role])
                         views.append(names[role])
-                parts = [(names["new"], names["all"])] + ([(names["old"], names["new"])] if "old" in names else [])
+                # with no earlier events (a first run) the new events pair with themselves: the
+                # batch statement over them, which sqlext's rules run in one pass over a band
+                parts = [(names["new"], names["all"]), (names["old"], names["new"])] if "old" in names \
+                    else [(names["new"], names["new"])]
                 if shape.grouped is None:
                     statement = _union_all([shape.over(*part) for part in parts])
-                    pairs = spark.sql(to_sql(exp.select("*").from_(exp.Subquery(this=statement, alias="p"))))
+                    pairs = run_statement(spark, to_sql(exp.select("*").from_(exp.Subquery(this=statement, alias="p"))))
                     self.write_statement(spark, pairs, batch_id)
                 else:
                     statement = _union_all([shape.grouped.pairs(shape.over(*part)) for part in parts])
-                    partials = spark.sql(to_sql(shape.grouped.partials(statement))).toArrow()
+                    partials = run_statement(spark, to_sql(shape.grouped.partials(statement))).toArrow()
         finally:
             for name in views:
                 spark.catalog.dropTempView(name)

@@ -146,7 +146,8 @@ class AggregateShape:
         view = helper("aggregate_input")
         spark.createDataFrame([], table_schema).createOrReplaceTempView(view)
         try:
-            self.output_names = spark.sql(to_sql(self._over(tree.copy(), view))).columns
+            self.output_schema = spark.sql(to_sql(self._over(tree.copy(), view))).schema
+            self.output_names = self.output_schema.names
         finally:
             spark.catalog.dropTempView(view)
         view = helper("aggregate_feed")
@@ -252,6 +253,68 @@ class AggregateOperator(KeyedOperator):
                 self.states[f"values-{aggregate.index}"] = state
         self.output_arrow = arrow_schema(StructType(list(shape.projected_schema.fields)))
         self.projection, self.where = self._over_arrow(upstream.output_arrow)
+        self.table_arrow = arrow_schema(shape.output_schema)
+        self.table_items = self._table_arrow()
+
+    @property
+    def final_arrow(self) -> pa.Schema:
+        return self.table_arrow
+
+    def _table_arrow(self):
+        """The statement's select list and its condition (a group's count above zero, HAVING)
+        as Arrow expressions over the groups' accumulators and summaries (see
+        :meth:`_accumulators`), where each is Spark's by construction; None where one is not."""
+        from sqlext.streaming.arrow_sql import arrow_expression
+
+        select = self.shape.final(helper("groups"))
+        schema = self._accumulators_schema()
+        items = [arrow_expression(item.this if isinstance(item, exp.Alias) else item, schema)
+                 for item in select.expressions]
+        where = select.args.get("where")
+        condition = None if where is None else arrow_expression(where.this, schema, boolean=True)
+        if any(item is None for item in items) or (where is not None and condition is None):
+            return None
+        return items, condition
+
+    def _accumulators_schema(self) -> pa.Schema:
+        fields = list(self.groups.arrow_schema)
+        for aggregate in self.shape.aggregates:
+            if aggregate.kind in VALUED:
+                value = self.states[f"values-{aggregate.index}"].arrow_schema.field(helper(f"v{aggregate.index}"))
+                kind = pa.int64() if aggregate.kind == "distinct" else value.type
+                fields.append(pa.field(helper(f"m{aggregate.index}"), kind))
+        return pa.schema(fields)
+
+    def _accumulators(self, batch_id: int) -> pa.Table:
+        """Every group's accumulators after this batch (the groups whose count is above zero;
+        without GROUP BY, the one group, counts of zero where it has no row), each valued
+        aggregate's summary of the group's values beside them (its MIN, MAX or number of
+        distinct values), read on the driver."""
+        from sqlext.streaming.self_join_aggregate import _positions
+        from sqlext.udfs.column_wise import codes, take, together
+
+        names = self.shape.group_names
+        groups = self.groups.before(batch_id + 1).rows()
+        groups = groups.filter(pc.greater(groups[COUNT], 0))
+        if not self.shape.grouped and groups.num_rows == 0:
+            # the one row of an aggregate over no rows: counts and sums of zero (a sum over no
+            # value is NULL by its count of values)
+            groups = pa.table({f.name: pa.array([0], f.type) for f in self.groups.arrow_schema},
+                              schema=self.groups.arrow_schema)
+        columns = list(groups.columns)
+        for aggregate in self.shape.aggregates:
+            if aggregate.kind not in VALUED:
+                continue
+            j = aggregate.index
+            values = self.states[f"values-{j}"].before(batch_id + 1).rows()
+            values = values.filter(pc.greater(values[COUNT], 0))
+            function = {"min": "min", "max": "max", "distinct": "count"}[aggregate.kind]
+            summary = values.group_by(names, use_threads=False).aggregate([(helper(f"v{j}"), function)])
+            found = _positions(summary, groups, names, codes, together)
+            value = take(summary.select([summary.column_names[-1]]), found).column(0)
+            columns.append(pc.fill_null(value, 0) if aggregate.kind == "distinct" else value)
+        schema = self._accumulators_schema()
+        return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema)], schema=schema)
 
     def _over_arrow(self, schema: pa.Schema):
         """The projection (grouping values, arguments) and the WHERE as Arrow expressions over
@@ -370,8 +433,22 @@ class AggregateOperator(KeyedOperator):
 
     def final(self, spark, batch_id: int, on_driver: bool):
         """The aggregate's table after this batch: each group's accumulators (with its valued
-        aggregates summarised from its values) through the statement's select list."""
+        aggregates summarised from its values) through the statement's select list, over Arrow
+        data on the driver where the select list translates exactly, else by Spark."""
         from pyspark.sql import functions as F
+
+        if on_driver and self.table_items is not None:
+            from sqlext.streaming.arrow_sql import evaluate
+
+            items, condition = self.table_items
+            rows = self._accumulators(batch_id)
+            if condition is not None:
+                rows = rows.filter(pc.fill_null(evaluate(rows, {"c": condition})["c"], False))
+            named = {f"c{i}": item for i, item in enumerate(items)}
+            table = evaluate(rows, named) if rows.num_rows else \
+                pa.table({n: pa.nulls(0, f.type) for n, f in zip(named, self.final_arrow)})
+            return pa.Table.from_arrays([table[n].cast(f.type) for n, f in zip(named, self.final_arrow)],
+                                        schema=self.final_arrow)
 
         from sqlext.streaming.engine import temporary_view
 

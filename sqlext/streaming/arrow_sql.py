@@ -27,6 +27,8 @@ def _kind(data_type: pa.DataType) -> str | None:
         return "string"
     if pa.types.is_boolean(data_type):
         return "boolean"
+    if pa.types.is_float64(data_type):
+        return "double"
     return None
 
 
@@ -37,10 +39,47 @@ def _column(node: exp.Column, schema: pa.Schema, alias: str | None):
     return names[0] if len(names) == 1 else None
 
 
-def _translate(node: exp.Expression, schema: pa.Schema, alias: str | None):
-    """(Arrow expression, kind) of ``node``, or None."""
+def _translate(node: exp.Expression, schema: pa.Schema, alias: str | None, nonzero: frozenset = frozenset()):
+    """(Arrow expression, kind) of ``node``, or None. ``nonzero``: the columns known not to be
+    zero where ``node`` is evaluated (the false branch of ``IF(c = 0, ..., ...)``)."""
     if isinstance(node, exp.Paren):
-        return _translate(node.this, schema, alias)
+        return _translate(node.this, schema, alias, nonzero)
+    if isinstance(node, exp.Null):
+        return pc.scalar(None), "null"
+    if isinstance(node, exp.If):
+        # IF(c, a, b): b where c is false or NULL; a division by a column c tests for zero is exact
+        condition = _translate(node.this, schema, alias)
+        guarded = nonzero
+        test = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
+        if isinstance(test, exp.EQ) and isinstance(test.this, exp.Column) and isinstance(test.expression, exp.Literal) \
+                and test.expression.is_int and int(test.expression.this) == 0:
+            name = _column(test.this, schema, alias)
+            guarded = nonzero | {name} if name is not None else nonzero
+        true = _translate(node.args["true"], schema, alias, nonzero)
+        false = _translate(node.args["false"], schema, alias, guarded) if node.args.get("false") is not None \
+            else (pc.scalar(None), "null")
+        if condition is None or true is None or false is None or condition[1] != "boolean":
+            return None
+        kinds = {true[1], false[1]} - {"null"}
+        if len(kinds) > 1:
+            return None
+        kind = kinds.pop() if kinds else "null"
+        return pc.if_else(pc.coalesce(condition[0], pc.scalar(False)), true[0], false[0]), kind
+    if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.DOUBLE,):
+        inner = _translate(node.this, schema, alias, nonzero)
+        if inner is None or inner[1] != "integer":  # a 64-bit integer to a double rounds as Java does
+            return None
+        return inner[0].cast(pa.float64()), "double"
+    if isinstance(node, exp.Div):
+        # a double over an integer column known not to be zero: IEEE division, as Spark's
+        left = _translate(node.this, schema, alias, nonzero)
+        divisor = node.expression
+        name = _column(divisor, schema, alias) if isinstance(divisor, exp.Column) else None
+        right = _translate(divisor, schema, alias, nonzero)
+        if left is None or right is None or name is None or name not in nonzero or left[1] != "double" \
+                or right[1] != "integer":
+            return None
+        return pc.divide(left[0], right[0].cast(pa.float64())), "double"
     if isinstance(node, exp.Column):
         name = _column(node, schema, alias)
         if name is None:

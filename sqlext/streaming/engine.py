@@ -166,6 +166,11 @@ class KeyedOperator:
 
     # -- shared by every operator
 
+    @property
+    def final_arrow(self) -> pa.Schema:
+        """The columns of :meth:`final`'s table (by default the call's output columns)."""
+        return self.output_arrow
+
     def forwarded(self, out: pa.Table | None) -> pa.Table | None:
         """The rows a step forwards to its reader: all of them, or where the statement's output
         is a table (``emit => 'final'``, an aggregate) and this operator feeds another, each key's
@@ -265,7 +270,7 @@ class Pipeline(TableStateRun):
             with step("write the final table"):
                 final = self.root.final(spark, batch_id, driver)
                 if isinstance(final, pa.Table):
-                    self.write_rows(spark, final.cast(self.output_arrow), batch_id, whole=True)
+                    self.write_rows(spark, final.cast(self.root.final_arrow), batch_id, whole=True)
                 else:
                     self.write_statement(spark, final, batch_id, whole=True)
 

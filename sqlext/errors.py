@@ -181,6 +181,12 @@ MESSAGES: dict[str, str] = {
         "--full-refresh, materialize it as a table (config(materialized='table')), or call the function "
         "in an upstream model over the whole input and filter that model's output here."
     ),
+    "STREAM_SOURCE_REBUILT": (
+        "{function}: {what} cannot run incrementally: {rebuilt}, which it reads with STREAM(...), was rebuilt "
+        "from its start (a full refresh) since this model's last run, and this model's state and rows hold the "
+        "changes of the table as it was; the rebuilt table's files are named as its first files were, so this "
+        "run would take them for files it already read and skip their changes. {fix}"
+    ),
     "STREAM_TABLE_NOT_INCREMENTAL": (
         "{function}: the table {table} exists, but its folder {folder} holds no checkpoint of "
         "incremental runs, so sqlext cannot tell which changes its rows already hold. Rebuild it "

@@ -164,7 +164,7 @@ def test_a_full_refresh_of_one_link_alone_stops_its_reader_until_that_is_rebuilt
                                       "gold_accounts_regions_equals_batch": "skipped",
                                       "balances_per_region_equals_batch": "skipped"}
     [message] = [r["message"] for r in after["results"] if r["unique_id"].endswith(".gold_accounts_regions")]
-    assert "[UNSUPPORTED_STREAM] sqlext dbt: model gold_accounts_regions" in message, message
+    assert "[STREAM_SOURCE_REBUILT] sqlext dbt: model gold_accounts_regions" in message, message
     assert "chain.gold_accounts_branches, which it reads with STREAM(...), was rebuilt" in message, message
     assert "dbt build --full-refresh --select gold_accounts_regions+" in message, message
 

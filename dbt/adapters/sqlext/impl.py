@@ -108,11 +108,8 @@ def _check_no_source_rebuilt(spark, table: str, model_name: str, builds: Dict[st
     rebuilt = sorted(name for name, build in read.items() if builds.get(name) != build)
     if rebuilt:
         raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"model {model_name} ({table})",
-            reason=f"{', '.join(rebuilt)}, which it reads with STREAM(...), was rebuilt from its start (a full "
-                   "refresh) since this model's last run, and this model's state and rows hold the changes of the "
-                   "table as it was; the rebuilt table's files are named as its first files were, so this run "
-                   "would take them for files it already read and skip their changes",
+            "STREAM_SOURCE_REBUILT", function=FUNCTION, what=f"model {model_name} ({table})",
+            rebuilt=", ".join(rebuilt),
             fix=f"Rebuild this model and the models that read it from the whole history: dbt build "
                 f"--full-refresh --select {model_name}+ (or refresh an upstream together with its readers: "
                 f"--select <upstream>+). Nothing was read or written.")

@@ -182,10 +182,10 @@ MESSAGES: dict[str, str] = {
         "in an upstream model over the whole input and filter that model's output here."
     ),
     "STREAM_SOURCE_REBUILT": (
-        "{function}: {what} cannot run incrementally: {rebuilt}, which it reads with STREAM(...), was rebuilt "
-        "from its start (a full refresh) since this model's last run, and this model's state and rows hold the "
-        "changes of the table as it was; the rebuilt table's files are named as its first files were, so this "
-        "run would take them for files it already read and skip their changes. {fix}"
+        "{function}: {what} cannot run incrementally: {rebuilt}, which it reads with STREAM(...), is the output "
+        "of a run that started over (a new checkpoint, a full refresh) since this checkpoint's last run, whose "
+        "state and rows hold the changes of that output as it was; the new output's files are named as its "
+        "first files were, so this run would take them for files it already read and skip their changes. {fix}"
     ),
     "STREAM_TABLE_NOT_INCREMENTAL": (
         "{function}: the table {table} exists, but its folder {folder} holds no checkpoint of "

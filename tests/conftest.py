@@ -29,9 +29,12 @@ os.environ.setdefault("SQLEXT_STRICT", "1")
 # Every JVM the tests start (the session's and those of child processes: the CLI, dbt, JDBC)
 # compiles with the quick JIT only and collects garbage on one thread: the tests' queries are
 # small and many, so the optimising JIT's compilations cost more CPU than they win back (on
-# two cores they halved a child's start and cut the session's CPU by a third).
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# two cores they halved a child's start and cut the session's CPU by a third). Its code cache
+# is made larger: a long-lived child (dbt running eight commands) filled the default one, and
+# the JVM then stopped compiling ("CodeCache is full. Compiler has been disabled").
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
+os.environ.setdefault("SPARK_LAUNCHER_OPTS", JVM_OPTIONS)
 
 # Property tests (hypothesis): the default profile derandomises them (each run tries the same
 # examples, a few per test); SQLEXT_HYPOTHESIS_PROFILE=nightly tries many more, at random

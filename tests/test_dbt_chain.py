@@ -107,12 +107,11 @@ CHAIN_AND_TESTS = ["--select", "path:models/chain", "path:tests"]
 COMMANDS = [
     ["build"],                                       # 0: the hook's landing (versions 1, 2)
     *[["build", *CHAIN_AND_TESTS]] * len(LANDINGS),  # 1-3: after each landing
-    ["build", *CHAIN_AND_TESTS],                     # 4: nothing new
-    ["build", "--full-refresh", "--select", "gold_accounts_branches"],  # 5: the middle link alone
-    ["build", *CHAIN_AND_TESTS],                     # 6: after version 9 lands
-    ["build", "--full-refresh", "--select", "gold_accounts_regions+"],  # 7: its reader and what reads that
+    ["build", "--full-refresh", "--select", "gold_accounts_branches"],  # 4: the middle link alone
+    ["build", *CHAIN_AND_TESTS],                     # 5: after version 9 lands
+    ["build", "--full-refresh", "--select", "gold_accounts_regions+"],  # 6: its reader and what reads that
 ]
-REFRESHED, AFTER_REFRESH, READERS_REFRESHED = 5, 6, 7
+REFRESHED, AFTER_REFRESH, READERS_REFRESHED = 4, 5, 6
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +132,8 @@ def chain_runs(tmp_path_factory):
 
 
 def test_three_chained_incremental_models_equal_the_batch_build_after_every_landing(chain_runs):
-    """A build after each landing of change files, then one with nothing new: every build
-    runs every model and passes every singular test (each incremental table equals its
+    """A build after each landing of change files: every build runs every model and passes
+    every singular test (each incremental table equals its
     statement over the whole feeds, as a multiset: a row appended twice fails it; the
     aggregate over the chain equals the aggregate over the batch chain)."""
     project, done, runs = chain_runs
@@ -164,9 +163,10 @@ def test_a_full_refresh_of_one_link_alone_stops_its_reader_until_that_is_rebuilt
                                       "gold_accounts_regions_equals_batch": "skipped",
                                       "balances_per_region_equals_batch": "skipped"}
     [message] = [r["message"] for r in after["results"] if r["unique_id"].endswith(".gold_accounts_regions")]
-    assert "[STREAM_SOURCE_REBUILT] sqlext dbt: model gold_accounts_regions" in message, message
-    assert "chain.gold_accounts_branches, which it reads with STREAM(...), was rebuilt" in message, message
-    assert "dbt build --full-refresh --select gold_accounts_regions+" in message, message
+    assert "[STREAM_SOURCE_REBUILT]" in message, message
+    assert "gold_accounts_branches, which it reads with STREAM(...), is the output of a run that started over" \
+        in message, message
+    assert "dbt build --full-refresh --select <model>+" in message, message
 
     assert by_type(readers_refreshed, "model") == {"gold_accounts_regions": "success",
                                                    "balances_per_region": "success"}, done.stdout[-6000:]

@@ -6,6 +6,7 @@ what is missing, and a folder source can be declared before it holds a file."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,32 @@ def test_a_checkpoint_whose_state_an_earlier_version_wrote_is_refused(spark, acc
         run(spark, acc, FILTER)
     assert raised.value.error_class == "STREAM_CHECKPOINT_MISMATCH" and "earlier version" in str(raised.value)
     assert files(acc / "cp", acc / "out") == before
+
+
+def test_a_reader_of_an_output_that_started_over_is_refused(spark, acc):
+    """Two statements chained through a folder: the second reads the first's output as its
+    stream. When the first starts over (its checkpoint and output deleted and run again), its
+    new files are named as its first ones were, which the reader's stream would take for files
+    it already read; so the reader's next run is refused, writing nothing, until it starts
+    over too, and then it reads the new output whole."""
+    reader = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(passing)), key => 'id', "
+              "predicate => 'balance > 15')")
+
+    def read(checkpoint="cp2", output="out2"):
+        run_available_now(spark, reader, checkpoint=acc.uri(checkpoint), output=acc.uri(output),
+                          sources={"passing": acc.uri("out")})
+
+    run(spark, acc, FILTER)
+    read()
+    before = files(acc / "cp2", acc / "out2")
+    for folder in ("cp", "out"):
+        shutil.rmtree(acc / folder)
+    run(spark, acc, FILTER)  # started over: batch-0000000000-... again
+    with pytest.raises(SqlextError) as raised:
+        read()
+    assert raised.value.error_class == "STREAM_SOURCE_REBUILT"
+    assert "passing" in str(raised.value)
+    assert files(acc / "cp2", acc / "out2") == before
+    read("cp3", "out3")  # a reader that starts over reads the new output
+    assert sorted(spark.read.parquet(acc.uri("out3")).select("id", "_change_type").collect()) == \
+        sorted(spark.read.parquet(acc.uri("out2")).select("id", "_change_type").collect())

@@ -29,6 +29,7 @@ FUNCTION = "sqlext stream"
 STATEMENT_FILE = "sqlext-statement.json"
 OUTPUT_FILE = "_sqlext_statement.json"
 SOURCES_FILE = "sqlext-sources.json"
+SOURCE_BUILDS_FILE = "sqlext-source-builds.json"  # the build of each source that is sqlext output
 # the 'tables' engine's state, and the file naming the layout its states are kept in
 STATE_FOLDER = "sqlext-state"
 LAYOUT_FILE = "layout"
@@ -195,6 +196,41 @@ def _columns(columns) -> str:
 def _committed(checkpoint: Folder) -> bool:
     """Whether Spark committed a batch of this checkpoint."""
     return any(e.name.isdigit() for e in (checkpoint / "commits").entries())
+
+
+def upstream_build(spark, folder: Folder) -> str | None:
+    """The build of a folder that another sqlext run writes its output to: the id Spark gave
+    that run's checkpoint when it was made (``<checkpoint>/metadata``), which starting the run
+    over (a new checkpoint, a dbt full refresh) replaces. None for any other folder."""
+    from sqlext.storage import resolve
+
+    marker = (folder / OUTPUT_FILE).read_json()
+    if not marker or not marker.get("checkpoint"):
+        return None
+    try:
+        metadata = (resolve(spark, marker["checkpoint"]) / "metadata").read_json()
+    except SqlextError:  # its checkpoint is gone or out of reach: nothing to compare
+        return None
+    return str(metadata["id"]) if metadata and metadata.get("id") else None
+
+
+def check_source_build(checkpoint: Folder, name: str, build: str | None) -> None:
+    """Refuse a run whose stream ``name`` is another sqlext run's output that started over
+    since this checkpoint's runs read it (``[STREAM_SOURCE_REBUILT]``): the rebuilt output's
+    files are named as its first files were (by batch number), and Spark's file stream, which
+    remembers the files it read by name, would skip them without an error. Record the build
+    the first time."""
+    if build is None:
+        return
+    path = checkpoint / SOURCE_BUILDS_FILE
+    recorded = path.read_json() or {}
+    if recorded.get(name) not in (None, build) and _committed(checkpoint):
+        raise SqlextError("STREAM_SOURCE_REBUILT", function=FUNCTION, what="the statement", rebuilt=name,
+                          fix="Start this statement over too (a new checkpoint and an empty output folder; for "
+                              "a dbt model, dbt build --full-refresh --select <model>+, or refresh the upstream "
+                              "with its readers: --select <upstream>+). Nothing was read or written.")
+    if recorded.get(name) != build:
+        path.write_json({**recorded, name: build})
 
 
 def check_source_columns(checkpoint: Folder, name: str, schema) -> None:

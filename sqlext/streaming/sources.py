@@ -76,13 +76,34 @@ class Sources:
         name = next((n for n in names if n in self.folders), None)
         if name is not None:
             folder = self.folders[name]
+            self._check_build(name, resolve(self.spark, folder))
             schema = self._declared(name, folder) if name in self.schemas else self._found(name, folder)
             if name in self._nanos:
                 return self._read_nanos(name, folder, schema)
             return self.spark.readStream.format(self.file_format).schema(schema).load(folder)
         name = names[0]
         frame = self.spark.table(name)
-        return frame if frame.isStreaming else self.spark.readStream.table(name)
+        if frame.isStreaming:
+            return frame
+        self._check_build(name, self._table_folder(name))
+        return self.spark.readStream.table(name)
+
+    def _check_build(self, name: str, folder: Folder | None) -> None:
+        """A source that another sqlext run writes (a chain of statements, of dbt models) must
+        be the build this checkpoint's runs read (:func:`~sqlext.streaming.checkpoint.check_source_build`)."""
+        from sqlext.streaming.checkpoint import check_source_build, upstream_build
+
+        if self.checkpoint is not None and folder is not None:
+            check_source_build(self.checkpoint, name, upstream_build(self.spark, folder))
+
+    def _table_folder(self, name: str) -> Folder | None:
+        """The folder of a catalog table, None where it has none (a view, another source)."""
+        from sqlext.streaming import _table_folder, _table_name
+
+        try:
+            return resolve(self.spark, _table_folder(self.spark, _table_name(name), True))
+        except SqlextError:
+            return None
 
     def _delta_source(self, call: exp.Anonymous) -> tuple | None:
         """For ``STREAM(...)`` over a Delta table (a folder given by name that holds one, or

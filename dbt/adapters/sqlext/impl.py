@@ -4,7 +4,7 @@ sqlext's functions, whose results over new rows alone would be wrong."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import List
 
 from dbt.adapters.base import available
 from dbt.adapters.spark.impl import SparkAdapter
@@ -53,68 +53,6 @@ def stateful_functions(sql: str) -> List[str]:
     return sorted(found)
 
 
-# In an incremental model's table folder: the build of each sqlext incremental table the
-# model's runs read with STREAM(...) (its checkpoint's id), as of the model's last run
-SOURCES_READ = "_sqlext_dbt_sources_read.json"
-
-
-def _builds_read(spark, sql: str) -> Dict[str, str]:
-    """For each table ``sql`` reads with ``STREAM(...)`` that sqlext's incremental runs write
-    (an upstream incremental model: its folder holds their checkpoint), its name -> the id of
-    that checkpoint, which a full refresh (or any rebuild of the table) replaces."""
-    from sqlglot import exp
-
-    from sqlext.errors import SqlextError
-    from sqlext.rewrites.dialect import is_stream, parse_one
-    from sqlext.storage import resolve
-    from sqlext.streaming import CHECKPOINT_FOLDER, _table_folder, _table_name
-    from sqlext.streaming.sources import stream_names
-
-    builds = {}
-    for table in parse_one(sql).find_all(exp.Table):
-        if not is_stream(table):
-            continue
-        name = stream_names(table.this)[0]
-        try:
-            if not spark.catalog.tableExists(name):
-                continue
-            folder = resolve(spark, _table_folder(spark, _table_name(name), True))
-            metadata = (folder / CHECKPOINT_FOLDER / "metadata").read_json()
-        except SqlextError:  # not a table with a folder (a view, a table of another source)
-            continue
-        if metadata and metadata.get("id"):
-            builds[name] = metadata["id"]
-    return builds
-
-
-def _model_folder(spark, table: str):
-    from sqlext.storage import resolve
-    from sqlext.streaming import _table_folder, _table_name
-
-    return resolve(spark, _table_folder(spark, _table_name(table), True))
-
-
-def _check_no_source_rebuilt(spark, table: str, model_name: str, builds: Dict[str, str]) -> None:
-    """Refuse an incremental run of a model whose upstream incremental model was rebuilt (a
-    full refresh) since the model's last run. The rebuilt table's files are named as its
-    first runs' files were (by the run's batch number, from 0 again), so the model's stream
-    would take them for files it already read: it would skip the upstream's changes, without
-    an error, until the upstream's runs passed the number it had read."""
-    from sqlext.errors import SqlextError
-
-    if not spark.catalog.tableExists(table):
-        return
-    read = (_model_folder(spark, table) / SOURCES_READ).read_json() or {}
-    rebuilt = sorted(name for name, build in read.items() if builds.get(name) != build)
-    if rebuilt:
-        raise SqlextError(
-            "STREAM_SOURCE_REBUILT", function=FUNCTION, what=f"model {model_name} ({table})",
-            rebuilt=", ".join(rebuilt),
-            fix=f"Rebuild this model and the models that read it from the whole history: dbt build "
-                f"--full-refresh --select {model_name}+ (or refresh an upstream together with its readers: "
-                f"--select <upstream>+). Nothing was read or written.")
-
-
 def _seed_text(value) -> str | None:
     """A CSV value as agate read it, written as the text Spark casts to the column's type."""
     import datetime
@@ -160,21 +98,17 @@ class SqlextAdapter(SparkAdapter):
         return reads_streams(sql)
 
     @available
-    def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool, model_name: str | None = None) -> str:
+    def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool) -> str:
         """One incremental run of a model that reads ``STREAM(...)`` into its table (see
-        :func:`sqlext.streaming.run_into_table`); the text dbt shows for it. An incremental run
-        whose upstream incremental model was rebuilt since its last run is refused (see
-        :func:`_check_no_source_rebuilt`); each run records the builds it read."""
+        :func:`sqlext.streaming.run_into_table`); the text dbt shows for it. A run whose
+        upstream incremental model was rebuilt since its last run is refused by the run itself
+        (``[STREAM_SOURCE_REBUILT]``: :func:`sqlext.streaming.checkpoint.check_source_build`)."""
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
         from sqlext.streaming import run_into_table
 
         spark = spark_session(self.config.credentials.server_side_parameters)
         with as_dbt_errors():
-            builds = _builds_read(spark, sql)
-            if not full_refresh:
-                _check_no_source_rebuilt(spark, table, model_name or table, builds)
             run_into_table(spark, sql, table, full_refresh=full_refresh)
-            (_model_folder(spark, table) / SOURCES_READ).write_json(builds)
         return "OK (incremental run)" if not full_refresh else "OK (full refresh)"
 
     @available

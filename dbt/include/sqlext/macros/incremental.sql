@@ -7,7 +7,7 @@
      and a full refresh process the whole history. A model may read another such model
      (STREAM(ref(...))): it reads the change rows that model appended since its own last run;
      if that model was rebuilt (a full refresh) since then, the run is refused
-     ([UNSUPPORTED_STREAM]) until this model is rebuilt too.
+     ([STREAM_SOURCE_REBUILT]) until this model is rebuilt too.
 
      Any other model runs the spark adapter's incremental materialization, after one check: an
      incremental run (the table exists, no full refresh) whose SQL calls CHANGELOG_FILTER,
@@ -32,7 +32,7 @@
     {%- do adapter.drop_relation(existing) -%}
   {%- endif -%}
   {{ run_hooks(pre_hooks) }}
-  {%- set message = adapter.sqlext_run_stream(target_relation.render(), compiled_code, should_full_refresh(), model['name']) -%}
+  {%- set message = adapter.sqlext_run_stream(target_relation.render(), compiled_code, should_full_refresh()) -%}
   {%- call noop_statement("main", message) -%}{{ compiled_code }}{%- endcall -%}
   {{ run_hooks(post_hooks) }}
   {%- do persist_docs(target_relation, model) -%}

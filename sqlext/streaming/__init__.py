@@ -34,7 +34,7 @@ from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DB
                                          check_source_columns, claim)
 from sqlext.streaming.registry import keyed_call, purpose_of
 from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
-from sqlext.streaming.sources import Sources
+from sqlext.streaming.sources import Sources, table_folder, table_name
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
@@ -545,10 +545,10 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
     from sqlext.storage import resolve
 
     ensure_installed(spark)
-    target = _table_name(table)
+    target = table_name(table)
     name = to_sql(target)
     exists = spark.catalog.tableExists(name)
-    folder = resolve(spark, _table_folder(spark, target, exists))
+    folder = resolve(spark, table_folder(spark, target, exists))
     if full_refresh:
         if exists:
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
@@ -594,41 +594,6 @@ def _result_schema(spark, sql: str):
             if name in columns.names:
                 schema = schema.add(columns[name])
     return schema
-
-
-def _table_name(table: str) -> exp.Table:
-    """``table`` (``name``, ``db.name``, quoted with backticks where needed) as a table node."""
-    from sqlext.rewrites.dialect import SparkExt
-
-    try:
-        target = exp.to_table(table, dialect=SparkExt)
-    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
-        target = None
-    if not isinstance(target, exp.Table) or not target.name:
-        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="table",
-                          expected="a table name such as my_db.my_table", value=repr(table),
-                          fix="Quote parts holding spaces or dots with backticks.")
-    return target
-
-
-def _table_folder(spark, target: exp.Table, exists: bool) -> str:
-    """The folder of ``target`` (a URI, on any store): its location if it exists, else its
-    database's location joined with its name."""
-    if exists:
-        described = spark.sql(to_sql(exp.Describe(this=target.copy(), style="EXTENDED"))).collect()
-        uri = next((row[1] for row in described if row[0] == "Location"), None)
-        if uri is None:
-            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a run into {to_sql(target)}",
-                              reason="the table has no folder (a view, or a table of another source), where the "
-                                     "runs would keep their output and state",
-                              fix="Drop it and let the run create it, or run sqlext.stream with an output folder.")
-        return uri
-    database = target.db or spark.catalog.currentDatabase()
-    # the catalog gives the database's location as an encoded URI ('ware%20house'); a path
-    # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
-    from sqlext.storage import decoded
-
-    return decoded(spark, spark.catalog.getDatabase(database).locationUri).rstrip("/") + "/" + target.name
 
 
 def _columns(columns) -> str:

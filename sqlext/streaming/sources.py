@@ -98,10 +98,8 @@ class Sources:
 
     def _table_folder(self, name: str) -> Folder | None:
         """The folder of a catalog table, None where it has none (a view, another source)."""
-        from sqlext.streaming import _table_folder, _table_name
-
         try:
-            return resolve(self.spark, _table_folder(self.spark, _table_name(name), True))
+            return resolve(self.spark, table_folder(self.spark, table_name(name), True))
         except SqlextError:
             return None
 
@@ -540,3 +538,38 @@ def readable_files(files: list[Folder], schema) -> bool:
     except (OSError, pa.ArrowException, SqlextError):
         return False
     return True
+
+
+def table_name(table: str) -> exp.Table:
+    """``table`` (``name``, ``db.name``, quoted with backticks where needed) as a table node."""
+    from sqlext.rewrites.dialect import SparkExt
+
+    try:
+        target = exp.to_table(table, dialect=SparkExt)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        target = None
+    if not isinstance(target, exp.Table) or not target.name:
+        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="table",
+                          expected="a table name such as my_db.my_table", value=repr(table),
+                          fix="Quote parts holding spaces or dots with backticks.")
+    return target
+
+
+def table_folder(spark, target: exp.Table, exists: bool) -> str:
+    """The folder of ``target`` (a URI, on any store): its location if it exists, else its
+    database's location joined with its name."""
+    if exists:
+        described = spark.sql(to_sql(exp.Describe(this=target.copy(), style="EXTENDED"))).collect()
+        uri = next((row[1] for row in described if row[0] == "Location"), None)
+        if uri is None:
+            raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a run into {to_sql(target)}",
+                              reason="the table has no folder (a view, or a table of another source), where the "
+                                     "runs would keep their output and state",
+                              fix="Drop it and let the run create it, or run sqlext.stream with an output folder.")
+        return uri
+    database = target.db or spark.catalog.currentDatabase()
+    # the catalog gives the database's location as an encoded URI ('ware%20house'); a path
+    # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
+    from sqlext.storage import decoded
+
+    return decoded(spark, spark.catalog.getDatabase(database).locationUri).rstrip("/") + "/" + target.name

@@ -47,11 +47,16 @@ rows = st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st
 def test_a_condition_over_arrow_is_sparks(spark, condition, data):
     expression = arrow_expression(condition, SCHEMA, boolean=True)
     assert expression is not None, condition
+    assert_sparks(spark, condition, expression, data)
+
+
+def assert_sparks(spark, text, expression, data):
+    """Arrow's value of ``expression`` over the rows ``data`` is Spark's of ``text``, row by row."""
     table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in data], schema=SCHEMA)
     ours = evaluate(table, {"c": expression})["c"].to_pylist() if data else []
     frame = spark.createDataFrame(table.to_pandas() if data else [], "i BIGINT, j INT, s STRING, b BOOLEAN, d DOUBLE")
-    theirs = [r[0] for r in frame.selectExpr(condition).collect()]
-    assert ours == theirs, condition
+    theirs = [r[0] for r in frame.selectExpr(text).collect()]
+    assert ours == theirs, text
 
 
 @pytest.mark.parametrize("text", ["d > 0", "i + 1 > 2", "CAST(i AS STRING) = '1'", "i = 's'", "upper(s) = 'A'",
@@ -76,11 +81,7 @@ def test_an_if_and_a_division_its_test_guards_over_arrow_are_sparks(spark, teste
         assert expression is None
         return
     assert expression is not None, text
-    table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in data], schema=SCHEMA)
-    ours = evaluate(table, {"c": expression})["c"].to_pylist() if data else []
-    frame = spark.createDataFrame(table.to_pandas() if data else [], "i BIGINT, j INT, s STRING, b BOOLEAN, d DOUBLE")
-    theirs = [r[0] for r in frame.selectExpr(text).collect()]
-    assert ours == theirs, text
+    assert_sparks(spark, text, expression, data)
 
 
 def test_a_division_no_if_guards_is_left_to_spark():

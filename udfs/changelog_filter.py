@@ -177,7 +177,7 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
     """The rows the increment's changes forward (:func:`_forward`, column-wise)."""
     import pyarrow.compute as pc
 
-    from sqlext.udfs.column_wise import same_value
+    from sqlext.udfs.column_wise import differ
 
     shape = spec.shape
     data, order = list(shape.data_columns), shape.order_by
@@ -198,9 +198,7 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
         return pa.Table.from_arrays(arrays + [kinds, chosen[order]], names=data + [CHANGE_TYPE, order]).cast(output)
     if spec.emit != "changes":
         return output.empty_table()
-    differs = pa.array([False] * rows.num_rows, pa.bool_())
-    for c in data:
-        differs = pc.or_(differs, pc.invert(same_value(rows[c], previous[c])))
+    differs = pa.array(differ(rows, previous, data))
     both = pc.and_(pc.and_(new, pc.and_(old_passes, new_passes)), differs)
     inserted = pc.and_(new, pc.and_(new_passes, pc.invert(old_passes)))
     deleted = pc.and_(new, pc.and_(old_passes, pc.invert(new_passes)))

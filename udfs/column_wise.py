@@ -63,6 +63,15 @@ def same_value(a, b):
     return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
 
 
+def differ(a: pa.Table, b: pa.Table, columns: Sequence[str]) -> np.ndarray:
+    """Row by row, whether two tables of equal length differ in any of ``columns`` (NULL equal
+    to NULL: :func:`same_value`)."""
+    differs = np.zeros(a.num_rows, dtype=bool)
+    for column in columns:
+        differs |= ~np.asarray(same_value(a[column], b[column]), dtype=bool)
+    return differs
+
+
 def codes(columns: Sequence) -> np.ndarray:
     """Dense integer codes of the rows of one or several key columns (Arrow arrays of equal
     length): equal keys, NULL equal to NULL, get equal codes; 0 is the all-NULL key of one column."""
@@ -212,11 +221,7 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
     both = before & after
     if both.any():
         old, new = changes.take(pa.array(first[both])), changes.take(pa.array(last[both]))
-        same = np.ones(int(both.sum()), dtype=bool)
-        for column in changes.column_names:
-            if column not in (CHANGE_TYPE, order_by):
-                same &= np.asarray(same_value(old[column], new[column]), dtype=bool)
-        both[both] = ~same
+        both[both] = differ(old, new, [c for c in changes.column_names if c not in (CHANGE_TYPE, order_by)])
     pieces = [(first, both, PREIMAGE), (last, both, POSTIMAGE), (last, after & ~before, INSERT),
               (first, before & ~after, DELETE)]
     # the key's rows in order: its preimage, then its postimage

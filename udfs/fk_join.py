@@ -364,20 +364,15 @@ class _JoinIncrement:
         index are equal, so only the pairs whose indices differ compare values."""
         import numpy as np
 
-        from sqlext.udfs.column_wise import same_value, take
+        from sqlext.udfs.column_wise import differ, take
 
         differs = np.zeros(len(old_left), dtype=bool)
         for table, columns, old, new in ((lines, self.spec.left.data_columns, old_left, new_left),
                                          (right_lines, self.spec.right.data_columns, old_right, new_right)):
             moved = old != new
-            if not moved.any():
-                continue
-            data = table.select(list(columns))
-            before, after = take(data, old[moved]), take(data, new[moved])
-            unequal = np.zeros(int(moved.sum()), dtype=bool)
-            for column in data.column_names:
-                unequal |= ~np.asarray(same_value(before[column], after[column]), dtype=bool)
-            differs[moved] |= unequal
+            if moved.any():
+                data = table.select(list(columns))
+                differs[moved] |= differ(take(data, old[moved]), take(data, new[moved]), data.column_names)
         return differs
 
     def _images(self, lines, right_lines, left_rows, right_rows):

@@ -235,9 +235,8 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
         check_source_columns(checkpoint, to_sql(shape.stream.this), source.schema)
-        run = TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema)
-        run.source_folder = sources.parquet_folder(shape.stream.this)
-        return source, run
+        return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema,
+                                           folder=sources.parquet_folder(shape.stream.this))
     _refuse_recursion(tree)
     from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
 

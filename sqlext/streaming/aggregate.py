@@ -254,6 +254,7 @@ class AggregateOperator(KeyedOperator):
         self.output_arrow = arrow_schema(StructType(list(shape.projected_schema.fields)))
         self.projection, self.where = self._over_arrow(upstream.output_arrow)
         self.table_arrow = arrow_schema(shape.output_schema)
+        self.accumulators_schema = self._accumulators_schema()
         self.table_items = self._table_arrow()
 
     @property
@@ -267,7 +268,7 @@ class AggregateOperator(KeyedOperator):
         from sqlext.streaming.arrow_sql import arrow_expression
 
         select = self.shape.final(helper("groups"))
-        schema = self._accumulators_schema()
+        schema = self.accumulators_schema
         items = [arrow_expression(item.this if isinstance(item, exp.Alias) else item, schema)
                  for item in select.expressions]
         where = select.args.get("where")
@@ -277,6 +278,7 @@ class AggregateOperator(KeyedOperator):
         return items, condition
 
     def _accumulators_schema(self) -> pa.Schema:
+        """The columns of :meth:`_accumulators`: the groups' state, then each valued aggregate's summary."""
         fields = list(self.groups.arrow_schema)
         for aggregate in self.shape.aggregates:
             if aggregate.kind in VALUED:
@@ -313,7 +315,7 @@ class AggregateOperator(KeyedOperator):
             found = _positions(summary, groups, names, codes, together)
             value = take(summary.select([summary.column_names[-1]]), found).column(0)
             columns.append(pc.fill_null(value, 0) if aggregate.kind == "distinct" else value)
-        schema = self._accumulators_schema()
+        schema = self.accumulators_schema
         return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema)], schema=schema)
 
     def _over_arrow(self, schema: pa.Schema):

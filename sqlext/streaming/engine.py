@@ -52,9 +52,9 @@ from sqlglot import exp
 from sqlext.catalog.arguments import quote
 from sqlext.catalog.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
-from sqlext.streaming.run import (PATH_SETTING, STEPS, TableStateRun, check_columns, on_driver, record_in,
+from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)
-from sqlext.streaming.state import CACHE_BYTES, KeyedState, StateView
+from sqlext.streaming.state import KeyedState, StateView
 
 BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
@@ -278,12 +278,8 @@ class Pipeline(TableStateRun):
         """Where this batch runs (see the module's docstring)."""
         if not self._executors_can():
             return True
-        if batch.sparkSession.conf.get(PATH_SETTING, "auto").lower() in ("driver", "spark"):
-            return on_driver(batch)  # forced
-        if not on_driver(batch):  # the increment is too large
-            return False
-        stored = sum(state.before(batch_id).stored_bytes() for op in self.operators for state in op.states.values())
-        return stored * 4 <= CACHE_BYTES
+        return on_driver(batch, state_bytes=lambda: sum(state.before(batch_id).stored_bytes()
+                                                        for op in self.operators for state in op.states.values()))
 
     def _executors_can(self) -> bool:
         """Whether the executors reach every folder the tasks read and write (not only through

@@ -44,7 +44,7 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.run import PATH_SETTING, STEPS, TableStateRun, arrow_frame, on_driver, step
+from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, exclude
 
 FUNCTION = "sqlext stream"
@@ -179,8 +179,12 @@ class TableStateRecursion(TableStateRun):
     the edges (each with its count: inserts less deletes) and the rows found so far (each with
     whether it is still found, so that a row no longer reached is a delta, not a rewrite)."""
 
-    def __init__(self, shape: RecursionShape, checkpoint: str, output: str, output_format: str, spark, edge_schema):
+    def __init__(self, shape: RecursionShape, checkpoint: str, output: str, output_format: str, spark, edge_schema,
+                 folder=None):
+        """``folder``: the stream's Parquet folder, if it reads one (its batches' files are then
+        read without Spark)."""
         super().__init__(None, shape.main, shape.name, checkpoint, output, output_format, FUNCTION, ())
+        self.source_folder = folder
         from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
         self.shape = shape
@@ -214,35 +218,19 @@ class TableStateRecursion(TableStateRun):
             for name in self._views:
                 batch.sparkSession.catalog.dropTempView(name)
 
-    # the Parquet folder the stream reads, if it reads one (set by the statement's dispatch)
-    source_folder = None
-
     def _increment(self, batch, batch_id: int) -> pa.Table:
-        """The batch's rows as Arrow data: its files read straight from the source folder where
-        Arrow reads them as Spark does (no Spark job), else collected from Spark."""
-        from sqlext.storage import read_parquet
         from sqlext.streaming.run import arrow_schema
-        from sqlext.streaming.sources import batch_files, readable_files
+        from sqlext.streaming.sources import batch_rows
 
-        schema = arrow_schema(batch.schema)
-        if self.source_folder is not None:
-            files = batch_files(self.checkpoint, batch_id, 0, self.source_folder)
-            if files is not None and readable_files(files, schema):
-                return read_parquet(files, schema)
-        return batch.toArrow()
+        return batch_rows(batch, batch_id, self.checkpoint, self.source_folder, arrow_schema(batch.schema))
 
     def _walks_on_driver(self, batch, batch_id: int) -> bool:
         """Whether this batch walks the graph on the driver, over Arrow data: where the step is
         a walk, the increment is at most :data:`WALK_BYTES` (Spark's estimate; a first run over
         a long history included: one walk over Arrow data costs less than Spark's recursion)
         and the state fits the driver's cache; else the recursion runs in Spark."""
-        from sqlext.streaming.state import CACHE_BYTES
-
-        if self.walk_plan is None or not on_driver(batch, WALK_BYTES):
-            return False
-        stored = self.found.before(batch_id).stored_bytes() + self.edges.before(batch_id).stored_bytes()
-        forced = batch.sparkSession.conf.get(PATH_SETTING, "auto").lower() == "driver"
-        return forced or stored * 4 <= CACHE_BYTES
+        return self.walk_plan is not None and on_driver(batch, WALK_BYTES, state_bytes=lambda: (
+            self.found.before(batch_id).stored_bytes() + self.edges.before(batch_id).stored_bytes()))
 
     def _view(self, frame, role: str) -> str:
         name = f"__sx_rec_{role}_{len(self._views)}"

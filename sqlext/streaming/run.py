@@ -58,10 +58,13 @@ def adaptive(spark):
         spark.conf.set(key, before)
 
 
-def on_driver(batch, limit: int | None = None) -> bool:
+def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
     """Whether this batch runs on the driver: forced by ``spark.sqlext.streaming.path``, else
-    when Spark estimates the increment at no more than ``limit``, by default
-    ``spark.sqlext.streaming.driverBytes``."""
+    when Spark estimates the increment at no more than ``limit`` (by default
+    ``spark.sqlext.streaming.driverBytes``) and the state (``state_bytes()``, its stored bytes,
+    where given) is small enough for the driver's cache to hold it."""
+    from sqlext.streaming.state import CACHE_BYTES
+
     spark = batch.sparkSession
     forced = spark.conf.get(PATH_SETTING, "auto").lower()
     if forced in ("driver", "spark"):
@@ -72,7 +75,7 @@ def on_driver(batch, limit: int | None = None) -> bool:
         size = int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate: take the path that scales
         return False
-    return size <= limit
+    return size <= limit and (state_bytes is None or state_bytes() * 4 <= CACHE_BYTES)
 
 
 class TableStateRun:

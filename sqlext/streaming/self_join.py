@@ -37,7 +37,7 @@ from sqlext.rewrites.dialect import is_stream, to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.run import STEPS, TableStateRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped
-from sqlext.streaming.sources import stream_names
+from sqlext.streaming.sources import batch_rows, stream_names
 from sqlext.streaming.state import KeyedState
 
 FUNCTION = "sqlext stream"
@@ -177,7 +177,7 @@ class TableStateSelfJoin(TableStateRun):
         kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair
         if on_driver(batch):  # the events as Arrow data on the driver; Spark only pairs them
             with step("check the increment"):
-                rows = self._read(batch, batch_id)
+                rows = batch_rows(batch, batch_id, self.checkpoint, self.folder, self.source_arrow)
                 times = rows[shape.column]
                 lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                     else (None, None)
@@ -219,18 +219,6 @@ class TableStateSelfJoin(TableStateRun):
             rows, keep = events
             self.events.write(view, rows, batch_id, keep=keep)
             self.record("newest", batch_id, _latest(newest, highest))
-
-    def _read(self, batch, batch_id: int) -> pa.Table:
-        """The run's new events as Arrow data: read from their files where they are a Parquet
-        folder Arrow reads as Spark does, else collected from Spark."""
-        from sqlext.storage import read_parquet
-        from sqlext.streaming.sources import batch_files, readable_files
-
-        if self.folder is not None:
-            files = batch_files(self.checkpoint, batch_id, 0, self.folder)
-            if files is not None and readable_files(files, self.source_arrow):
-                return read_parquet(files, self.source_arrow)
-        return batch.toArrow().cast(self.source_arrow)
 
     def _pair(self, spark, new, old, batch_id: int) -> None:
         """The pairs of the new events with every event (as ``a``) and of the earlier ones with

@@ -204,17 +204,14 @@ class GroupedPairs:
         """The aggregate's change feed from the rows of the groups before (tag false) and after
         (tag true) this run: an insert for a new group, a preimage and postimage for a changed
         one, nothing for a group whose row stays."""
-        from sqlext.udfs.column_wise import codes, same_value, take, together
+        from sqlext.udfs.column_wise import codes, differ, take, together
 
         new_mask = pc.fill_null(finals[TAG], False)
         old, new = finals.filter(pc.invert(new_mask)), finals.filter(new_mask)
         found = _positions(old, new, self.group_names, codes, together)
         prior = take(old, found)
         there = found >= 0
-        differs = np.zeros(new.num_rows, dtype=bool)
-        for name in self.output_names:
-            differs |= ~np.asarray(same_value(prior[name], new[name]), dtype=bool)
-        changed = there & differs
+        changed = there & differ(prior, new, self.output_names)
 
         def image(rows: pa.Table, mask: np.ndarray, kind: str) -> pa.Table:
             chosen = rows.filter(pa.array(mask))

@@ -521,6 +521,19 @@ def _log_entries(path: Folder) -> list[dict]:
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
+def batch_rows(batch, batch_id: int, checkpoint: Folder, folder: Folder | None, schema):
+    """Micro-batch ``batch_id``'s rows of a query reading one stream, as Arrow data of
+    ``schema``: read straight from their files in ``folder`` (the stream's Parquet folder, or
+    None) where Arrow reads them as Spark does (no Spark job), else collected from Spark."""
+    from sqlext.storage import read_parquet
+
+    if folder is not None:
+        files = batch_files(checkpoint, batch_id, 0, folder)
+        if files is not None and readable_files(files, schema):
+            return read_parquet(files, schema)
+    return batch.toArrow().cast(schema)
+
+
 def readable_files(files: list[Folder], schema) -> bool:
     """Whether every Parquet file holds each column of ``schema`` (Arrow) under its name with
     its type, so that Arrow reads the files as Spark does (from their footers)."""

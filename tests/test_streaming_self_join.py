@@ -86,6 +86,56 @@ def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storag
     assert events.written() == (events.batch(BAND) if events.all else multiset([]))
 
 
+# a statement every part of which a run computes over Arrow data on the driver (BAND's
+# subtraction leaves its pairing to Spark): the two pairings are tested apart
+COLUMNS_ONLY = ("SELECT a.id AS a_id, b.id AS b_id, a.k, b.v, a.ts FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
+                "ON a.k = b.k AND b.ts >= a.ts - 3 AND b.ts < a.ts + 2 AND a.v IS NOT NULL WHERE b.v <> 2")
+
+
+def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
+    from sqlext.rewrites.dialect import parse_one
+    from sqlext.streaming.self_join import SelfJoinShape
+
+    schema = spark.createDataFrame([], SCHEMA).schema
+    assert SelfJoinShape(spark, parse_one(COLUMNS_ONLY), schema).arrow is not None
+    assert SelfJoinShape(spark, parse_one(BAND), schema).arrow is None
+
+
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(runs=event_runs(), path=st.sampled_from(["driver", "spark"]))
+def test_pairs_made_on_the_driver_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs, path):
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin-arrow"), storage, path=path)
+    for run in runs:
+        if run:
+            events.land(run)
+            events.run(COLUMNS_ONLY)
+    assert events.written() == (events.batch(COLUMNS_ONLY) if events.all else multiset([]))
+
+
+def test_a_run_that_pairs_on_the_driver_starts_no_spark_job(spark, tmp_path, storage):
+    events = Events(spark, tmp_path, storage, path="driver")
+    for first in range(0, 90, 30):
+        events.land([(i, i % 3, i, i % 5) for i in range(first, first + 30)])
+        query = events.run(COLUMNS_ONLY)
+    assert events.written() == events.batch(COLUMNS_ONLY)
+    assert jobs_of(spark, query) == []
+
+
+def test_awkward_names_pair_on_the_driver_as_in_batch(spark, tmp_path, storage):
+    schema = "`id x` BIGINT, `k'q` INT, `t``s` BIGINT, `v{0}` STRING"
+    sql = ("SELECT a.`id x` AS `a's id`, b.`id x` AS `b ``id``` , b.`v{0}` FROM STREAM(ev) AS `a a` "
+           "JOIN STREAM(ev) AS b ON `a a`.`k'q` = b.`k'q` AND b.`t``s` BETWEEN `a a`.`t``s` - 2 AND `a a`.`t``s` "
+           "WHERE b.`v{0}` <> 'x'")
+    sql = sql.replace("a.`id x`", "`a a`.`id x`")
+    events = Events(spark, tmp_path, storage, schema, "driver")
+    for first in (0, 6, 12):
+        events.land([(i, i % 2, i, "x" if i % 4 == 0 else f"v'{i}`") for i in range(first, first + 6)])
+        query = events.run(sql)
+    assert events.written() == events.batch(sql)
+    assert sum(events.written().values()) > 6
+    assert jobs_of(spark, query) == []  # paired on the driver
+
+
 def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, storage):
     """After many runs the state holds the events of the last two band widths, once each (not
     once per side)."""

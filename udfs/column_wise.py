@@ -236,3 +236,40 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
                          kind.cast(changes.schema.field(CHANGE_TYPE).type))
     return net.set_column(net.schema.get_field_index(order_by), order_by,
                           changes[order_by].take(pa.array(last[rows])))
+
+
+def pairs_within(row_keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, other_keys: np.ndarray,
+                 values: np.ndarray, limit: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (row, other) index pairs with equal keys (non-negative integer codes) where
+    ``starts[row] < values[other] <= ends[row]`` (integers): a row and the others of its key
+    within its span, as a left row and the right changes it met, or an event and the events of
+    its key within a band. The others are sorted once by key and value and each row finds its
+    span by a binary search, so the work follows the pairs found, not rows times others of a
+    key. Rows come in order; a row's others in order of value, then place. None when there
+    are more than ``limit`` pairs (counted before any is made)."""
+    if len(row_keys) == 0 or len(other_keys) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    base = min(int(values.min()), int(starts.min()))
+    width = max(int(values.max()), int(ends.max())) - base + 2
+    if (int(max(row_keys.max(), other_keys.max())) + 2) * width >= (1 << 62):  # too wide for one integer
+        pairs = pa.table({"k": row_keys, "row": np.arange(len(row_keys))}).join(
+            pa.table({"k": other_keys, "other": np.arange(len(other_keys))}), keys="k", join_type="inner")
+        row = pairs["row"].to_numpy().astype(np.int64)
+        other = pairs["other"].to_numpy().astype(np.int64)
+        valid = (starts[row] < values[other]) & (values[other] <= ends[row])
+        row, other = row[valid], other[valid]
+        if limit is not None and len(row) > limit:
+            return None
+        order = np.lexsort((other, values[other], row))
+        return row[order], other[order]
+    placed = other_keys.astype(np.int64) * width + (values - base)
+    order = np.argsort(placed, kind="stable")
+    placed = placed[order]
+    low = np.searchsorted(placed, row_keys * width + np.maximum(starts - base, -1), side="right")
+    high = np.searchsorted(placed, row_keys * width + np.minimum(ends - base, width - 1), side="right")
+    count = np.maximum(high - low, 0)
+    if limit is not None and int(count.sum()) > limit:
+        return None
+    row = np.repeat(np.arange(len(row_keys), dtype=np.int64), count)
+    offsets = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    return row, order[np.repeat(low, count) + offsets]

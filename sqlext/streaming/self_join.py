@@ -89,6 +89,8 @@ class SelfJoinShape:
             join = match_self_join(named, SparkRelations(spark))
             if is_grouped(tree) and not isinstance(join, str):
                 self._analyse_grouped(spark, named)
+            elif not isinstance(join, str):
+                self.output = spark.sql(to_sql(named)).schema  # the pairs' columns, as Spark gives them
         finally:
             spark.catalog.dropTempView(view)
         if isinstance(join, str):
@@ -102,6 +104,7 @@ class SelfJoinShape:
         self.column = band.column
         self.kind = band.lower.offset.kind or band.upper.offset.kind
         self.width = max(abs(band.lower.offset.value), abs(band.upper.offset.value))
+        self.arrow = None if self.grouped is not None else ArrowPairs.of(join, arrow_schema(schema), self)
 
     def _analyse_grouped(self, spark, named: exp.Select) -> None:
         """The aggregate's parts and their columns, from Spark's analysis of the statement over
@@ -145,6 +148,153 @@ class SelfJoinShape:
         return int(width) if width == int(width) else float(width)
 
 
+class _NotArrow(Exception):
+    """A part of the statement that :class:`ArrowPairs` does not compute as Spark does."""
+
+
+class ArrowPairs:
+    """A run's pairs made over Arrow data on the driver, without a Spark job.
+
+    The events (the run's and the kept earlier ones) get one integer code per key; the band's
+    column is an integer (an integer column, or a timestamp's microseconds), so the partners of
+    an event are the events of its code whose value lies within the band around its own: a
+    binary search in the events sorted once by code and value
+    (:func:`~sqlext.udfs.column_wise.pairs_within`). The statement's other conditions and its
+    select list then run over the pairs through :mod:`~sqlext.streaming.arrow_sql`, each side's
+    columns under names of their own. Only a statement all of whose parts compute here as Spark
+    computes them is taken (:meth:`of`); a run whose pairs would be too many, or whose band
+    arithmetic would overflow the column's type (Spark raises there), pairs in Spark instead."""
+
+    LIMIT = 20_000_000  # the most pairs a run makes on the driver
+
+    def __init__(self, join, schema: pa.Schema, shape: "SelfJoinShape"):
+        from sqlext.streaming.arrow_sql import arrow_expression
+
+        self.schema = schema
+        sides = {join.left: "l", join.right: "r"}
+        self.pair_schema = pa.schema([pa.field(f"__sx_{side}{i}", f.type) for side in ("l", "r")
+                                      for i, f in enumerate(schema)])
+
+        def named(node: exp.Expression) -> exp.Expression:
+            def rename(n):
+                if not isinstance(n, exp.Column):
+                    return n
+                side = sides.get(n.table.lower()) if n.table else None
+                if side is None or isinstance(n.this, exp.Star) or n.args.get("db"):
+                    raise _NotArrow(to_sql(n))
+                return exp.column(f"__sx_{side}{self._position(n.name)}")
+            return node.copy().transform(rename)
+
+        band = join.band
+        if not band.exact:
+            raise _NotArrow("a strict band edge on a continuous column")
+        self.band = self._position(band.column)
+        band_type = schema.field(self.band).type
+        if pa.types.is_timestamp(band_type) and band_type.unit == "us" and band.lower.offset.kind != "number" \
+                and band.upper.offset.kind != "number":
+            self.bounds = (-(1 << 63), (1 << 63) - 1)
+        elif pa.types.is_integer(band_type) and band.lower.offset.kind != "interval" \
+                and band.upper.offset.kind != "interval":
+            self.bounds = (-(1 << (band_type.bit_width - 1)), (1 << (band_type.bit_width - 1)) - 1) \
+                if pa.types.is_signed_integer(band_type) else (0, (1 << band_type.bit_width) - 1)
+        else:
+            raise _NotArrow(f"a band on {band_type}")
+        self.lower, self.upper = int(band.lower.offset.value), int(band.upper.offset.value)
+        if self.lower != band.lower.offset.value or self.upper != band.upper.offset.value:
+            raise _NotArrow("a fractional band")
+        if band.lower.offset.kind == "interval" and max(abs(self.lower), abs(self.upper)) >= 86_400_000_000:
+            raise _NotArrow("a band of a day or more (a day is a calendar day in the session's time zone)")
+        self.keys = []
+        for column, null_safe in join.keys:
+            position = self._position(column)
+            key_type = schema.field(position).type
+            if not (pa.types.is_integer(key_type) or pa.types.is_string(key_type) or pa.types.is_boolean(key_type)
+                    or pa.types.is_date32(key_type) or pa.types.is_timestamp(key_type)):
+                raise _NotArrow(f"a key of type {key_type}")  # floats: NaN and -0.0 compare as Spark's
+            self.keys.append((position, null_safe))
+        self.conditions = []
+        for condition in join.left_only + join.right_only + join.rest:
+            translated = arrow_expression(named(condition), self.pair_schema, boolean=True)
+            if translated is None:
+                raise _NotArrow(to_sql(condition))
+            self.conditions.append(translated)
+        self.output = arrow_schema(shape.output)
+        self.columns = {}
+        for item, field in zip(shape.tree.expressions, self.output):
+            inner = item.this if isinstance(item, exp.Alias) else item
+            translated = None if isinstance(inner, exp.Star) else arrow_expression(named(inner), self.pair_schema)
+            if translated is None or field.name in self.columns:
+                raise _NotArrow(to_sql(item))
+            self.columns[field.name] = translated
+        if len(self.columns) != len(self.output):
+            raise _NotArrow("the select list")
+        from sqlext.streaming.arrow_sql import evaluate
+
+        given = evaluate(self.pair_schema.empty_table(), self.columns).schema
+        if [f.type for f in given] != [f.type for f in self.output]:
+            raise _NotArrow("a select list whose types Spark gives otherwise")
+
+    def _position(self, name: str) -> int:
+        names = self.schema.names
+        found = [i for i, n in enumerate(names) if n == name] or \
+            [i for i, n in enumerate(names) if n.lower() == name.lower()]
+        if len(found) != 1:
+            raise _NotArrow(name)
+        return found[0]
+
+    @classmethod
+    def of(cls, join, schema: pa.Schema, shape: "SelfJoinShape") -> "ArrowPairs | None":
+        """The pairing of this statement over Arrow data, or None where a part of it is not
+        computed here as Spark computes it."""
+        try:
+            return cls(join, schema, shape)
+        except _NotArrow:
+            return None
+
+    def pairs(self, new: pa.Table, old: pa.Table | None) -> pa.Table | None:
+        """The statement's rows over the pairs of the ``new`` events (as the first side) with
+        every event, and of the ``old`` ones with the new (as the second side); None where the
+        run should pair in Spark (too many pairs, or band arithmetic beyond the column's type)."""
+        from sqlext.streaming.arrow_sql import evaluate
+        from sqlext.udfs.column_wise import codes, pairs_within, take
+
+        events = new if old is None else pa.concat_tables([new, old.cast(new.schema)])
+        arrays = [events.column(i) for i in range(events.num_columns)]
+        valid = pc.is_valid(arrays[self.band])
+        for position, null_safe in self.keys:
+            if not null_safe:
+                valid = pc.and_(valid, pc.is_valid(arrays[position]))
+        valid = np.asarray(valid, dtype=bool)
+        code = codes([arrays[p] for p, _ in self.keys])
+        values = np.asarray(pc.fill_null(arrays[self.band].cast(pa.int64()), 0), dtype=np.int64)
+        chosen = values[valid]
+        if len(chosen) and (int(chosen.min()) + min(self.lower, 0) < self.bounds[0]
+                            or int(chosen.max()) + max(self.upper, 0) > self.bounds[1]):
+            return None
+        everyone = np.flatnonzero(valid)
+        fresh = everyone[everyone < new.num_rows]
+        earlier = everyone[everyone >= new.num_rows]
+        left, right = [], []
+        for first, second in ((fresh, everyone), (earlier, fresh)):
+            found = pairs_within(code[first], values[first] + self.lower - 1, values[first] + self.upper,
+                                 code[second], values[second], self.LIMIT - sum(len(x) for x in left))
+            if found is None:
+                return None
+            left.append(first[found[0]])
+            right.append(second[found[1]])
+        left, right = np.concatenate(left), np.concatenate(right)
+        pairs = pa.Table.from_arrays(take(events, left).columns + take(events, right).columns,
+                                     schema=self.pair_schema)
+        condition = None
+        for part in self.conditions:
+            condition = part if condition is None else condition & part
+        import pyarrow.dataset as ds
+
+        if condition is not None:
+            pairs = ds.dataset(pairs).to_table(filter=condition)
+        return evaluate(pairs, self.columns).cast(self.output)
+
+
 class TableStateSelfJoin(TableStateRun):
     """The ``foreachBatch`` function of one incremental self-join."""
 
@@ -186,12 +336,18 @@ class TableStateSelfJoin(TableStateRun):
                     first = rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0]
                     raise self._late(first[shape.column], limit)
             new = batch  # Spark pairs the events from the batch's own files (a long first run too)
-            old = None
+            old = earlier = None
             if not view.empty and kept is not None:
                 earlier = view.rows()
                 earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
                                                           pa.scalar(kept, earlier.schema.field(shape.column).type)))
-                old = arrow_frame(spark, earlier.select(self.columns), self.source_schema)
+                earlier = earlier.select(self.columns)
+            pairs = None
+            if shape.arrow is not None:
+                with step("pair the events"):
+                    pairs = shape.arrow.pairs(rows, earlier)
+            if earlier is not None and pairs is None:
+                old = arrow_frame(spark, earlier, self.source_schema)
             numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
                 .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
             events = numbered, (None if kept is None and highest is None else
@@ -200,7 +356,7 @@ class TableStateSelfJoin(TableStateRun):
         else:
             from pyspark.sql import functions as F
 
-            new = batch
+            new, pairs = batch, None
             with step("check the increment"):
                 highest, lowest = (instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
                                                                 F.min(F.col(quote(shape.column)))).first())
@@ -214,7 +370,11 @@ class TableStateSelfJoin(TableStateRun):
             events = (new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
                                  F.monotonically_increasing_id().alias(ROW)),
                       None if top is None else F.col(quote(shape.column)) >= F.lit(top - shape.distance(2)))
-        self._pair(spark, new, old, batch_id)
+        if pairs is not None:
+            with step("write the output"):
+                self._write_pairs(spark, pairs, batch_id)
+        else:
+            self._pair(spark, new, old, batch_id)
         with step("write the state"):
             rows, keep = events
             self.events.write(view, rows, batch_id, keep=keep)
@@ -282,6 +442,19 @@ class TableStateSelfJoin(TableStateRun):
                 write_batch_files(arrow_frame(spark, out), self.output, batch_id, self.output_format)
         with step("write the groups"):
             self.groups.write(view, after, batch_id)
+
+    def _write_pairs(self, spark, pairs: pa.Table, batch_id: int) -> None:
+        """The statement's rows made on the driver (:class:`ArrowPairs`), written as Spark
+        would write them, under the columns Spark's analysis gave."""
+        from sqlext.streaming.checkpoint import check_columns
+        from sqlext.streaming.run import write_arrow_files, write_batch_files
+
+        check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
+                                                          for f in self.shape.output.fields])
+        if self.output_format == "parquet":
+            write_arrow_files(pairs, self.output, batch_id)
+        else:
+            write_batch_files(arrow_frame(spark, pairs, self.shape.output), self.output, batch_id, self.output_format)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry=(), whole: bool = False) -> None:
         """The pairs are the statement's rows already: they are written as they are."""

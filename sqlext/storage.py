@@ -241,8 +241,21 @@ class Folder:
         """The rows of one Parquet file, from its footer."""
         return self._do("read", lambda: self.io.parquet_metadata(self.path).num_rows)
 
-    def parquet_schema(self) -> pa.Schema:
-        return self._do("read", lambda: self.io.parquet_metadata(self.path).schema.to_arrow_schema())
+    def parquet_schema(self, as_read: bool = False) -> pa.Schema:
+        """The columns of one Parquet file, from its footer. ``as_read``: as :func:`read_parquet`
+        reads them, where Spark's INT96 timestamps (its default for TIMESTAMP columns) are
+        instants in microseconds, in UTC, as Spark reads them; not in a file whose footer says
+        Spark wrote them rebased to the old Julian calendar, which Arrow does not undo."""
+        metadata = self._do("read", lambda: self.io.parquet_metadata(self.path))
+        schema = metadata.schema.to_arrow_schema()
+        if not as_read or b"org.apache.spark.legacyINT96" in (metadata.metadata or {}):
+            return schema
+        for i in range(metadata.num_columns):
+            column = metadata.schema.column(i)
+            if column.physical_type == "INT96" and "." not in column.path:
+                index = schema.get_field_index(column.path)
+                schema = schema.set(index, schema.field(index).with_type(pa.timestamp("us", tz="UTC")))
+        return schema
 
     def _do(self, what: str, action, other: "Folder | None" = None):
         try:
@@ -463,6 +476,14 @@ class _IO:
     def parquet_slices(self, paths, schema, rows) -> Iterator[pa.Table]: ...
 
 
+def _PARQUET():
+    """Parquet as sqlext reads it: Spark's INT96 timestamps in microseconds, as Spark reads them
+    (Arrow's default, nanoseconds, cannot hold every instant Spark can)."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+
+
 class _ArrowIO(_IO):
     """A store through ``pyarrow.fs``: no JVM, so it also works in Spark's Python workers."""
 
@@ -528,13 +549,13 @@ class _ArrowIO(_IO):
     def read_parquet(self, paths, schema, columns, filter):
         import pyarrow.dataset as ds
 
-        return ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
+        return ds.dataset(list(paths), schema=schema, format=_PARQUET(), filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
 
     def parquet_slices(self, paths, schema, rows):
         import pyarrow.dataset as ds
 
-        for batch in ds.dataset(list(paths), schema=schema, format="parquet", filesystem=self.fs) \
+        for batch in ds.dataset(list(paths), schema=schema, format=_PARQUET(), filesystem=self.fs) \
                 .to_batches(batch_size=rows):
             if batch.num_rows:
                 yield pa.Table.from_batches([batch])
@@ -611,7 +632,7 @@ class _HadoopIO(_IO):
 
         tables = []
         for path in paths:
-            table = pq.read_table(pa.BufferReader(self.read(path)))
+            table = pq.read_table(pa.BufferReader(self.read(path)), coerce_int96_timestamp_unit="us")
             tables.append(pa.table([table[f.name].cast(f.type) for f in schema], schema=schema))
         table = pa.concat_tables(tables)
         if filter is not None:

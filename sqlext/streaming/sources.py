@@ -543,7 +543,7 @@ def readable_files(files: list[Folder], schema) -> bool:
 
     try:
         for file in files:
-            found = file.parquet_schema()
+            found = file.parquet_schema(as_read=True)
             for field in schema:
                 index = found.get_field_index(field.name)
                 if index < 0 or found.field(index).type != field.type:

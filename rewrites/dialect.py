@@ -242,19 +242,57 @@ def is_stream(node) -> bool:
         and node.this.name.upper() == "STREAM"
 
 
+# the named arguments STREAM(...) takes after the name it reads (see sqlext.streaming.sources)
+STREAM_OPTIONS = ("format", "order_by")
+
+
 def stream_argument(call: exp.Anonymous) -> exp.Expression:
-    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string)."""
+    """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string),
+    before its named arguments (:func:`stream_options`)."""
     from sqlext.errors import SqlextError
 
-    if len(call.expressions) != 1 or not isinstance(call.expressions[0], (exp.Column, exp.Table, exp.Literal)):
+    named = [e for e in call.expressions if isinstance(e, (exp.Kwarg, exp.PropertyEQ))]
+    names = [e for e in call.expressions if not isinstance(e, (exp.Kwarg, exp.PropertyEQ))]
+    if len(names) != 1 or not isinstance(names[0], (exp.Column, exp.Table, exp.Literal)) \
+            or call.expressions[0] is not names[0]:
         raise SqlextError("UNSUPPORTED_STREAM", function="sqlext stream", what=to_sql(call),
-                          reason="STREAM takes one table or view name", fix="Write STREAM(my_changes).")
-    return call.expressions[0]
+                          reason="STREAM takes one table or view name, then optional named arguments",
+                          fix="Write STREAM(my_changes) or STREAM(my_changes, format => 'debezium').")
+    stream_options(call)  # checked here too, so that every reader of the name sees a valid call
+    return names[0]
+
+
+def stream_options(call: exp.Anonymous) -> dict[str, str]:
+    """The named arguments of ``STREAM(name, format => 'debezium', order_by => 'source.lsn')``,
+    by lower-case name: each one of :data:`STREAM_OPTIONS`, given once, a string literal.
+
+    >>> stream_options(parse_one("SELECT * FROM STREAM(e, FORMAT => 'iceberg')").find(exp.Anonymous))
+    {'format': 'iceberg'}
+    """
+    from sqlext.errors import SqlextError
+
+    options: dict[str, str] = {}
+    for item in call.expressions:
+        if not isinstance(item, (exp.Kwarg, exp.PropertyEQ)):
+            continue
+        name = item.this.name.lower()
+        if name not in STREAM_OPTIONS:
+            raise SqlextError("UNKNOWN_ARGUMENT", function="STREAM", argument=item.this.name,
+                              allowed=", ".join(STREAM_OPTIONS))
+        if name in options:
+            raise SqlextError("DUPLICATE_ARGUMENT", function="STREAM", argument=name)
+        value = item.expression
+        if not (isinstance(value, exp.Literal) and value.is_string):
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function="STREAM", argument=name, expected="a string literal",
+                              value=to_sql(value), fix=f"Write {name} => '...'.")
+        options[name] = value.this
+    return options
 
 
 def batch_form(sql: str) -> str:
     """The same statement over the whole of each ``STREAM(name)`` source read as a table: the
-    batch query whose result the incremental runs add up to."""
+    batch query whose result the incremental runs add up to. ``STREAM``'s named arguments go
+    with it: the table is read as it is (a function takes ``format`` itself)."""
     tree = parse_one(sql)
     for table in list(tree.find_all(exp.Table)):
         if not is_stream(table):

@@ -53,3 +53,29 @@ def test_spark_accepts_what_the_dialect_writes(spark):
     sql = to_sql(parse_one(
         "WITH RECURSIVE r(c) MAX RECURSION LEVEL 10 AS (SELECT 1 UNION ALL SELECT c + 1 FROM r WHERE c < 5) SELECT * FROM r"))
     assert multiset((r.c,) for r in spark.sql(sql).collect()) == multiset([(1,), (2,), (3,), (4,), (5,)])
+
+
+def test_stream_takes_a_name_then_named_arguments():
+    from sqlext.rewrites.dialect import batch_form, stream_argument, stream_options
+
+    sql = "SELECT * FROM STREAM(`my ``edges`, format => 'debezium', ORDER_BY => 'source.`l sn`') AS e"
+    call = parse_one(sql).find(exp.Anonymous)
+    assert to_sql(stream_argument(call)) == "`my ``edges`"
+    assert stream_options(call) == {"format": "debezium", "order_by": "source.`l sn`"}
+    assert to_sql(parse_one(sql)) == sql
+    assert batch_form(sql) == "SELECT * FROM `my ``edges` AS e"
+
+
+@pytest.mark.parametrize("sql, error", [
+    ("SELECT * FROM STREAM(e, shape => 'debezium')", r"\[UNKNOWN_ARGUMENT\] STREAM: .*shape.*format, order_by"),
+    ("SELECT * FROM STREAM(e, format => 'iceberg', format => 'delta')", r"\[DUPLICATE_ARGUMENT\] STREAM: .*format"),
+    ("SELECT * FROM STREAM(e, format => iceberg)", r"\[INVALID_ARGUMENT_TYPE\] STREAM: format must be a string"),
+    ("SELECT * FROM STREAM(format => 'iceberg', e)", r"\[UNSUPPORTED_STREAM\].*one table or view name"),
+    ("SELECT * FROM STREAM(e, f)", r"\[UNSUPPORTED_STREAM\].*one table or view name"),
+])
+def test_stream_arguments_it_does_not_take_are_classed_errors(sql, error):
+    from sqlext.errors import SqlextError
+    from sqlext.rewrites.dialect import stream_argument
+
+    with pytest.raises(SqlextError, match=error):
+        stream_argument(parse_one(sql).find(exp.Anonymous))

@@ -98,6 +98,11 @@ def test_each_shape_maps_to_change_rows_named_for_its_order():
     assert rows.columns == ("id", "v", "_change_type", "source_lsn") and rows.order_by == "source_lsn"
     sql = to_sql(rows.query)
     assert "WHERE NOT __sx_env.`op` IS NULL" in sql and "'u' THEN 'update_postimage'" in sql
+    # an update with its before row is a pre/post pair; a keyless reader marks one without it
+    assert "THEN 'update_preimage'" in sql and "update without before" not in sql
+    keyless = change_rows("F", "input", "debezium", table("t"), ["before", "after", "op", "source"], fields, None,
+                          keyless=True)
+    assert "'update without before'" in to_sql(keyless.query)
     iceberg = change_rows("F", "input", "iceberg", table("t"),
                           ["id", "v", "_change_type", "_change_ordinal", "_commit_snapshot_id"], fields, None)
     assert iceberg.columns == ("id", "v", "_change_ordinal", "_change_type")
@@ -354,8 +359,7 @@ def test_a_debezium_position_that_steps_back_across_runs_writes_nothing(spark, s
     assert len(current.output()) == 4
 
 
-@pytest.mark.parametrize("engine", ["tables", "state_store"])
-def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage, engine):
+def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage):
     """``sqlext stream`` over a folder of Debezium JSON files (as a topic's sink writes them; the
     columns are inferred from the files): the runs give the Delta shape's rows, and an LSN that
     steps back is refused with nothing written."""
@@ -375,7 +379,7 @@ def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage, e
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql("STREAM(topic)", extra=", format => 'debezium'") + ";\n")
     argv = ["stream", str(query), "--checkpoint", storage.uri(tmp_path / "checkpoint"), "--output", storage.uri(out),
-            "--source", f"topic={storage.uri(source)}", "--source-format", "json", "--engine", engine]
+            "--source", f"topic={storage.uri(source)}", "--source-format", "json"]
     add([(100, 1, 5), (100, 2, -3), (200, 1, None)])  # a delete, and its tombstone
     assert main(argv) == 0, capsys.readouterr().err
     rows = [r.asDict() for r in spark.read.parquet(storage.uri(out)).collect()]

@@ -222,12 +222,16 @@ class ChangedEdges(Edges):
         for batch in sorted({r["__batch"] for r in rows}):
             for r in (dict(r) for r in rows if r["__batch"] == batch):
                 kind = r.pop("_change_type")
-                for column in ("_commit_version", "__kind", "__batch"):
+                for column in (self.order_name(), "__kind", "__batch"):
                     r.pop(column)
                 assert kind in ("insert", "delete")
                 (result.update if kind == "insert" else result.subtract)(multiset([r]))
             assert all(n >= 0 for n in result.values()), f"batch {batch} deleted a row more often than it was inserted"
         return +result
+
+    def order_name(self) -> str:
+        """The name of the output's ordering column."""
+        return "_commit_version"
 
     def present(self):
         counts = Counter()
@@ -581,3 +585,117 @@ def test_a_run_over_changed_edges_killed_around_its_output_is_redone_exactly_onc
     current.run(PAIRS)
     assert current.applied() == current.batch(PAIRS) == unkilled_changes["batch"]
     _assert_same_files(current, unkilled_changes)
+
+
+# -- edges in another shape: STREAM(edges, format => ...)
+
+SHAPED = "`my edges`"  # a source name that needs quoting
+SHAPED_PAIRS = PAIRS.replace("STREAM(edges)", "STREAM(" + SHAPED + ", format => '{shape}')")
+
+
+class ShapedEdges(ChangedEdges):
+    """A change feed of edges written as another system writes it (``shape``): Debezium
+    envelopes or Iceberg's changelog view, each run's files landed as the Delta-shape rows'."""
+
+    shape = "delta"
+
+    def order_name(self) -> str:
+        from change_shapes import ORDER_IN
+
+        return ORDER_IN[self.shape]
+
+    def change(self, rows):
+        from change_shapes import in_shape
+
+        if not rows:
+            return
+        self.all += rows
+        delta = [{"src": s, "dst": d, "_change_type": k, "_commit_version": v} for s, d, k, v in rows]
+        shaped, schema = in_shape(self.shape, delta, [("src", "int"), ("dst", "int")])
+        self.spark.createDataFrame([row for _, row in shaped], schema).coalesce(1).write.mode("append") \
+            .parquet(self.uri(self.source))
+
+    def run(self, sql):
+        with computed_on(self.spark, self.path):
+            run_available_now(self.spark, sql, checkpoint=self.uri(self.checkpoint), output=self.uri(self.output),
+                              sources={"my edges": self.uri(self.source)})
+
+    def outputs(self):
+        """The output's rows, each with its file's batch, the ordering column named as in Delta's shape."""
+        from change_shapes import as_delta
+
+        return multiset(as_delta([{k: v for k, v in r.items() if k != "__kind"}
+                                  for r in _batch_rows(self.spark, self.output, self.uri)], self.shape))
+
+
+@pytest.fixture
+def shaped_edges(spark, storage):
+    yield from _folders(spark, ShapedEdges, storage)
+
+
+@settings(max_examples=examples(3, 30), deadline=None, suppress_health_check=list(HealthCheck))
+@given(changes=edge_changes(), cuts=st.lists(st.integers(1, 20), max_size=3),
+       shape=st.sampled_from(["debezium", "iceberg"]), path=st.sampled_from(["driver", "spark"]))
+def test_edges_in_another_shape_give_the_delta_shapes_rows_run_by_run(spark, changed_edges, shaped_edges, changes,
+                                                                      cuts, shape, path):
+    """The same changes of edges as Delta change rows and as Debezium envelopes (a ``u`` with
+    its ``before`` edge, deletes followed by tombstones) or Iceberg's changelog view, cut into
+    the same runs: each run writes the same rows (the ordering column named by the shape)."""
+    delta, other = changed_edges(), shaped_edges()
+    other.shape = shape
+    delta.path = other.path = path
+    for increment in _cut_pairs(changes, cuts):
+        delta.change(increment)
+        delta.run(PAIRS)
+        other.change(increment)
+        other.run(SHAPED_PAIRS.format(shape=shape))
+        assert other.outputs() == multiset([{k: v for k, v in r.items() if k != "__kind"}
+                                            for r in _batch_rows(spark, delta.output, delta.uri)])
+    assert other.applied() == delta.batch(PAIRS)
+
+
+def _cut_pairs(changes, cuts):
+    """``changes`` cut as :func:`_cut` does, but never between an update's two rows (one
+    Debezium event holds both)."""
+    pieces = _cut(changes, cuts)
+    joined = []
+    for piece in pieces:
+        if joined and joined[-1][-1][2] == "update_preimage":
+            joined[-1] = joined[-1] + piece
+        else:
+            joined.append(piece)
+    return joined
+
+
+def test_a_debezium_update_without_its_before_edge_is_a_classed_error(spark, shaped_edges):
+    """Postgres without REPLICA IDENTITY FULL sends an update's after row only: a keyless edge
+    cannot be updated so, and nothing of the run is written."""
+    from change_shapes import debezium_schema
+
+    current = shaped_edges()
+    current.shape = "debezium"
+    schema = debezium_schema([("src", "int"), ("dst", "int")])
+    source = {"lsn": 7, "txId": 1, "db": "d", "table": "t"}
+    current.spark.createDataFrame([
+        {"before": None, "after": {"src": 1, "dst": 2}, "op": "c", "ts_ms": 1, "source": source},
+        {"before": None, "after": {"src": 1, "dst": 3}, "op": "u", "ts_ms": 2, "source": {**source, "lsn": 8}}],
+        schema).write.parquet(current.uri(current.source))
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*update at source_lsn = 8 has no before row.*"
+                                          r"REPLICA IDENTITY FULL"):
+        current.run(SHAPED_PAIRS.format(shape="debezium"))
+    assert current.written() == multiset([])
+
+
+def test_stream_names_an_ordering_column_of_change_rows(spark, changed_edges):
+    """``STREAM(edges, order_by => 'seq')``: a Delta-shape feed ordered by another column,
+    which is no column of the edge; a column the stream lacks is a classed error."""
+    wrong, current = changed_edges(), changed_edges()
+    for folder in (wrong, current):
+        spark.createDataFrame([(0, 1, "insert", 5), (1, 2, "insert", 6)],
+                              "src int, dst int, _change_type string, `se q` bigint") \
+            .write.parquet(folder.uri(folder.source))
+    with pytest.raises(SqlextError, match=r"\[CHANGELOG_MISSING_COLUMN\].*'seq'"):
+        wrong.run(PAIRS.replace("STREAM(edges)", "STREAM(edges, order_by => 'seq')"))
+    current.run(PAIRS.replace("STREAM(edges)", "STREAM(edges, order_by => '`se q`')"))
+    assert multiset([r.asDict() for r in current.output_frame().collect()]) == multiset(
+        [{"src": s, "dst": d, "_change_type": "insert", "se q": 6} for s, d in ((0, 1), (1, 2), (0, 2))])

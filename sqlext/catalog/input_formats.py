@@ -9,8 +9,8 @@ input:
 * ``'debezium'``: a Debezium envelope (``before``, ``after``, ``op``, ``ts_ms``, ``source``) as
   Spark reads it from JSON or Parquet files, or from a Kafka value parsed with ``from_json``.
   ``c`` (create) and ``r`` (snapshot read) give the ``after`` row as an ``insert``, ``u`` the
-  ``after`` row as an ``update_postimage`` (the row before is known from state, as an
-  ``update_preimage`` is), ``d`` the ``before`` row as a ``delete``; a row whose ``op`` is NULL
+  ``before`` row as an ``update_preimage`` (where the envelope has it) and the ``after`` row as
+  an ``update_postimage``, ``d`` the ``before`` row as a ``delete``; a row whose ``op`` is NULL
   (a Kafka tombstone, which follows a delete and only lets compaction drop the key) is skipped.
   The data columns are the fields of ``after``; the rest of the envelope is left out. The order
   is any (nested) column of the envelope, ``order_by => 'source.lsn'``; by default
@@ -25,6 +25,10 @@ input:
 A value no shape knows (a Debezium ``op`` of ``t``, an Iceberg type in lower case) is kept as
 the ``_change_type``, so the change-row checks report it as ``UNKNOWN_CHANGE_TYPE``.
 
+Rows without a key (a recursion's edges, ``keyless=True``) need the row an update replaces: a
+Debezium ``u`` whose ``before`` is NULL (Postgres without ``REPLICA IDENTITY FULL``) then gives
+a row of change type :data:`UPDATE_WITHOUT_BEFORE`, which the reader refuses.
+
 >>> from sqlext.rewrites.dialect import to_sql
 >>> from sqlext.rewrites.sqltree import table
 >>> fields = {"after": ["id", "v"], "before": ["id", "v"], "source": ["lsn", "db"]}
@@ -32,8 +36,8 @@ the ``_change_type``, so the change-row checks report it as ``UNKNOWN_CHANGE_TYP
 ...                    fields.get, None)
 >>> rows.order_by, rows.columns
 ('source_lsn', ('id', 'v', '_change_type', 'source_lsn'))
->>> to_sql(rows.query)[:90]
-"SELECT CASE WHEN __sx_env.`op` = 'd' THEN __sx_env.`before`.`id` ELSE __sx_env.`after`.`id"
+>>> to_sql(rows.query)[:100]
+"SELECT CASE WHEN __sx_env.`op` = 'd' OR __sx_images.__sx_before THEN __sx_env.`before`.`id` ELSE __s"
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from typing import Any, Callable, MutableMapping, Sequence
 from sqlglot import exp
 
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, check_option, resolve_column, split_columns,
+    CHANGE_TYPE, DEFAULT_ORDER_BY, DELETE, INSERT, POSTIMAGE, PREIMAGE, check_option, resolve_column,
+    split_columns,
 )
 from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.sqltree import alias, case, col, helper, ident, string
@@ -57,6 +62,8 @@ FORMATS = (DELTA, DEBEZIUM, ICEBERG)
 BEFORE, AFTER, OP, SOURCE = "before", "after", "op", "source"
 DEBEZIUM_TYPES = {"c": INSERT, "r": INSERT, "u": POSTIMAGE, "d": DELETE}
 DEBEZIUM_ORDER = ("source", "lsn")
+# the change type of the row before a keyless update whose envelope lacks it (see the module's docstring)
+UPDATE_WITHOUT_BEFORE = "update without before"
 
 # Iceberg's changelog view
 ICEBERG_ORDER = "_change_ordinal"
@@ -64,6 +71,8 @@ ICEBERG_SNAPSHOT = "_commit_snapshot_id"
 ICEBERG_TYPES = {"INSERT": INSERT, "DELETE": DELETE, "UPDATE_BEFORE": PREIMAGE, "UPDATE_AFTER": POSTIMAGE}
 
 _ENVELOPE = helper("env")  # the input, as the query over it names it
+# the rows each envelope gives: one, or two for an update (the row before first)
+_IMAGES, _IS_BEFORE = helper("images"), helper("before")
 
 
 def take_format(function: str, literals: MutableMapping[str, Any]) -> str:
@@ -100,14 +109,15 @@ class ChangeRows:
 
 
 def change_rows(function: str, side: str, shape: str, source: exp.Expression, columns: Sequence[str],
-                fields: Callable[[str], Sequence[str] | None], order_by: Any) -> ChangeRows | None:
+                fields: Callable[[str], Sequence[str] | None], order_by: Any, keyless: bool = False) -> ChangeRows | None:
     """The change rows of an input in ``shape`` (None for ``'delta'``: it is change rows).
 
     ``source`` is the input as a FROM item, ``columns`` its columns, ``fields(column)`` the
     field names of a struct column (None where the column is no struct), ``order_by`` the
-    call's argument as written (None: the shape's default)."""
+    call's argument as written (None: the shape's default). ``keyless``: the rows have no key,
+    so an update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`)."""
     if shape == DEBEZIUM:
-        return _debezium(function, side, source, list(columns), fields, order_by)
+        return _debezium(function, side, source, list(columns), fields, order_by, keyless)
     if shape == ICEBERG:
         return _iceberg(function, side, source, list(columns), order_by)
     return None
@@ -130,7 +140,7 @@ def _path(parts: Sequence[str]) -> exp.Expression:
     return node
 
 
-def _debezium(function, side, source, columns, fields, order_by) -> ChangeRows:
+def _debezium(function, side, source, columns, fields, order_by, keyless=False) -> ChangeRows:
     fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
     before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
     data = fields(after)
@@ -142,14 +152,40 @@ def _debezium(function, side, source, columns, fields, order_by) -> ChangeRows:
     order = _debezium_order(function, side, columns, fields, order_by)
     name = "_".join(order)
     _check_clash(function, side, name, order, data)
-    deleted = exp.EQ(this=col(op, _ENVELOPE), expression=string("d"))
-    values = [alias(case([(deleted.copy(), _path([before, f]))], _path([after, f])), f) for f in data]
+    # an update gives two rows, the one before (where the envelope has it) and the one after:
+    # each envelope is read once per value of the generated column, TRUE for the row before
+    updated = exp.EQ(this=col(op, _ENVELOPE), expression=string("u"))
+    if not keyless:
+        updated = exp.and_(updated, exp.not_(col(before, _ENVELOPE).is_(exp.null())))
+    images = exp.Lateral(this=exp.Explode(this=case([(updated, exp.Array(expressions=[exp.true(), exp.false()]))],
+                                                     exp.Array(expressions=[exp.false()]))),
+                         view=True, alias=exp.TableAlias(this=exp.to_identifier(_IMAGES),
+                                                         columns=[exp.to_identifier(_IS_BEFORE)]))
+    is_before = exp.column(_IS_BEFORE, _IMAGES)
+    takes_before = exp.or_(exp.EQ(this=col(op, _ENVELOPE), expression=string("d")), is_before.copy())
+    values = [alias(case([(takes_before.copy(), _path([before, f]))], _path([after, f])), f) for f in data]
     kind = exp.Case(this=col(op, _ENVELOPE), ifs=[exp.If(this=string(code), true=string(kind))
                                                   for code, kind in DEBEZIUM_TYPES.items()],
                     default=col(op, _ENVELOPE))
+    preimage = string(PREIMAGE)
+    if keyless:
+        preimage = case([(col(before, _ENVELOPE).is_(exp.null()), string(UPDATE_WITHOUT_BEFORE))], preimage)
+    kind = case([(is_before.copy(), preimage)], kind)
     query = exp.select(*values, alias(kind, CHANGE_TYPE), alias(_path(order), name)) \
         .from_(_envelope(source)).where(exp.not_(col(op, _ENVELOPE).is_(exp.null())))
+    query.set("laterals", [images])
     return ChangeRows(query, (*data, CHANGE_TYPE, name), name)
+
+
+def order_column(shape: str, order_by: Any) -> str:
+    """The name the ordering column has in the change rows of ``shape``, for ``order_by`` as
+    written (None: the shape's default; Delta's is ``_commit_version``). The mapping itself
+    (:func:`change_rows`) checks that the input has it."""
+    if shape == DEBEZIUM:
+        return "_".join(_dotted("format", order_by) if order_by is not None else DEBEZIUM_ORDER)
+    if order_by is None:
+        return ICEBERG_ORDER if shape == ICEBERG else DEFAULT_ORDER_BY
+    return split_columns("format", "order_by", order_by)[0]
 
 
 def _debezium_order(function, side, columns, fields, order_by) -> list[str]:

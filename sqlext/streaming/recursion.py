@@ -39,7 +39,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, DEFAULT_ORDER_BY, DELETE, INSERT, SETS_VALUE
+from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
@@ -188,7 +188,12 @@ class TableStateRecursion(TableStateRun):
         from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
         self.shape = shape
-        self.edge_columns = [f.name for f in edge_schema.fields if f.name not in (CHANGE_TYPE, DEFAULT_ORDER_BY)]
+        # the ordering column of the change rows (the stream's order_by, or its shape's default)
+        from sqlext.streaming.sources import stream_order
+
+        order = stream_order(shape.stream.this)
+        self.order_by = next((f.name for f in edge_schema.fields if f.name.lower() == order.lower()), order)
+        self.edge_columns = [f.name for f in edge_schema.fields if f.name not in (CHANGE_TYPE, self.order_by)]
         fields = {f.name: f for f in edge_schema.fields}
         self.edges = KeyedState(self.state / "edges", self.edge_columns)
         self.edges.record_schema(StructType([fields[c] for c in self.edge_columns]
@@ -334,13 +339,12 @@ class TableStateRecursion(TableStateRun):
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
         with step("collect the increment"):
             rows = self._increment(batch, batch_id)
-            version = pc.max(rows[DEFAULT_ORDER_BY]).as_py() if DEFAULT_ORDER_BY in rows.column_names else None
+            order_by = self.order_by
+            version = pc.max(rows[order_by]).as_py() if order_by in rows.column_names else None
             kinds = rows[CHANGE_TYPE]
             unknown = pc.invert(pc.fill_null(pc.is_in(kinds, value_set=pa.array(list(CHANGE_TYPES))), False))
             if pc.any(unknown).as_py():
-                bad = rows.filter(unknown).slice(0, 1).to_pylist()[0]
-                edge = ", ".join(f"{k}={v!r}" for k, v in bad.items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
-                raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
+                _refuse_unknown(rows.filter(unknown).slice(0, 1).to_pylist()[0], order_by, self.shape)
             sign = pc.if_else(pc.is_in(kinds, value_set=pa.array(list(SETS_VALUE))), 1, -1).cast(pa.int64())
             net = rows.select(columns).append_column(COUNT, sign).group_by(columns, use_threads=False) \
                 .aggregate([(COUNT, "sum")]).rename_columns(columns + [COUNT])
@@ -387,11 +391,11 @@ class TableStateRecursion(TableStateRun):
             gone = _exclude_rows(gone, reached, self.columns)
         with step("write the output"):
             out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
-            if DEFAULT_ORDER_BY in rows.column_names:
-                out = out.append_column(DEFAULT_ORDER_BY, pa.repeat(
-                    pa.scalar(version, rows.schema.field(DEFAULT_ORDER_BY).type), out.num_rows))
+            if order_by in rows.column_names:
+                out = out.append_column(order_by, pa.repeat(
+                    pa.scalar(version, rows.schema.field(order_by).type), out.num_rows))
             if out.num_rows:
-                self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, DEFAULT_ORDER_BY)
+                self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, order_by)
                                                                   if c in out.column_names))
         with step("write the state"):
             if out.num_rows:
@@ -527,13 +531,13 @@ class TableStateRecursion(TableStateRun):
         from pyspark.sql import functions as F
 
         spark = batch.sparkSession
-        order = [c for c in batch.columns if c == DEFAULT_ORDER_BY]
+        order = [c for c in batch.columns if c == self.order_by]
         columns = self.edge_columns
         unknown = ~F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) | F.col(CHANGE_TYPE).isNull()
-        summary = batch.agg(F.max(F.col(DEFAULT_ORDER_BY) if order else F.lit(None)), F.max(unknown)).first()
+        summary = batch.agg(F.max(F.col(quote(self.order_by)) if order else F.lit(None)), F.max(unknown)).first()
         version = summary[0]
         if summary[1]:
-            _refuse_unknown(batch.where(unknown).first())
+            _refuse_unknown(batch.where(unknown).first().asDict(), self.order_by, self.shape)
         sign = F.when(F.col(CHANGE_TYPE).isin(*SETS_VALUE), F.lit(1)).otherwise(F.lit(-1))
         net = batch.groupBy(*[F.col(quote(c)) for c in columns]).agg(F.sum(sign).cast("bigint").alias(COUNT)) \
             .where(F.col(COUNT) != 0).localCheckpoint()
@@ -573,7 +577,7 @@ class TableStateRecursion(TableStateRun):
         if output:
             rows = output[0] if len(output) == 1 else output[0].unionByName(output[1])
             if order:
-                rows = rows.withColumn(DEFAULT_ORDER_BY, F.lit(version).cast(batch.schema[DEFAULT_ORDER_BY].dataType))
+                rows = rows.withColumn(self.order_by, F.lit(version).cast(batch.schema[self.order_by].dataType))
             self.write_statement(spark, rows, batch_id, carry=(CHANGE_TYPE, *order))
             self.found.write(found_view, delta[0] if len(delta) == 1 else delta[0].unionByName(delta[1]), batch_id)
         self.edges.write(edges_view, counts, batch_id)
@@ -780,9 +784,17 @@ def _refuse_absent(edge, before: str, shape: RecursionShape) -> None:
                           excess=-inserts_less_deletes)
 
 
-def _refuse_unknown(bad) -> None:
-    """A change type outside the four is a classed error naming the edge."""
-    edge = ", ".join(f"{k}={v!r}" for k, v in bad.asDict().items() if k not in (CHANGE_TYPE, DEFAULT_ORDER_BY))
+def _refuse_unknown(bad: dict, order_by: str, shape: RecursionShape) -> None:
+    """A change type outside the four is a classed error naming the edge; an update of a
+    Debezium feed that lacks the edge it replaces says so."""
+    from sqlext.catalog.input_formats import UPDATE_WITHOUT_BEFORE
+
+    edge = ", ".join(f"{k}={v!r}" for k, v in bad.items() if k not in (CHANGE_TYPE, order_by))
+    if bad[CHANGE_TYPE] == UPDATE_WITHOUT_BEFORE:
+        raise _unsupported(f"{to_sql(shape.stream.this)}, whose update at {order_by} = {bad.get(order_by)!r} has no "
+                           "before row", "an edge has no key, so an update must say which edge it replaces",
+                           "Make Debezium send the row before each update (in Postgres, ALTER TABLE ... REPLICA "
+                           "IDENTITY FULL), or write the update as a delete and a create.")
     raise SqlextError("UNKNOWN_CHANGE_TYPE", function=FUNCTION, key=f"({edge})", value=repr(bad[CHANGE_TYPE]))
 
 

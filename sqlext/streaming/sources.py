@@ -1,9 +1,15 @@
 """The sources a statement reads with ``STREAM(name)``: a folder of change files (given by
 name), a Delta table's change data feed (a folder given by name that holds a Delta table, or
-``delta.`path```), a streaming temporary view, or a table Spark can read as a stream."""
+``delta.`path```), a streaming temporary view, or a table Spark can read as a stream.
+
+``STREAM(name, format => 'debezium' | 'iceberg' [, order_by => ...])`` reads a source in another
+shape: its rows are mapped to sqlext's change rows
+(:mod:`sqlext.catalog.input_formats`) as they are read, so that what reads the stream (a
+recursion, which has no argument list of its own to take ``format``) sees change rows."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Mapping
@@ -11,10 +17,11 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
-from sqlext.rewrites.dialect import stream_argument, to_sql
+from sqlext.rewrites.dialect import stream_argument, stream_options, to_sql
 from sqlext.storage import Folder, resolve, walk_files
 
 FUNCTION = "sqlext stream"
+_shape_views = itertools.count(1)
 # formats whose files hold no column types (Spark infers them, as BIGINT for any JSON number)
 TEXT_FORMATS = ("json", "csv", "text")
 
@@ -26,6 +33,42 @@ def stream_names(call: exp.Anonymous) -> tuple[str, ...]:
     if isinstance(argument, exp.Literal):
         return (argument.this,)
     return (to_sql(argument), ".".join(part.name for part in argument.parts))
+
+
+DELTA_SHAPE = "delta"
+
+
+def stream_shape(call: exp.Anonymous) -> str:
+    """The shape ``STREAM(...)`` reads its source in (``format =>``; ``'delta'``, change rows,
+    when absent); an unknown one is ``INVALID_OPTION_VALUE``."""
+    from sqlext.catalog.changes import check_option
+    from sqlext.catalog.input_formats import FORMATS
+
+    return check_option("STREAM", "format", stream_options(call).get("format", DELTA_SHAPE), FORMATS)
+
+
+def stream_order(call: exp.Anonymous) -> str:
+    """The name of the ordering column of the change rows ``STREAM(...)`` gives: its
+    ``order_by`` as the shape names it there (``'source.lsn'`` is ``source_lsn``), else the
+    shape's default (``_commit_version`` for change rows)."""
+    from sqlext.catalog.input_formats import order_column
+
+    return order_column(stream_shape(call), stream_options(call).get("order_by"))
+
+
+def read_by_recursion(call: exp.Anonymous) -> bool:
+    """Whether the stream is read by a recursive CTE itself (its rows are edges, without a
+    key), not by a table function inside one."""
+    from sqlext.rewrites.dialect import TableArgument
+
+    node = call.parent
+    while node is not None:
+        if isinstance(node, TableArgument):
+            return False
+        if isinstance(node, exp.CTE) and isinstance(node.parent, exp.With) and node.parent.args.get("recursive"):
+            return True
+        node = node.parent
+    return False
 
 
 class Sources:
@@ -52,7 +95,10 @@ class Sources:
                                   "table or view has its own columns.")
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
-        """The folder of Parquet files ``STREAM(name)`` reads, if it reads one."""
+        """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a
+        stream in another shape: its files are not the change rows its readers get."""
+        if stream_shape(call) != DELTA_SHAPE:
+            return None
         delta = self._delta_source(call)
         if delta is not None:
             return delta[0]
@@ -62,7 +108,43 @@ class Sources:
         return None if folder is None else resolve(self.spark, folder)
 
     def read(self, call: exp.Anonymous):
-        """The streaming DataFrame ``STREAM(name)`` names."""
+        """The streaming DataFrame ``STREAM(name)`` names, as change rows where it names a shape
+        (``format => ...``)."""
+        frame = self._read(call)
+        options = stream_options(call)
+        if stream_shape(call) == DELTA_SHAPE:
+            if "order_by" in options:
+                from sqlext.catalog.changes import resolve_column
+
+                resolve_column("STREAM", to_sql(call), frame.columns, stream_order(call),
+                               "Name a column of the stream with order_by => '...'.")
+            return frame
+        return self._as_change_rows(call, frame)
+
+    def _as_change_rows(self, call: exp.Anonymous, frame):
+        """A stream in another shape as sqlext's change rows (the query of
+        :mod:`sqlext.catalog.input_formats` over it). A stream a recursion reads itself has no
+        key: an update must carry the row it replaces."""
+        from pyspark.sql.types import StructType
+
+        from sqlext.catalog.input_formats import change_rows
+
+        def fields(column: str):
+            kind = frame.schema[column].dataType if column in frame.columns else None
+            return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
+
+        options = stream_options(call)
+        view = f"__sx_shape_{next(_shape_views)}"
+        frame.createOrReplaceTempView(view)
+        try:
+            rows = change_rows("STREAM", to_sql(call), stream_shape(call), exp.Table(this=exp.to_identifier(view)),
+                               frame.columns, fields, options.get("order_by"), keyless=read_by_recursion(call))
+            return self.spark.sql(to_sql(rows.query))
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def _read(self, call: exp.Anonymous):
+        """The streaming DataFrame of the source ``STREAM(name)`` names, as it is."""
         delta = self._delta_source(call)
         if delta is not None:
             folder, schema, path = delta

@@ -1,204 +1,114 @@
-"""FK_JOIN over one increment of changes, in plain Python over the rows it meets.
+"""FK_JOIN over one increment of changes, column-wise over Arrow data.
 
 An incremental run (:mod:`sqlext.streaming.fk_join`) hands this the rows an earlier run left
 for every key the increment can meet (the left rows of the changed left keys and of the left
 keys subscribed to a changed right key, and the right rows those point at) and the new
-changes of both inputs, grouped and checked per key. It replays the changes in order, as
-KIP-213's subscription/response workflow does when messages arrive in order, and returns what
-the result forwards:
+changes of both inputs. It gives what the result forwards, as KIP-213's subscription/response
+workflow forwards it when messages arrive in order:
 
 * ``changes``: per left key and ordering value, the result row before and after the changes at
   that value, as the minimal change (an insert, an update pair, or a delete);
-* ``records``: each record the workflow forwards (see :mod:`sqlext.catalog.fk_join`).
+* ``records``: each record the workflow forwards (see :mod:`sqlext.catalog.fk_join`);
+* ``final``: nothing (the run rewrites its output from the states), only the states' new rows.
 
 At equal ordering values the right change comes first, as in the batch function. A right
 change reaches every left row subscribed to its key at that moment: every present left row
-whose foreign key is that key (the subscription store, kept here as an index by foreign key).
-The foreign key of every row is computed by Spark beforehand (the column ``foreign_key``).
+whose foreign key is that key. The foreign key of every row is computed by Spark beforehand
+(the column ``foreign_key``). With ``sequence_by`` a change older (by its ``sequence_by``
+value) than its key's latest applied change is left out first, as the batch function leaves
+it out.
+
+Keys and ordering values become dense integer codes and ranks
+(:mod:`sqlext.udfs.column_wise`), so each lookup is a binary search over whole columns, never a
+walk key by key.
 """
 
 from __future__ import annotations
 
-from itertools import groupby
-from typing import Any, Mapping
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, Change
+from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
 from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
 
 
-class JoinReplay:
-    """The join's state for the keys an increment meets, and the rows it forwards."""
-
-    def __init__(self, spec: FkJoinSpec, foreign_key: str, left: Mapping[tuple, dict], right: Mapping[Any, dict]):
-        self.spec, self.foreign_key = spec, foreign_key
-        self.left = dict(left)  # left key -> present row (with its foreign key)
-        self.right = dict(right)  # right key -> present row
-        self.subscribers: dict[Any, set] = {}
-        for key, row in self.left.items():
-            self._subscribe(key, row)
-        self.out: list[dict] = []
-        self._right_names = spec.right_names
-
-    def run(self, left_changes: Mapping[tuple, list[Change]], right_changes: Mapping[Any, list[Change]]) -> list[dict]:
-        """Replay the changes (per key, in order) and return the rows forwarded."""
-        events = [(c.order, 0, key, c) for key, changes in right_changes.items() for c in changes]
-        events += [(c.order, 1, key, c) for key, changes in left_changes.items() for c in changes]
-        events.sort(key=lambda event: (event[0], event[1]))
-        for order, at_once in groupby(events, key=lambda event: event[0]):
-            at_once = list(at_once)
-            if self.spec.emit == "records":
-                for _, side, key, change in at_once:
-                    (self._right_record if side == 0 else self._left_record)(key, change)
-            else:
-                self._changes_at(order, at_once)
-        return self.out
-
-    # -- the result row of a left key
-
-    def joined(self, key: tuple) -> dict | None:
-        row = self.left.get(key)
-        if row is None:
-            return None
-        fk = row[self.foreign_key]
-        right = None if fk is None else self.right.get(fk)
-        if right is None and self.spec.join_type != "left":
-            return None
-        values = {c: row[c] for c in self.spec.left.data_columns}
-        for column, name in self._right_names.items():
-            values[name] = None if right is None else right[column]
-        return values
-
-    def _affected(self, side: int, key) -> list:
-        if side == 1:
-            return [key]
-        return list(self.subscribers.get(key, ()))
-
-    # -- applying one change
-
-    def _set_left(self, key: tuple, change: Change) -> None:
-        old = self.left.pop(key, None)
-        if old is not None:
-            self._unsubscribe(key, old)
-        if change.present:
-            self.left[key] = change.row
-            self._subscribe(key, change.row)
-
-    def _set_right(self, key, change: Change) -> None:
-        if change.present:
-            self.right[key] = change.row
-        else:
-            self.right.pop(key, None)
-
-    def _subscribe(self, key: tuple, row: dict) -> None:
-        fk = row[self.foreign_key]
-        if fk is not None:
-            self.subscribers.setdefault(fk, set()).add(key)
-
-    def _unsubscribe(self, key: tuple, row: dict) -> None:
-        fk = row[self.foreign_key]
-        if fk is not None:
-            keys = self.subscribers.get(fk)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self.subscribers[fk]
-
-    # -- emit => 'changes': the result rows before and after each ordering value
-
-    def _changes_at(self, order, events) -> None:
-        before: dict[tuple, dict | None] = {}
-        for _, side, key, change in events:
-            for affected in self._affected(side, key):
-                if affected not in before:
-                    before[affected] = self.joined(affected)
-            if side == 0:
-                self._set_right(key, change)
-            else:
-                self._set_left(key, change)
-        for key, old in before.items():
-            new = self.joined(key)
-            if old == new:
-                continue
-            if old is None:
-                self._emit(new, INSERT, order)
-            elif new is None:
-                self._emit(old, DELETE, order)
-            else:
-                self._emit(old, PREIMAGE, order)
-                self._emit(new, POSTIMAGE, order)
-
-    def _emit(self, values: dict, kind: str, order) -> None:
-        self.out.append({**values, CHANGE_TYPE: kind, self.spec.left.order_by: order})
-
-    # -- emit => 'records': what KIP-213's workflow forwards, record by record
-
-    def _left_record(self, key: tuple, change: Change) -> None:
-        old = self.left.get(key)
-        if old is None and not change.present:
-            return  # the delete of an absent row forwards nothing
-        self._set_left(key, change)
-        if not change.present:  # retracted, whether it joined or not
-            self._tombstone(key, change.order)
-            return
-        if change.row[self.foreign_key] is None:  # not subscribed anywhere
-            if self.spec.join_type == "left":
-                self._upsert(key, change.order)
-            elif old is not None:
-                self._tombstone(key, change.order)
-            return
-        if self.right.get(change.row[self.foreign_key]) is not None:
-            self._upsert(key, change.order)
-        elif old is not None or self.spec.join_type == "left":  # KIP-213's PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE
-            self._upsert(key, change.order) if self.spec.join_type == "left" else self._tombstone(key, change.order)
-
-    def _right_record(self, key, change: Change) -> None:
-        if self.right.get(key) is None and not change.present:
-            return
-        self._set_right(key, change)
-        for subscriber in self._affected(0, key):  # KIP-213's prefix scan of the subscriptions
-            if change.present or self.spec.join_type == "left":
-                self._upsert(subscriber, change.order)
-            else:
-                self._tombstone(subscriber, change.order)
-
-    def _upsert(self, key: tuple, order) -> None:
-        self.out.append({**self.joined(key), CHANGE_TYPE: UPSERT, self.spec.left.order_by: order})
-
-    def _tombstone(self, key: tuple, order) -> None:
-        values = {c: None for c in self.spec.data_columns}
-        values.update(zip(self.spec.left.key, key))
-        self.out.append({**values, CHANGE_TYPE: DELETE, self.spec.left.order_by: order})
-
-
-# -- emit => 'changes' and 'final', column-wise over the whole increment
-
 def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left, right, left_state, right_state,
                    highest, output_schema):
-    """An increment's rows and new state, computed column-wise over Arrow data: the same rows
-    as :class:`JoinReplay` for ``emit => 'changes'`` and the same state for ``'final'``.
+    """An increment's rows and new state, computed column-wise over Arrow data.
 
     ``left`` and ``right`` hold the increment's changes (the left ones with their foreign key in
     the column ``foreign_key``); ``left_state`` and ``right_state`` the rows an earlier run left
     for every key the increment can meet, in the states' columns (data, ordering value, the
     left's foreign key, and ``present_column``); ``highest`` the highest ordering value an
     earlier run processed. Returns the forwarded rows (``output_schema``) and the changed keys'
-    new state rows of each input, or None where the per-key replay runs instead:
-    ``emit => 'records'``, ``sequence_by``, and key or ordering types Arrow cannot hash or sort.
+    new state rows of each input.
 
     A left key's result changes at a version where its own row changes or the right row it
-    pointed at just before changes (KIP-213's subscription). At each such (key, version) the
-    result row before the version (every input's row as of the versions below it) is compared
-    with the one after (as of the version itself), as the replay does: both inputs' changes at
-    one version are applied before the result is read again."""
-    from sqlext.udfs.column_wise import NOT_COLUMN_WISE
+    pointed at just before changes (KIP-213's subscription). For ``changes``, at each such
+    (key, version) the result row before the version (every input's row as of the versions
+    below it) is compared with the one after (as of the version itself): both inputs' changes
+    at one version are applied before the result is read again. For ``records``, each left
+    change forwards its own record and each right change one record per left row subscribed
+    to its key just before it, each computed from the rows as of that moment."""
+    return _JoinIncrement(spec, foreign_key, present_column, left, right, left_state, right_state, highest,
+                          output_schema).run()
 
-    if spec.emit == "records" or spec.left.sequence_by is not None:
-        return None
-    try:
-        return _JoinIncrement(spec, foreign_key, present_column, left, right, left_state, right_state, highest,
-                              output_schema).run()
-    except NOT_COLUMN_WISE:
-        return None
+
+def _combined(parts) -> np.ndarray:
+    """Dense codes of the rows of several integer code arrays taken together."""
+    code = parts[0]
+    for part in parts[1:]:
+        code = np.unique(code * (int(part.max(initial=0)) + 1) + part, return_inverse=True)[1].astype(np.int64)
+    return code
+
+
+def _value_codes(array) -> np.ndarray:
+    """Dense integer codes of the values of one column, nested ones (structs, lists, maps)
+    included: equal values (NULL equal to NULL) get equal codes. Arrow hashes flat values only,
+    so a struct is coded by its fields and a list by its length and its items' codes."""
+    from sqlext.udfs.column_wise import codes
+
+    array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    kind = array.type
+    if not pa.types.is_nested(kind):
+        return codes([array])
+    if len(array) == 0:
+        return np.zeros(0, np.int64)
+    valid = np.asarray(array.is_valid(), dtype=bool).astype(np.int64)
+    if pa.types.is_struct(kind):  # a field under a NULL struct is NULL (flatten)
+        return _combined([valid] + [_value_codes(field) for field in array.flatten()])
+    if pa.types.is_map(kind):
+        array = array.cast(pa.list_(pa.struct([kind.key_field, kind.item_field])))
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    items = _value_codes(array.flatten()) + 1  # a NULL list holds no items
+    table = np.zeros((len(array), int(lengths.max(initial=0))), np.int64)
+    row = np.repeat(np.arange(len(array)), lengths)
+    table[row, np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = items
+    return np.unique(np.column_stack([valid, lengths, table]), axis=0, return_inverse=True)[1] \
+        .reshape(-1).astype(np.int64)
+
+
+def _codes(columns) -> np.ndarray:
+    """:func:`sqlext.udfs.column_wise.codes` of key columns that may be nested."""
+    from sqlext.udfs.column_wise import codes
+
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if not any(pa.types.is_nested(c.type) for c in columns):
+        return codes(columns)
+    return _combined([_value_codes(c) for c in columns])
+
+
+def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
+    """:func:`sqlext.udfs.column_wise.differ` over columns that may be nested."""
+    from sqlext.udfs.column_wise import differ
+
+    nested = [c for c in columns if pa.types.is_nested(a.schema.field(c).type)]
+    differs = differ(a, b, [c for c in columns if c not in nested])
+    for column in nested:
+        both = _value_codes(pa.concat_arrays([a[column].combine_chunks(), b[column].combine_chunks()]))
+        differs |= both[:a.num_rows] != both[a.num_rows:]
+    return differs
 
 
 def _met_during(row_keys, starts, ends, change_keys, versions, width: int):
@@ -207,11 +117,7 @@ def _met_during(row_keys, starts, ends, change_keys, versions, width: int):
     that span: a left row subscribed to a foreign key and the right changes it sees. The
     changes of each key are sorted once and each row finds its span's changes by a binary
     search, so the work follows the pairs found, not every row times every change of its key."""
-    import numpy as np
-
     if (int(max(row_keys.max(), change_keys.max())) + 2) * width >= (1 << 62):  # too wide for one integer
-        import pyarrow as pa
-
         pairs = pa.table({"fk": row_keys, "row": np.arange(len(row_keys))}).join(
             pa.table({"fk": change_keys, "change": np.arange(len(change_keys))}), keys="fk", join_type="inner")
         row = pairs["row"].to_numpy().astype(np.int64)
@@ -237,83 +143,135 @@ class _JoinIncrement:
 
     def _checked(self, shape, changes):
         """The changes without preimages, after the checks of the change-row rules."""
-        from sqlext.udfs.column_wise import check_rows, check_ties, codes, ranks, without_preimages
+        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, without_preimages
 
         check_rows(shape, changes)
         changes = without_preimages(shape, changes)
-        check_ties(shape, changes, codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by]))
+        key_codes, order_ranks = _codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
+        if shape.sequence_by is None:
+            check_ties(shape, changes, key_codes, order_ranks)
+        else:
+            _check_ties_and_stamps(shape, changes, key_codes, order_ranks)
         return changes
 
     def _late(self, shape, changes) -> None:
         """``[LATE_CHANGE]``: one order runs across both inputs, so a change at or below the
         highest ordering value processed can meet rows already forwarded."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        late = self._late_rows(shape, changes)
+        if late.any():
+            self._raise_late(shape, changes, late)
 
+    def _late_rows(self, shape, changes) -> np.ndarray:
+        if self.highest is None or changes.num_rows == 0:
+            return np.zeros(changes.num_rows, dtype=bool)
+        late = pc.less_equal(changes[shape.order_by], pa.scalar(self.highest, changes.schema.field(shape.order_by).type))
+        return np.asarray(pc.fill_null(late, False), dtype=bool)
+
+    def _raise_late(self, shape, changes, late: np.ndarray):
         from sqlext.catalog.changes import late_change
 
-        if self.highest is None or changes.num_rows == 0:
-            return
-        late = pc.less_equal(changes[shape.order_by], pa.scalar(self.highest, changes.schema.field(shape.order_by).type))
-        if pc.any(late).as_py():
-            row = changes.filter(late).slice(0, 1).to_pylist()[0]
-            raise late_change(FUNCTION, shape.key_text(row), shape.order_by, repr(row[shape.order_by]),
-                              repr(self.highest), across_inputs=True)
+        row = changes.take(pa.array(np.flatnonzero(late)[:1])).to_pylist()[0]
+        raise late_change(FUNCTION, shape.key_text(row), shape.order_by, repr(row[shape.order_by]),
+                          repr(self.highest), across_inputs=True)
+
+    def _fresh(self, shape, changes, state):
+        """``sequence_by``: the changes that are not stale, in their order. A change is stale
+        when its ``sequence_by`` value is below the highest one of its key so far (its state
+        row's, then its earlier changes'). A late change (at or below the highest ordering
+        value processed) is ``[LATE_CHANGE]`` unless its state row says it is stale."""
+        from sqlext.udfs.column_wise import ranks, together
+
+        if changes.num_rows == 0:
+            return changes
+        seq, count = shape.sequence_by, state.num_rows
+        key_codes = _codes([together(state[k], changes[k]) for k in shape.key])
+        stamps = ranks(together(state[seq], changes[seq]))  # from 1; the changes' are not NULL
+        state_codes, change_codes, change_stamps = key_codes[:count], key_codes[count:], stamps[count:]
+        dated = np.asarray(pc.is_valid(state[seq]), dtype=bool) if count else np.zeros(0, dtype=bool)
+        bound = np.zeros(int(key_codes.max()) + 1, np.int64)  # each key's stamp before the changes (0: none)
+        np.maximum.at(bound, state_codes[dated], stamps[:count][dated])
+        late = self._late_rows(shape, changes)
+        wrong = late & (change_stamps >= np.maximum(bound[change_codes], 1))
+        if wrong.any():
+            self._raise_late(shape, changes, wrong)
+        # the others in key and version order, each against the highest stamp before it in its key
+        rows = np.flatnonzero(~late)
+        rows = rows[np.lexsort((ranks(changes[shape.order_by])[rows], change_codes[rows]))]
+        keys, top = change_codes[rows], int(stamps.max()) + 1
+        values, starts = keys * top + change_stamps[rows], keys * top + bound[keys]
+        running = np.maximum.accumulate(np.maximum(values, starts))  # a later key starts above an earlier one
+        before = starts.copy()
+        same = keys[1:] == keys[:-1]
+        before[1:][same] = running[:-1][same]
+        return changes.take(pa.array(np.sort(rows[values >= before])))
 
     @staticmethod
     def _as_state(changes, shape, state_schema, present, *extra):
-        import pyarrow as pa
-
         arrays = [changes[c] for c in (*shape.data_columns, shape.order_by, *extra)] + [present]
         return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, state_schema)], schema=state_schema)
 
     def run(self):
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from sqlext.udfs.column_wise import Timeline, at, codes, flag, leaves_row, ranks, together
+        from sqlext.udfs.column_wise import Timeline, leaves_row, ranks, together
 
         spec, L, R = self.spec, self.spec.left, self.spec.right
         left, right = self._checked(L, self.left), self._checked(R, self.right)
-        self._late(L, left)
-        self._late(R, right)
+        if L.sequence_by is None:
+            self._late(L, left)
+            self._late(R, right)
+        else:
+            left, right = self._fresh(L, left, self.left_state), self._fresh(R, right, self.right_state)
         # each input's timeline: the rows earlier runs left, then the new changes
         lines = pa.concat_tables([self.left_state, self._as_state(left, L, self.left_state.schema, leaves_row(L, left),
                                                                    self.fk)])
         right_lines = pa.concat_tables([self.right_state,
                                         self._as_state(right, R, self.right_state.schema, leaves_row(R, right))])
-        left_new = np.arange(lines.num_rows) >= self.left_state.num_rows
-        right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
-        left_codes = codes([lines[k] for k in L.key])
-        joinable = codes([together(right_lines[R.key[0]], lines[self.fk])])
-        right_codes, fk_codes = joinable[:right_lines.num_rows], joinable[right_lines.num_rows:].copy()
-        fk_codes[np.asarray(pc.is_null(lines[self.fk]), dtype=bool)] = -1
+        self.lines, self.right_lines = lines, right_lines
+        self.left_new = np.arange(lines.num_rows) >= self.left_state.num_rows
+        self.right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
+        self.left_codes = _codes([lines[k] for k in L.key])
+        joinable = _codes([together(right_lines[R.key[0]], lines[self.fk])])
+        self.right_codes, self.fk_codes = joinable[:right_lines.num_rows], joinable[right_lines.num_rows:].copy()
+        self.fk_codes[np.asarray(pc.is_null(lines[self.fk]), dtype=bool)] = -1
         versions = ranks(together(lines[L.order_by], right_lines[R.order_by]))
-        left_versions, right_versions = versions[:lines.num_rows], versions[lines.num_rows:]
-        width = int(versions.max()) + 2 if len(versions) else 2
-        left_line, right_line = Timeline(left_codes, left_versions, width), Timeline(right_codes, right_versions, width)
-        left_last = lines.filter(pa.array(left_line.last_of_each_key() & left_new))
-        right_last = right_lines.filter(pa.array(right_line.last_of_each_key() & right_new))
+        self.left_versions, self.right_versions = versions[:lines.num_rows], versions[lines.num_rows:]
+        self.width = width = int(versions.max()) + 2 if len(versions) else 2
+        self.left_line = Timeline(self.left_codes, self.left_versions, width)
+        self.right_line = Timeline(self.right_codes, self.right_versions, width)
+        left_last = lines.filter(pa.array(self.left_line.last_of_each_key() & self.left_new))
+        right_last = right_lines.filter(pa.array(self.right_line.last_of_each_key() & self.right_new))
         if spec.emit == "final":
             return self.output_schema.empty_table(), left_last, right_last
+        self.left_present = np.asarray(pc.fill_null(lines[self.present_column], False), dtype=bool)
+        self.right_present = np.asarray(pc.fill_null(right_lines[self.present_column], False), dtype=bool)
+        out = self._records() if spec.emit == "records" else self._changes()
+        return out, left_last, right_last
 
-        left_present = np.asarray(pc.fill_null(lines[self.present_column], False), dtype=bool)
-        right_present = np.asarray(pc.fill_null(right_lines[self.present_column], False), dtype=bool)
+    def _subscribed_at(self, changes: np.ndarray):
+        """The left rows subscribed to the key of each right change (indices into the right
+        timeline) just before it: (left row, right change) pairs."""
+        subscribed = np.flatnonzero(self.left_present & (self.fk_codes >= 0))
+        if not len(subscribed) or not len(changes):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        until = self.left_line.next_rank(self.left_versions, never=self.width)[subscribed]
+        row, change = _met_during(self.fk_codes[subscribed], self.left_versions[subscribed], until,
+                                  self.right_codes[changes], self.right_versions[changes], self.width)
+        return subscribed[row], changes[change]
+
+    # -- emit => 'changes': the result rows before and after each version
+
+    def _changes(self):
+        from sqlext.udfs.column_wise import at, flag, together
+
+        spec, L, R, lines, right_lines = self.spec, self.spec.left, self.spec.right, self.lines, self.right_lines
+        left_codes, left_versions, width = self.left_codes, self.left_versions, self.width
         # the (left key, version) pairs whose result may change: each left change ...
-        changed = np.nonzero(left_new)[0]
+        changed = np.flatnonzero(self.left_new)
         keys, versions_at, source = [left_codes[changed]], [left_versions[changed]], [changed]
         # ... and each right change at the left rows subscribed to its key just before it
-        subscribed = np.nonzero(left_present & (fk_codes >= 0))[0]
-        right_changed = np.nonzero(right_new)[0]
-        if len(subscribed) and len(right_changed):
-            until = left_line.next_rank(left_versions, never=width)[subscribed]
-            row, change = _met_during(fk_codes[subscribed], left_versions[subscribed], until,
-                                      right_codes[right_changed], right_versions[right_changed], width)
-            row, change = subscribed[row], right_changed[change]
-            keys.append(left_codes[row])
-            versions_at.append(right_versions[change])
-            source.append(lines.num_rows + change)
+        row, change = self._subscribed_at(np.flatnonzero(self.right_new))
+        keys.append(left_codes[row])
+        versions_at.append(self.right_versions[change])
+        source.append(lines.num_rows + change)
         keys, versions_at, source = np.concatenate(keys), np.concatenate(versions_at), np.concatenate(source)
         # one pair per (left key, version), in key and version order (the lookups below then
         # walk the timelines in order)
@@ -322,19 +280,18 @@ class _JoinIncrement:
 
         def result(strict: bool):
             """Per pair, the left and right rows (indices, -1 for none) and whether a result row exists."""
-            left_row = left_line.asof(keys, versions_at, strict)
-            left_there = flag(left_present, left_row)
-            pointed = np.where(left_there, at(fk_codes, left_row), -1)
-            right_row = right_line.asof(pointed, versions_at, strict)
-            right_there = flag(right_present, right_row)
+            left_row = self.left_line.asof(keys, versions_at, strict)
+            left_there = flag(self.left_present, left_row)
+            pointed = np.where(left_there, at(self.fk_codes, left_row), -1)
+            right_row = self.right_line.asof(pointed, versions_at, strict)
+            right_there = flag(self.right_present, right_row)
             exists = left_there & (right_there | (spec.join_type == "left"))
             return left_row, np.where(right_there, right_row, -1), exists
 
         old_left, old_right, old_exists = result(strict=True)
         new_left, new_right, new_exists = result(strict=False)
         both = old_exists & new_exists
-        both[both] = self._differ(lines, right_lines, old_left[both], new_left[both], old_right[both],
-                                  new_right[both])
+        both[both] = self._result_differs(old_left[both], new_left[both], old_right[both], new_right[both])
         inserted, deleted = new_exists & ~old_exists, old_exists & ~new_exists
         # the output's order: by version, then by key (each pair's rows together)
         span = int(keys.max()) + 1 if len(keys) else 1
@@ -351,39 +308,116 @@ class _JoinIncrement:
         left_rows = np.where(is_new, new_left[pair], old_left[pair])
         right_rows = np.where(is_new, new_right[pair], old_right[pair])
         kind = np.where(both[pair], second.astype(np.int8), np.where(inserted[pair], 2, 3).astype(np.int8))
-        image = self._images(lines, right_lines, left_rows, right_rows)
+        image = self._images(left_rows, right_rows)
         values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source[pair]))
-        arrays = image.columns + [pa.array([PREIMAGE, POSTIMAGE, INSERT, DELETE], pa.string()).take(pa.array(kind)),
-                                  values]
-        out = pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, self.output_schema)],
-                                   schema=self.output_schema)
-        return out, left_last, right_last
+        return self._output(image, pa.array([PREIMAGE, POSTIMAGE, INSERT, DELETE], pa.string()).take(pa.array(kind)),
+                            values)
 
-    def _differ(self, lines, right_lines, old_left, new_left, old_right, new_right):
+    # -- emit => 'records': what KIP-213's workflow forwards, record by record
+
+    def _records(self):
+        """Each left change forwards the joined row (a tombstone where the result has no row
+        and the key had a left row just before, nothing where it had none); each right change,
+        but the delete of an absent row, forwards every left row subscribed to its key just
+        before it, joined with the new right row (a tombstone for an inner join's delete). A
+        left change reads the right rows after the right changes at its version."""
+        from sqlext.udfs.column_wise import flag, together
+
+        spec, L, R, lines, right_lines = self.spec, self.spec.left, self.spec.right, self.lines, self.right_lines
+        padded = spec.join_type == "left"
+        # the left changes
+        changed = np.flatnonzero(self.left_new)
+        versions = self.left_versions[changed]
+        had = flag(self.left_present, self.left_line.asof(self.left_codes[changed], versions, strict=True))
+        right_row = self.right_line.asof(self.fk_codes[changed], versions, strict=False)
+        right_there = flag(self.right_present, right_row)
+        joined = self.left_present[changed] & (right_there | padded)
+        forwards = joined | had
+        changed, joined, right_row, right_there = changed[forwards], joined[forwards], right_row[forwards], \
+            right_there[forwards]
+        left_records = (changed, np.where(joined, changed, -1), np.where(joined & right_there, right_row, -1),
+                        joined, self.left_versions[changed], np.ones(len(changed), np.int64),
+                        np.zeros(len(changed), np.int64), changed)
+        # the right changes that forward: all but the delete of an absent row
+        changes = np.flatnonzero(self.right_new)
+        there_before = flag(self.right_present, self.right_line.asof(self.right_codes[changes],
+                                                                     self.right_versions[changes], strict=True))
+        row, change = self._subscribed_at(changes[there_before | self.right_present[changes]])
+        sets = self.right_present[change]
+        joined = sets | padded
+        right_records = (row, np.where(joined, row, -1), np.where(sets, change, -1), joined,
+                         self.right_versions[change], np.zeros(len(row), np.int64), change,
+                         lines.num_rows + change)
+        # in forwarding order: by version, the right changes' records first, each right
+        # change's together, then by left key
+        key_rows, left_rows, right_rows, upserts, versions, side, cause, source = \
+            [np.concatenate(parts) for parts in zip(left_records, right_records)]
+        order = np.lexsort((self.left_codes[key_rows], cause, side, versions))
+        key_rows, left_rows, right_rows, upserts, source = \
+            key_rows[order], left_rows[order], right_rows[order], upserts[order], source[order]
+        image = self._images(left_rows, right_rows)
+        for key in L.key:  # a tombstone carries its key
+            image = image.set_column(image.schema.get_field_index(key), key,
+                                     lines[key].take(pa.array(key_rows)))
+        kinds = pa.array([DELETE, UPSERT], pa.string()).take(pa.array(upserts.astype(np.int8)))
+        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source))
+        return self._output(image, kinds, values)
+
+    # -- the result rows
+
+    def _output(self, image: pa.Table, kinds: pa.Array, values: pa.Array) -> pa.Table:
+        arrays = image.columns + [kinds, values]
+        return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, self.output_schema)],
+                                    schema=self.output_schema)
+
+    def _result_differs(self, old_left, new_left, old_right, new_right):
         """Whether the result rows of two (left row, right row) pairs differ: rows at the same
         index are equal, so only the pairs whose indices differ compare values."""
-        import numpy as np
-
-        from sqlext.udfs.column_wise import differ, take
+        from sqlext.udfs.column_wise import take
 
         differs = np.zeros(len(old_left), dtype=bool)
-        for table, columns, old, new in ((lines, self.spec.left.data_columns, old_left, new_left),
-                                         (right_lines, self.spec.right.data_columns, old_right, new_right)):
+        for table, columns, old, new in ((self.lines, self.spec.left.data_columns, old_left, new_left),
+                                         (self.right_lines, self.spec.right.data_columns, old_right, new_right)):
             moved = old != new
             if moved.any():
                 data = table.select(list(columns))
-                differs[moved] |= differ(take(data, old[moved]), take(data, new[moved]), data.column_names)
+                differs[moved] |= _differ(take(data, old[moved]), take(data, new[moved]), data.column_names)
         return differs
 
-    def _images(self, lines, right_lines, left_rows, right_rows):
+    def _images(self, left_rows, right_rows):
         """The result rows of the left rows joined with the right rows (indices; -1: NULLs)."""
-        import pyarrow as pa
-
         from sqlext.udfs.column_wise import take
 
         spec = self.spec
-        left = take(lines.select(list(spec.left.data_columns)), left_rows)
-        right = take(right_lines.select(list(spec.right.data_columns)), right_rows)
+        left = take(self.lines.select(list(spec.left.data_columns)), left_rows)
+        right = take(self.right_lines.select(list(spec.right.data_columns)), right_rows)
         names = spec.right_names
         return pa.Table.from_arrays(left.columns + right.columns,
                                     names=list(spec.left.data_columns) + [names[c] for c in spec.right.data_columns])
+
+
+def _check_ties_and_stamps(shape, changes, key_codes: np.ndarray, order_ranks: np.ndarray) -> None:
+    """With ``sequence_by``: ``[AMBIGUOUS_ORDER]`` for two changes of one key at one ordering
+    value, ``[NULL_SEQUENCE_VALUE]`` for a change without a ``sequence_by`` value; of several,
+    the error of the key that comes first in the increment, a tie before a NULL value."""
+    from sqlext.errors import SqlextError
+
+    if not len(key_codes):
+        return
+    order = np.lexsort((np.arange(len(key_codes)), order_ranks, key_codes))
+    tied = np.zeros(len(key_codes), dtype=bool)
+    tied[order[1:]] = (key_codes[order][1:] == key_codes[order][:-1]) & (order_ranks[order][1:] == order_ranks[order][:-1])
+    undated = np.asarray(pc.is_null(changes[shape.sequence_by]), dtype=bool)
+    if not (tied.any() or undated.any()):
+        return
+    keys, first = np.unique(key_codes, return_index=True)
+    wrong = np.isin(keys, key_codes[tied | undated])
+    key = keys[wrong][np.argmin(first[wrong])]
+    tied_rows = order[tied[order] & (key_codes[order] == key)]  # in the key's order
+    if len(tied_rows):
+        row = changes.take(pa.array(tied_rows[:1])).to_pylist()[0]
+        raise SqlextError("AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(row),
+                          order_by=shape.order_by, value=repr(row[shape.order_by]))
+    row = changes.take(pa.array(np.flatnonzero(undated & (key_codes == key))[:1])).to_pylist()[0]
+    raise SqlextError("NULL_SEQUENCE_VALUE", function=shape.function, key=shape.key_text(row),
+                      sequence_by=shape.sequence_by)

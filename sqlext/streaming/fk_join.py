@@ -12,9 +12,9 @@ right key. Each holds the key's last applied change, present or not. A micro-bat
    keys subscribed to a changed right key, and the right rows of every foreign key those left
    rows (old or new) point at and of the changed right keys: one probe of each state;
 2. computes what the new changes forward over those rows, column-wise over Arrow data
-   (:func:`sqlext.udfs.fk_join.join_increment`: each affected left key's result row before and
-   after each version that touches it), or key by key for ``emit => 'records'`` and
-   ``sequence_by``;
+   (:func:`sqlext.udfs.fk_join.join_increment`: for ``changes``, each affected left key's
+   result row before and after each version that touches it; for ``records``, each change's
+   records from the rows as of its moment; with ``sequence_by``, stale changes left out first);
 3. gives the forwarded rows (written through the statement as the batch's output files, which a
    replay replaces) and the changed keys' last rows in both states; the engine records the
    highest ordering value processed.
@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, changes_by_key, late_change
+from sqlext.catalog.changes import CHANGE_TYPE
 from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
-from sqlext.streaming.changelog_filter import PRESENT, _present
+from sqlext.streaming.changelog_filter import PRESENT
 from sqlext.streaming.engine import EVERY, Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, instant, step
 from sqlext.streaming.state import KeyedState
@@ -186,11 +186,8 @@ class TableStateFkJoin(KeyedOperator):
         with step("look up the state"):
             met_left, met_right = self._met(views["left"], views["right"], left_rows, right_rows)
         with step("join the changes"):
-            result = join_increment(spec, FOREIGN_KEY, PRESENT, left_rows, right_rows, met_left, met_right,
-                                    self.highest, self.output_arrow)
-            if result is None:  # emit => 'records', sequence_by: key by key
-                result = self._replayed(left_rows, right_rows, met_left, met_right, self.highest)
-            out, left_last, right_last = result
+            out, left_last, right_last = join_increment(spec, FOREIGN_KEY, PRESENT, left_rows, right_rows, met_left,
+                                                        met_right, self.highest, self.output_arrow)
         return Step(None if spec.emit == "final" else out, {"left": left_last, "right": right_last},
                     {"newest": instant(newest)})
 
@@ -210,51 +207,6 @@ class TableStateFkJoin(KeyedOperator):
                         for c in (met_left[FOREIGN_KEY], left_rows[FOREIGN_KEY])]
         pointed = pc.unique(pa.concat_arrays(foreign_keys + [changed_right]).drop_null())
         return met_left, right_view.rows(column=spec.right_key, values=pointed)
-
-    def _replayed(self, left_rows: pa.Table, right_rows: pa.Table, met_left: pa.Table, met_right: pa.Table,
-                  highest):
-        """The increment replayed key by key (:class:`~sqlext.udfs.fk_join.JoinReplay`): the
-        forwarded rows and each changed key's last row in both states."""
-        from sqlext.udfs.fk_join import JoinReplay
-
-        spec = self.spec
-        left_changes = changes_by_key(spec.left, left_rows.to_pylist())
-        right_changes = changes_by_key(spec.right, right_rows.to_pylist())
-        left_before = {tuple(r[k] for k in spec.left.key): r for r in met_left.to_pylist()}
-        right_before = {(r[spec.right_key],): r for r in met_right.to_pylist()}
-        if highest is not None:
-            left_changes = self._in_order(left_changes, spec.left, left_before, highest)
-            right_changes = self._in_order(right_changes, spec.right, right_before, highest)
-        replay = JoinReplay(spec, FOREIGN_KEY, {k: r for k, r in left_before.items() if r[PRESENT]},
-                            {k[0]: r for k, r in right_before.items() if r[PRESENT]})
-        out = replay.run(left_changes, {k[0]: c for k, c in right_changes.items()})
-        return (pa.Table.from_pylist(out if spec.emit != "final" else [], schema=self.output_arrow),
-                _last_rows(left_changes, spec.left, self.left.arrow_schema, FOREIGN_KEY),
-                _last_rows(right_changes, spec.right, self.right.arrow_schema))
-
-    def _in_order(self, changes, shape, before, highest):
-        """The changes above ``highest``; a late one is ignored when ``sequence_by`` says it is
-        stale, and is ``[LATE_CHANGE]`` otherwise."""
-        kept = {}
-        for key, key_changes in changes.items():
-            row = before.get(key)
-            applied = []
-            for change in key_changes:
-                if change.order > highest:
-                    applied.append(change)
-                elif shape.sequence_by is not None and row is not None and change.row[shape.sequence_by] is not None \
-                        and row[shape.sequence_by] is not None and change.row[shape.sequence_by] < row[shape.sequence_by]:
-                    continue
-                else:
-                    raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
-                                      repr(highest), across_inputs=True)
-            if shape.sequence_by is not None and applied:
-                from sqlext.catalog.changes import drop_stale
-
-                applied = drop_stale(shape, applied, latest=None if row is None else row[shape.sequence_by])
-            if applied:
-                kept[key] = applied
-        return kept
 
     # -- the final table
 
@@ -314,13 +266,3 @@ def _unique(rows: pa.Table, keys) -> pa.Table:
     indices = rows.append_column("__sx_row", pa.array(np.arange(rows.num_rows, dtype=np.int64))) \
         .group_by(list(keys), use_threads=False).aggregate([("__sx_row", "min")])["__sx_row_min"]
     return rows.take(indices)
-
-
-def _last_rows(changes, shape, schema: pa.Schema, *extra) -> pa.Table:
-    """Each changed key's last applied change, as state rows."""
-    rows = []
-    for key_changes in changes.values():
-        row = key_changes[-1].row
-        rows.append({**{c: row[c] for c in (*shape.data_columns, shape.order_by, *extra)},
-                     PRESENT: _present(shape, row)})
-    return pa.Table.from_pylist(rows, schema=schema)

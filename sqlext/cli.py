@@ -150,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "the folder holds a file; repeatable")
     stream.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
     stream.add_argument("--output-format", default="parquet", metavar="FORMAT", help="format of the output files")
-    stream.add_argument("--engine", choices=["tables", "state_store"], default="tables",
-                        help="where the state lives: Parquet tables in the checkpoint, or Spark's state store")
+    stream.add_argument("--engine", default="tables", metavar="ENGINE",
+                        help="where the state lives: 'tables', Parquet tables in the checkpoint (the default and "
+                             "only engine; 'state_store' was retired)")
     how = stream.add_mutually_exclusive_group()
     how.add_argument("--available-now", action="store_true",
                      help="process what arrived since the last run, then stop (what happens without --every)")
@@ -279,8 +280,9 @@ def _add_bench(commands) -> None:
                              help="pipeline: region changes in the history (over a fifth as many regions)")
     incremental.add_argument("--percent", type=float, default=1.0, help="increment size, %% of the history")
     runs(incremental)
-    incremental.add_argument("--engine", choices=["tables", "state_store", "both"], default="both",
-                             help="where the state lives (FK_JOIN and recursion: tables only)")
+    incremental.add_argument("--engine", default="tables", metavar="ENGINE",
+                             help="where the state lives: 'tables', the default and only engine ('state_store' "
+                                  "was retired)")
     incremental.add_argument("--path", choices=["auto", "driver", "spark"], default="auto", dest="place",
                              help="where a run's step computes: chosen by the engine (auto), the driver, or "
                                   "Spark's executors (spark)")
@@ -331,6 +333,14 @@ def _bench(args) -> int:
 
         bench_serve(args.runs, args.session.to_argv())
         return 0
+    if args.what == "incremental":
+        from sqlext.streaming import check_engine
+
+        try:
+            check_engine(args.engine, "sqlext bench incremental")  # before Spark starts
+        except SqlextError as error:
+            print(error, file=sys.stderr)
+            return 1
 
     spark = command_session(args.session, "sqlext bench", "sqlext-bench", attach=False)
     if args.what == "filter":
@@ -352,9 +362,8 @@ def _bench(args) -> int:
     elif args.what == "incremental":
         from sqlext.bench.incremental import bench_incremental
 
-        engines = ("tables", "state_store") if args.engine == "both" else (args.engine,)
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
-                          engines=engines, function=args.function, left=args.left, right=args.right,
+                          engines=(args.engine,), function=args.function, left=args.left, right=args.right,
                           nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions)
     elif args.levels_only:
         from sqlext.bench.recursion import bench_levels
@@ -501,8 +510,13 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
 def _stream(args) -> int:
     from sqlext.runner import debug_traceback, report_line
     from sqlext.session import command_session
-    from sqlext.streaming import run_available_now, stream
+    from sqlext.streaming import check_engine, run_available_now, stream
 
+    try:
+        check_engine(args.engine)  # before Spark starts
+    except SqlextError as error:
+        print(error, file=sys.stderr)
+        return 1
     scripts = _parsed([args.file], "sqlext stream")
     if scripts is None:
         return 1

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 import sqlext
 from sqlext.catalog.changelog_filter import filter_spec
-from sqlext.udfs.changelog_filter import changelog_filter
+from reference.changelog_filter import changelog_filter
 
 CDF_SCHEMA = "id BIGINT, name STRING, v BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT"
 UPSERT_SCHEMA = "id BIGINT, name STRING, v BIGINT, ts BIGINT, _commit_version BIGINT"

@@ -120,8 +120,7 @@ def test_numeric_date_and_timestamp_ordering_columns_still_run(run, view, kind, 
                                               (1, 7, "update_postimage")]
 
 
-@pytest.mark.parametrize("engine", ["tables", "state_store"])
-def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_written(spark, tmp_path, storage, engine):
+def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_written(spark, tmp_path, storage):
     from sqlext.streaming import run_available_now
 
     source, output = tmp_path / "changes", tmp_path / "out"
@@ -131,7 +130,7 @@ def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_writte
         run_available_now(spark, "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(changes)), key => 'id', "
                                  "predicate => 'balance > 0', order_by => 'seq')",
                           checkpoint=storage.uri(tmp_path / "checkpoint"), output=storage.uri(output),
-                          sources={"changes": storage.uri(source)}, engine=engine)
+                          sources={"changes": storage.uri(source)})
     assert caught.value.error_class == "ORDER_BY_TEXT"
     assert not list(output.glob("*.parquet"))
 

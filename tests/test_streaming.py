@@ -10,6 +10,7 @@ a checkpoint; each costs a few seconds, so the data stays small.
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -76,15 +77,14 @@ class Feed:
         return new
 
 
-ENGINES = ("tables", "state_store")
+ENGINES = ("tables",)  # the one engine ('state_store' was retired: see the test of its error)
 _engine_turns = itertools.count()
 
 
 def pytest_generate_tests(metafunc):
-    """Both places an incremental CHANGELOG_FILTER can keep its state give the same rows. A test
-    that names its engines runs on those; any other test that takes ``engine`` runs on one
-    engine, the two taken in turn through the file, so that each meets half of them (the
-    nightly profile runs every such test on both)."""
+    """A test that names its engines runs on those; any other test that takes ``engine`` runs on
+    one engine, the engines taken in turn through the file (the nightly profile runs every such
+    test on each)."""
     if "engine" not in metafunc.fixturenames:
         return
     if any(m.name == "parametrize" and "engine" in str(m.args[0]) for m in metafunc.definition.iter_markers()):
@@ -112,7 +112,7 @@ histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
     .map(lambda evs: [(version + 1, key, v) for version, (key, v) in enumerate(evs)])
 
 
-@pytest.mark.parametrize("engine", ENGINES)  # the property every engine must hold, on both always
+@pytest.mark.parametrize("engine", ENGINES)  # the property every engine must hold, on each always
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
        emit=st.sampled_from(["changes", "records"]), path=st.sampled_from(["driver", "spark"]))
@@ -159,8 +159,7 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
         stream_state.COMPACT_SHARE = default
 
 
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
-                         ids=["driver", "executors", "state_store"])
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
 def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed, path):
     """The case table of KAFKA-3902, every case on its own key, one version per run: each
     run forwards exactly the batch output's rows of its version."""
@@ -176,8 +175,7 @@ def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed, path):
         assert sorted(got, key=repr) == sorted([b for b in batch if b[2] == version], key=repr), version
 
 
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
-                         ids=["driver", "executors", "state_store"])
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
 def test_a_late_change_stops_the_run_and_writes_nothing(feed, path):
     current = feed("cdf")
     current.path = path
@@ -211,26 +209,74 @@ def test_sequence_by_cases_across_runs(spark, feed, case):
 
 
 def test_a_streaming_view_is_read_as_it_is(spark, tmp_path, storage):
-    current = Feed(spark, "cdf", tmp_path, "state_store", storage)
+    """streaming_frame, for any sink: the 'tables' engine runs the statement into a folder of its
+    checkpoint and the frame streams that folder, so a sink query (here foreachBatch, with a
+    checkpoint of its own) gets each run's rows once."""
+    current = Feed(spark, "cdf", tmp_path, "tables", storage)
     current.add([(1, 1, 5), (2, 2, -1), (3, 1, NULL_V)])
     schema = spark.read.parquet(current.uri(current.source)).schema
     spark.readStream.schema(schema).parquet(current.uri(current.source)).createOrReplaceTempView("stream_view_changes")
-    frame = streaming_frame(spark, filter_sql().replace("STREAM(changes)", "STREAM(stream_view_changes)")
-                            .replace("SELECT *", "SELECT id, v, _change_type"))
-    assert frame.isStreaming and frame.columns == ["id", "v", "_change_type"]
-    query = frame.writeStream.format("memory").queryName("stream_view_out") \
-        .option("checkpointLocation", current.uri(current.checkpoint)).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert sorted(tuple(r) for r in spark.table("stream_view_out").collect()) == [(1, 5, "delete"), (1, 5, "insert")]
-    spark.catalog.dropTempView("stream_view_changes")
+    sql = filter_sql().replace("STREAM(changes)", "STREAM(stream_view_changes)") \
+        .replace("SELECT *", "SELECT id, v, _change_type")
+    engine_checkpoint = current.uri(tmp_path / "engine-checkpoint")
+
+    sunk: list[tuple] = []
+
+    def sink_run():
+        frame = streaming_frame(spark, sql, checkpoint=engine_checkpoint)
+        assert frame.isStreaming and frame.columns == ["id", "v", "_change_type"]
+        frame.writeStream.foreachBatch(lambda batch, _id: sunk.extend(tuple(r) for r in batch.collect())) \
+            .option("checkpointLocation", current.uri(current.checkpoint)).trigger(availableNow=True).start() \
+            .awaitTermination()
+        return sorted(sunk)
+
+    try:
+        assert sink_run() == [(1, 5, "delete"), (1, 5, "insert")]
+        current.add([(4, 2, 3), (5, 1, 6)])
+        assert sink_run() == [(1, 5, "delete"), (1, 5, "insert"), (1, 6, "insert"), (2, 3, "insert")]
+        assert (tmp_path / "engine-checkpoint" / "sqlext-output").is_dir()  # the engine's output, in its checkpoint
+    finally:
+        spark.catalog.dropTempView("stream_view_changes")
 
 
-def test_emit_final_into_a_streaming_sink_is_a_classed_error(spark, tmp_path, storage):
-    """The state-store engine streams into a sink that only appends: no final table there."""
-    current = Feed(spark, "cdf", tmp_path, "state_store", storage)
+def test_streaming_frame_of_a_stateful_statement_needs_a_checkpoint_and_appends(spark, tmp_path, storage):
+    """Without a checkpoint the state has nowhere to live; emit => 'final' is rewritten in place,
+    which a stream cannot read: both are classed errors, before anything runs."""
+    current = Feed(spark, "cdf", tmp_path, "tables", storage)
     current.add([(1, 1, 5)])
-    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*emit => 'final'.*engine 'tables'"):
-        current.run(filter_sql("final"))
+    sources = {"changes": current.uri(current.source)}
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\] streaming_frame: .*checkpoint=\.\.\."):
+        streaming_frame(spark, filter_sql(), sources=sources)
+    with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\] streaming_frame: emit => 'final'"):
+        streaming_frame(spark, filter_sql("final"), sources=sources, checkpoint=current.uri(current.checkpoint))
+    assert not current.checkpoint.exists()
+    plain = streaming_frame(spark, "SELECT id, v FROM STREAM(changes) WHERE v >= 0", sources=sources)
+    assert plain.isStreaming and plain.columns == ["id", "v"]  # no state: Spark's own stream, no checkpoint
+
+
+def test_the_state_store_engine_is_retired_with_a_classed_error(spark, feed, tmp_path, capsys):
+    """engine='state_store' (the API, sqlext stream --engine, the benchmark) says it was retired,
+    why, and to use the 'tables' engine; nothing is written."""
+    from sqlext.bench.incremental import bench_incremental
+    from sqlext.cli import main
+
+    current = feed("cdf")
+    current.add([(1, 1, 5)])
+    retired = r"\[UNSUPPORTED_STREAM\].*engine 'state_store'.*retired.*0\.27x.*engine='tables'"
+    with pytest.raises(SqlextError, match=retired):
+        run_available_now(spark, filter_sql(), **{**current.options(), "engine": "state_store"})
+    assert not current.output.exists()
+    with pytest.raises(SqlextError, match=retired):
+        bench_incremental(spark, rows=100, runs=1, engines=("state_store",))
+    query = tmp_path / "filter.sql"
+    query.write_text(filter_sql() + ";\n")
+    options = [o if o != "tables" else "state_store" for o in current.cli_options()]
+    assert main(["stream", str(query), *options]) == 1
+    assert re.search(retired, capsys.readouterr().err)
+    assert main(["bench", "incremental", "--engine", "state_store"]) == 1
+    assert re.search(retired, capsys.readouterr().err)
+    with pytest.raises(SqlextError, match=r"\[INVALID_OPTION_VALUE\].*engine => 'rocks'.*'tables'"):
+        stream(spark, filter_sql(), **{**current.options(), "engine": "rocks"})
 
 
 @pytest.mark.parametrize("sql, error", [
@@ -300,8 +346,7 @@ def _many_events(first_version, keys, versions):
 
 
 @pytest.mark.storage("viewfs")
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark"), ("state_store", "auto")],
-                         ids=["driver", "executors", "state_store"])
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
 def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, storage, path):
     """SIGKILL the process while its micro-batch runs (offsets logged, no commit yet); the next
     run redoes it: every expected row exactly once, and the state carries on as if nothing
@@ -352,16 +397,15 @@ def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, 
     _run_and_compare(spark, current)
 
 
-def test_bench_incremental_checks_rows_and_reports_both_sides(spark, capsys):
+def test_bench_incremental_checks_rows_and_reports_the_tables_engine(spark, capsys):
     from sqlext.bench.incremental import bench_incremental
 
     results = bench_incremental(spark, rows=4000, runs=1, percent=5)
     out = capsys.readouterr().out
-    assert out.count("first incremental run") == 2 and out.count("ratio batch/incremental") == 2
-    assert set(results) == {"tables", "state_store"}
-    for result in results.values():
-        assert len(result["incremental"]) == len(result["batch"]) == 1 and result["rows"] > 0
-    assert results["tables"]["rows"] == results["state_store"]["rows"]
+    assert out.count("first incremental run") == 1 and out.count("ratio batch/incremental") == 1
+    assert set(results) == {"tables"}
+    assert len(results["tables"]["incremental"]) == len(results["tables"]["batch"]) == 1
+    assert results["tables"]["rows"] > 0
 
 
 def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):

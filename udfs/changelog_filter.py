@@ -1,15 +1,19 @@
-"""CHANGELOG_FILTER as a registered table function: the reference logic over Arrow data and the
-handler Spark runs when the function is called by name (without the native rewrite).
+"""CHANGELOG_FILTER over Arrow data, column-wise: the one kernel of its incremental runs
+(:func:`filter_increment`, which the 'tables' engine runs on the driver or in each task), and the
+handler Spark runs when the function is called by name without sqlext's rewrite (a plain
+``spark.sql``; :func:`filter_batch`, the kernel from an empty state).
 
 The function's semantics, arguments and output shape are described in
-:mod:`sqlext.catalog.changelog_filter`.
+:mod:`sqlext.catalog.changelog_filter`; the batch rule (``rewrites/changelog_filter_to_sql.py``)
+is what ``sqlext.sql`` runs. The tests hold the kernel to a plain per-key replay.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
 
@@ -19,29 +23,8 @@ from sqlext.catalog.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
 from sqlext.catalog.changes import (
-    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key, check_arguments,
-    check_order_type, drop_stale, late_change,
+    CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, check_arguments, check_order_type, late_change,
 )
-
-
-def changelog_filter(spec: FilterSpec, rows: pa.Table, passes: Sequence[Any]) -> pa.Table:
-    """The reference logic: apply the filter to a whole input, in plain Python over Arrow rows.
-
-    ``passes[i]`` is the predicate's value for row ``i`` (NULL counts as not passing).
-    Returns the output rows as an Arrow table with ``spec.output_columns``.
-    """
-    shape = spec.shape
-    records = rows.to_pylist()
-    for record, passed in zip(records, passes):
-        if passed is not None and not isinstance(passed, bool):
-            raise not_boolean(spec.predicate, _sql_type(passed))
-        record[PASS_COLUMN] = bool(passed)
-    out: list[dict] = []
-    for changes in changes_by_key(shape, records).values():
-        old, old_passes = apply_changes(spec, changes, None, False, out)
-        if spec.emit == "final" and old_passes:
-            out.append({c: old[c] for c in shape.data_columns})
-    return pa.Table.from_pylist(out, schema=_output_schema(spec, rows.schema))
 
 
 def _sql_type(value: Any) -> str:
@@ -56,115 +39,128 @@ def _sql_type(value: Any) -> str:
     return type(value).__name__
 
 
-def apply_changes(spec: FilterSpec, changes, old: dict | None, old_passes: bool, out: list) -> tuple[dict | None, bool]:
-    """One key's ordered changes, from the key's row before them (``old``, and whether it
-    passed the predicate): appends what they forward to ``out`` and returns the key's row
-    after them. The batch run starts every key from no row; an incremental run starts it
-    from the row its state kept."""
-    for change in changes:
-        new_passes = change.present and change.row[PASS_COLUMN]
-        out.extend(_forward(spec, change.row, old, old_passes, new_passes))
-        old, old_passes = change.row, new_passes
-    return old, old_passes
+def filter_batch(spec: FilterSpec, rows: pa.Table) -> pa.Table:
+    """The filter over a whole input, column-wise: every key's changes applied from no row
+    (:func:`filter_increment` from an empty state). ``rows`` holds the input's columns and the
+    predicate's value in ``PASS_COLUMN``; returns the output rows (``spec.output_columns``);
+    for ``emit => 'final'`` the last row of each key that passes."""
+    from sqlext.udfs.column_wise import without_preimages
 
-
-def apply_increment(spec: FilterSpec, changes, old: dict | None, old_passes: bool, last_order, out: list):
-    """One key's new changes on top of what an earlier run left for it (its row, whether it
-    passed, its last ordering value; all None/False for a new key): like
-    :func:`apply_changes`, after refusing or dropping the late ones (:func:`in_order`).
-    Returns the key's row and whether it passes after them, or None when no change applies."""
     shape = spec.shape
-    if last_order is not None:
-        changes = in_order(spec, changes, old, last_order)
-        if shape.sequence_by is not None:
-            changes = drop_stale(shape, changes, latest=old[shape.sequence_by])
-    if not changes:
-        return None
-    return apply_changes(spec, changes, old, old_passes, out)
-
-
-def in_order(spec: FilterSpec, changes, old: dict, last_order):
-    """The changes an earlier run's state lets this run apply: those above the key's last
-    ordering value. A late one is ignored when ``sequence_by`` says it is stale (older than
-    the key's row), as the batch run ignores it; otherwise it is ``[LATE_CHANGE]``."""
-    shape = spec.shape
-    kept = []
-    for change in changes:
-        if change.order > last_order:
-            kept.append(change)
-        elif shape.sequence_by is not None and change.row[shape.sequence_by] is not None \
-                and change.row[shape.sequence_by] < old[shape.sequence_by]:
-            continue
-        else:
-            raise late_change(FUNCTION, shape.key_text(change.row), shape.order_by, repr(change.order),
-                              repr(last_order))
-    return kept
+    columns = [*shape.data_columns, shape.order_by]
+    empty = pa.schema([rows.schema.field(c) for c in columns] + [("__sx_was_passed", pa.bool_()),
+                                                                ("__sx_was_present", pa.bool_())]).empty_table()
+    out, state = filter_increment(spec, without_preimages(shape, rows), empty, "__sx_was_passed", "__sx_was_present")
+    if spec.emit != "final":
+        return out
+    return state.filter(state["__sx_was_passed"]).select(list(shape.data_columns)).cast(_output_schema(spec, rows.schema))
 
 
 def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passed: str, present: str):
-    """An increment's forwarded rows and new state, computed column-wise: the same rows as
-    :func:`apply_increment` key by key, for inputs without ``sequence_by`` (None is returned
-    for those, which take the per-key path).
+    """An increment's forwarded rows and new state, computed over whole columns (no step per
+    key or row): each key's changes applied in order from the row an earlier run left for it.
 
     ``changes`` holds the increment's rows without preimages, each with the predicate's value
     in ``PASS_COLUMN``; ``state`` the touched keys' rows as an earlier run left them (data
     columns, ordering value, whether the row ``passed`` and is ``present``). Returns the
-    forwarded rows (``spec.output_columns``) and the changed keys' new state rows."""
+    forwarded rows (``spec.output_columns``) and the changed keys' new state rows.
+
+    The data errors are the change-row rules': an unknown change type, a NULL ordering value,
+    two changes of a key at one ordering value, a NULL ``sequence_by`` value, and a change at
+    or below the key's last ordering value (``[LATE_CHANGE]``), unless ``sequence_by`` says it
+    is stale (older than the key's row), when it is dropped. With ``sequence_by`` a change older
+    than a change before it (in the increment, or the key's row) is dropped, as a versioned
+    table ignores it."""
     import pyarrow.compute as pc
 
-    from sqlext.udfs.column_wise import check_rows, leaves_row, same_value
+    from sqlext.udfs.column_wise import check_rows, codes, leaves_row, ranks
 
     shape = spec.shape
-    if shape.sequence_by is not None:
-        return None
-    keys, data, order = list(shape.key), list(shape.data_columns), shape.order_by
+    keys, data, order, sequence = list(shape.key), list(shape.data_columns), shape.order_by, shape.sequence_by
     check_rows(shape, changes)
     is_present = leaves_row(shape, changes)
     passes = pc.and_(is_present, pc.fill_null(changes[PASS_COLUMN], False))
     rows = pa.concat_tables([
         state.select(data + [order]).append_column("__sx_passes", pc.fill_null(state[passed], False).cast(pa.bool_()))
         .append_column("__sx_present", pc.fill_null(state[present], False).cast(pa.bool_()))
-        .append_column("__sx_prior", pa.array([True] * state.num_rows, pa.bool_())),
+        .append_column("__sx_prior", pa.array(np.ones(state.num_rows, dtype=bool))),
         changes.select(data + [order]).append_column("__sx_passes", passes).append_column("__sx_present", is_present)
-        .append_column("__sx_prior", pa.array([False] * changes.num_rows, pa.bool_())),
+        .append_column("__sx_prior", pa.array(np.zeros(changes.num_rows, dtype=bool))),
     ], promote_options="permissive")
+    if rows.num_rows == 0:
+        return (_output_schema(spec, changes.schema).empty_table(), _state_rows(rows, data + [order], passed, present))
     # each key's earlier row first, then its changes in order
-    rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending", "at_start") for k in keys]
-                                     + [("__sx_prior", "descending", "at_start"), (order, "ascending", "at_start")]))
+    key_codes = codes([rows[k] for k in keys])
+    order_ranks = ranks(rows[order])
+    prior = _numpy(rows["__sx_prior"])
+    sort = np.lexsort((order_ranks, ~prior, key_codes))
+    rows, key_codes, order_ranks, prior = rows.take(pa.array(sort)), key_codes[sort], order_ranks[sort], prior[sort]
     n = rows.num_rows
-    if n == 0:
-        return (pa.Table.from_pylist([], schema=_output_schema(spec, changes.schema)),
-                _state_rows(rows, data + [order], passed, present))
-    before = pa.array(range(-1, n - 1), pa.int64())
-    has_before = pa.array([False] + [True] * (n - 1), pa.bool_())
-    previous = rows.take(pc.if_else(has_before, before, 0))
-    same_key = has_before
-    for k in keys:
-        same_key = pc.and_(same_key, same_value(rows[k], previous[k]))
-    new = pc.invert(rows["__sx_prior"])
-    after_prior = pc.and_(pc.and_(new, same_key), previous["__sx_prior"])
-    late = pc.and_(after_prior, pc.less_equal(rows[order], previous[order]))
-    if pc.any(late).as_py():
-        row = rows.filter(late).slice(0, 1).to_pylist()[0]
-        last = previous.filter(late).slice(0, 1).to_pylist()[0][order]
-        raise late_change(FUNCTION, shape.key_text(row), order, repr(row[order]), repr(last))
-    tie = pc.and_(pc.and_(pc.and_(new, same_key), pc.invert(previous["__sx_prior"])),
-                  pc.equal(rows[order], previous[order]))
-    if pc.any(tie).as_py():
-        row = rows.filter(tie).slice(0, 1).to_pylist()[0]
+    first = np.r_[True, key_codes[1:] != key_codes[:-1]]  # the first row of each key
+    group = np.cumsum(first) - 1
+    new = ~prior
+    after_new = ~first & ~np.r_[False, prior[:-1]]  # a change right after a change of its key
+    tie = new & after_new & (order_ranks == np.r_[-1, order_ranks[:-1]])
+    if tie.any():
+        row = _row(rows, tie)
         raise SqlextError("AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(row), order_by=order,
                           value=repr(row[order]))
-    old_passes = pc.and_(same_key, previous["__sx_passes"])
-    new_passes = rows["__sx_passes"]
-    out = _forwarded(spec, rows, previous, new, old_passes, new_passes, changes.schema)
+    has_prior = prior[first][group]
+    prior_rank = np.where(has_prior, order_ranks[first][group], -1)  # the key's last ordering value, as a rank
+    kept = new
+    if sequence is not None:
+        stamps = rows[sequence]
+        missing = new & _numpy(pc.is_null(stamps))
+        if missing.any():
+            raise SqlextError("NULL_SEQUENCE_VALUE", function=shape.function, key=shape.key_text(_row(rows, missing)),
+                              sequence_by=sequence)
+        stamp = ranks(stamps)
+        # a change older than one before it in the increment is stale
+        kept = new & (stamp >= _running_max(np.where(new, stamp, -1), first, group))
+    late = kept & has_prior & (order_ranks <= prior_rank)
+    if sequence is not None:
+        prior_stamp = np.where(has_prior, stamp[first][group], -1)
+        late &= ~(stamp < prior_stamp)  # at or below the key's last ordering value, and stale: dropped
+        candidates = kept & ~(has_prior & (order_ranks <= prior_rank))
+        kept = candidates & (stamp >= np.maximum(prior_stamp, _running_max(np.where(candidates, stamp, -1), first,
+                                                                           group)))
+    if late.any():
+        row = _row(rows, late)
+        last = rows[order][int(np.nonzero(first & (group == group[late][0]))[0][0])].as_py()
+        raise late_change(FUNCTION, shape.key_text(row), order, repr(row[order]), repr(last))
+    chosen = np.nonzero(prior | kept)[0]
+    if len(chosen) < n:
+        rows, key_codes, prior = rows.take(pa.array(chosen)), key_codes[chosen], prior[chosen]
+        n = len(chosen)
+    first = np.r_[True, key_codes[1:] != key_codes[:-1]]
+    previous = rows.take(pa.array(np.maximum(np.arange(n) - 1, 0)))
+    new = ~prior
+    old_passes = ~first & _numpy(previous["__sx_passes"])
+    out = _forwarded(spec, rows, previous, pa.array(new), pa.array(old_passes), rows["__sx_passes"], changes.schema)
     # the changed keys' new state: their last row, where it is a change of this increment
-    has_after = pa.array([True] * (n - 1) + [False], pa.bool_())
-    following = rows.take(pc.if_else(has_after, pa.array(range(1, n + 1), pa.int64()), 0))
-    next_same = has_after
-    for k in keys:
-        next_same = pc.and_(next_same, same_value(rows[k], following[k]))
-    last = pc.and_(pc.invert(next_same), new)
-    return out, _state_rows(rows.filter(last), data + [order], passed, present)
+    last = np.r_[key_codes[1:] != key_codes[:-1], True] & new
+    return out, _state_rows(rows.filter(pa.array(last)), data + [order], passed, present)
+
+
+def _numpy(column) -> np.ndarray:
+    """A boolean Arrow column without NULLs as a numpy array."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return column.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _row(rows: pa.Table, mask: np.ndarray) -> dict:
+    """The first row where ``mask`` holds, for an error's message."""
+    return rows.slice(int(np.argmax(mask)), 1).to_pylist()[0]
+
+
+def _running_max(values: np.ndarray, first: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """For each row, the highest of ``values`` (ranks from 0, -1 for none) over the rows before
+    it in its group (-1 for a group's first row); the groups are runs of rows (``first`` marks
+    their starts, ``group`` numbers them)."""
+    span = int(values.max(initial=0)) + 2
+    lifted = values + group * span  # every group above all earlier ones, so one running max serves all
+    highest = np.maximum.accumulate(lifted) - group * span
+    return np.where(first, -1, np.r_[-1, highest[:-1]])
 
 
 def _state_rows(kept: pa.Table, columns: list[str], passed: str, present: str) -> pa.Table:
@@ -174,7 +170,10 @@ def _state_rows(kept: pa.Table, columns: list[str], passed: str, present: str) -
 
 
 def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_passes, new_passes, schema) -> pa.Table:
-    """The rows the increment's changes forward (:func:`_forward`, column-wise)."""
+    """The rows the increment's changes forward: for ``records`` each change as an upsert of its
+    row where it passes, else a delete of its key; for ``changes`` what a reader of the filtered
+    table sees (an insert where a key starts to pass, a delete where it stops, a preimage and a
+    postimage where it passes before and after with other values)."""
     import pyarrow.compute as pc
 
     from sqlext.udfs.column_wise import differ
@@ -206,29 +205,6 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
                              image(rows, inserted, INSERT, rows), image(previous, deleted, DELETE, rows)])
 
 
-def _forward(spec: FilterSpec, new: dict, old: dict | None, old_passes: bool, new_passes: bool):
-    shape = spec.shape
-    order = new[shape.order_by]
-    if spec.emit == "records":
-        values = {c: (new[c] if new_passes or c in shape.key else None) for c in shape.data_columns}
-        yield {**values, CHANGE_TYPE: UPSERT if new_passes else DELETE, shape.order_by: order}
-        return
-    if spec.emit != "changes":
-        return
-
-    def image(row: dict, kind: str) -> dict:
-        return {**{c: row[c] for c in shape.data_columns}, CHANGE_TYPE: kind, shape.order_by: order}
-
-    if old_passes and new_passes:
-        if any(old[c] != new[c] for c in shape.data_columns):
-            yield image(old, PREIMAGE)
-            yield image(new, POSTIMAGE)
-    elif new_passes:
-        yield image(new, INSERT)
-    elif old_passes:
-        yield image(old, DELETE)
-
-
 def _output_schema(spec: FilterSpec, input_schema: pa.Schema) -> pa.Schema:
     fields = []
     for name in spec.output_columns:
@@ -245,7 +221,7 @@ class ChangelogFilterUDTF:
     ``analyze`` checks the call and asks Spark to partition the input by the key, order it,
     and evaluate the predicate natively (a selected column), so Python sees each key's
     changes together and never evaluates SQL itself. The handler only buffers one key's rows
-    and hands them to :func:`changelog_filter`.
+    and hands them to :func:`filter_batch`.
     """
 
     def __init__(self, analyze_result=None):
@@ -301,15 +277,18 @@ class ChangelogFilterUDTF:
 
     def eval(self, input, *_positional, **_named):
         record = input.asDict(recursive=False)
-        self._passes.append(record.pop(PASS_COLUMN))
+        passed = record.pop(PASS_COLUMN)
+        if passed is not None and not isinstance(passed, bool):
+            raise not_boolean(self._spec.predicate, _sql_type(passed))
+        self._passes.append(passed)
         self._rows.append(record)
 
     def terminate(self):
         if not self._rows:
             return
-        table = pa.Table.from_pylist(self._rows, schema=self._schema)
-        result = changelog_filter(self._spec, table, self._passes)
-        for row in result.to_pylist():
+        table = pa.Table.from_pylist(self._rows, schema=self._schema) \
+            .append_column(PASS_COLUMN, pa.array(self._passes, pa.bool_()))
+        for row in filter_batch(self._spec, table).to_pylist():
             yield tuple(row.values())
 
 

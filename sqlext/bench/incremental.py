@@ -7,9 +7,8 @@ building the state). Then, ``runs`` times: an increment of ``percent`` % of the 
 (updates of random accounts, with versions above everything before), one incremental run
 processes it (``availableNow``, from the text to the committed output), and the batch query
 recomputes the whole output from the history plus the increments (written to Spark's no-op
-sink). Medians and their ratio are reported, for each engine (where the state lives: snapshot
-tables written by each micro-batch, or Spark's state store through transformWithState), each
-on its own copy of the same history and increments.
+sink). Medians and their ratio are reported, for the 'tables' engine (the state as Parquet
+layers in the checkpoint; the 'state_store' engine was retired and is refused).
 
     sqlext bench incremental --rows 10000000 --runs 3
     sqlext bench incremental --rows 100000000 --keys 1250000 --runs 3   (10x the history, same keys)
@@ -297,25 +296,25 @@ def self_join_workload(events: int, percent: float) -> Workload:
 
 
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
-                      engines: tuple[str, ...] = ("tables", "state_store"), function: str = "filter",
+                      engines: tuple[str, ...] = ("tables",), function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
                       uri: bool = False, regions: int = 5_000) -> dict:
-    """Each engine on its own copy of the same history and increments; returns, per engine,
-    the first run's seconds, the incremental and batch seconds per increment, and the rows.
-    ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
-    ``right`` changes; the 'tables' engine only: FK_JOIN keeps state under several keys)."""
+    """Each engine (``tables``, the one engine; a retired one is refused) on its own copy of the
+    same history and increments; returns, per engine, the first run's seconds, the incremental
+    and batch seconds per increment, and the rows. ``function`` is ``filter`` (``rows`` changes
+    over ``keys`` keys) or ``fk`` (``left`` and ``right`` changes)."""
+    from sqlext.streaming import check_engine
+
+    for engine in engines:
+        check_engine(engine, "sqlext bench incremental")
     if function == "fk":
         workload = fk_workload(left, right, percent, keys)
-        engines = tuple(e for e in engines if e == "tables")
     elif function in ("recursion", "moves"):
         workload = (recursion_workload if function == "recursion" else moves_workload)(nodes, percent)
-        engines = tuple(e for e in engines if e == "tables")
     elif function == "pipeline":
         workload = pipeline_workload(left, right, regions, percent, keys)
-        engines = tuple(e for e in engines if e == "tables")
     elif function == "selfjoin":
         workload = self_join_workload(rows, percent)
-        engines = tuple(e for e in engines if e == "tables")
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
     from sqlext.streaming.run import PATH_SETTING
@@ -349,7 +348,7 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
     try:
         workload.make_history(spark, directory)
         copies = {name: dict(checkpoint=f"{directory}/copy-checkpoint-{name}", output=f"{directory}/copy-{name}",
-                             engine="state_store", sources=options["sources"]) for name in workload.feeds}
+                             sources=options["sources"]) for name in workload.feeds}
         for name, copy in copies.items():  # the floor's queries read the history first, untimed
             run_available_now(spark, _copy_sql(name), **copy)
         started = time.perf_counter()

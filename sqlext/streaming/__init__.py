@@ -20,17 +20,14 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.catalog.arguments import find_calls, read_call
+from sqlext.catalog.arguments import find_calls
 from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
-from sqlext.catalog.changelog_filter import ARGUMENTS as FILTER_ARGUMENTS
-from sqlext.catalog.changelog_filter import FUNCTION as FILTER
-from sqlext.catalog.changelog_filter import filter_spec
 from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.sqltree import identifier_list
-from sqlext.streaming.checkpoint import (STATE_FOLDER, START_OVER, START_OVER_DBT, Before, check_columns,
+from sqlext.streaming.checkpoint import (STATE_FOLDER, STATEMENT_FILE, START_OVER, START_OVER_DBT, Before, check_columns,
                                          check_source_columns, claim)
 from sqlext.streaming.registry import keyed_call, purpose_of
 from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
@@ -40,7 +37,26 @@ FUNCTION = "sqlext stream"
 _views = itertools.count(1)
 
 
-ENGINES = ("tables", "state_store")
+ENGINES = ("tables",)
+# engines sqlext had and retired: why, in the words of the error a run that asks for one gets
+RETIRED = {
+    "state_store": "it was retired: it kept CHANGELOG_FILTER's state in Spark's state store, one Python call per key, "
+                   "and ran a 1% increment of 10M changes in 36.6 s where recomputing everything took about 10 s "
+                   "(0.27x the speed of the batch query)",
+}
+OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
+
+
+def check_engine(engine: str, function: str = FUNCTION) -> None:
+    """``engine`` is one sqlext runs; a retired one is UNSUPPORTED_STREAM saying why and what to use."""
+    if engine in RETIRED:
+        raise SqlextError("UNSUPPORTED_STREAM", function=function, what=f"engine {engine!r}", reason=RETIRED[engine],
+                          fix="Leave engine out, or pass engine='tables' (the default, --engine tables): it runs "
+                              "every incremental statement; for a sink other than a folder, "
+                              "sqlext.streaming.streaming_frame gives the output as a streaming DataFrame.")
+    if engine not in ENGINES:
+        raise SqlextError("INVALID_OPTION_VALUE", function=function, argument="engine", value=repr(engine),
+                          allowed=", ".join(repr(e) for e in ENGINES))
 
 
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
@@ -52,19 +68,17 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
 
-    ``engine`` says where CHANGELOG_FILTER keeps its state: ``"tables"`` (snapshots written by
-    each micro-batch, every step a native plan: :mod:`sqlext.streaming.changelog_filter`) or
-    ``"state_store"`` (Spark's state store through ``transformWithState``, one Python call per
-    key: :mod:`sqlext.udfs.changelog_stream`).
+    ``engine`` is ``"tables"``, the one engine: the functions keep their state as Parquet
+    layers in the checkpoint (:mod:`sqlext.streaming.engine`). ``"state_store"`` was retired
+    (:data:`RETIRED`) and is refused, saying why. A statement whose functions keep no state
+    (``SELECT ... FROM STREAM(name) WHERE ...``) runs as Spark's own streaming query.
 
     ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
     so a run can start before a folder holds its first file. A checkpoint and its output belong
     to one statement (:mod:`sqlext.streaming.checkpoint`): another statement on them is refused
     before anything is read or written; ``start_over`` says how to start over, in the
     caller's words."""
-    if engine not in ENGINES:
-        raise SqlextError("INVALID_OPTION_VALUE", function=FUNCTION, argument="engine", value=repr(engine),
-                          allowed=", ".join(repr(e) for e in ENGINES))
+    check_engine(engine)
     from sqlext.storage import resolve
 
     tree = one_statement(sql)
@@ -73,28 +87,28 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     before = Before(checkpoint, output)
     try:
         return _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name,
-                      engine, schemas, start_over)
+                      schemas, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
 
 
-def _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name, engine,
+def _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name,
            schemas, start_over):
     claim(checkpoint, output, purpose_of(tree), start_over)
     sources = Sources(spark, sources, source_format, schemas, checkpoint)
     try:
-        if engine == "tables":
+        if not _stateless(tree):
             if output is None:
                 raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
                                   what="engine 'tables' without an output folder",
                                   reason="its micro-batches write their rows into a folder",
-                                  fix="Pass output=..., or use engine='state_store' with streaming_frame for other "
-                                      "sinks.")
+                                  fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
+                                      "(it reads the output folder as a stream).")
             source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
             writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
-        else:
-            frame = _frame(spark, tree, sources, checkpoint)
+        else:  # nothing to keep between runs: Spark's own streaming query
+            frame = _frame(spark, tree, sources)
             check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
             writer = frame.writeStream.format(output_format).outputMode("append") \
                 .option("checkpointLocation", checkpoint.uri)
@@ -139,51 +153,85 @@ def jobs_of(spark, query) -> list[int]:
 
 
 def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
-                    checkpoint: str | None = None, schemas: Mapping[str, str] | None = None):
-    """The streaming DataFrame of one statement that reads ``STREAM(...)``. With
-    ``checkpoint``, the columns of every source are compared with those of the checkpoint's
-    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run; a Delta
-    table's commits are staged there (a Delta source needs it)."""
+                    checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
+                    output: str | None = None, trigger: str = "available_now", query_name: str | None = None):
+    """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
+
+    A statement whose functions keep state runs on the 'tables' engine, as :func:`stream`
+    runs it: its micro-batches write their rows into ``output`` (by default the folder
+    ``sqlext-output`` of ``checkpoint``, which it needs for its state), and the frame is
+    Spark's file stream of that folder, which a sink query reads with a checkpoint of its
+    own. ``trigger="available_now"`` (the default) runs what arrived since the last call and
+    returns once its rows are in the folder; an interval starts the run as a query that keeps
+    running (``query_name`` names it in ``spark.streams``). ``emit => 'final'`` is refused: its
+    folder is rewritten each run, which a stream cannot read. A statement that keeps no state
+    (``SELECT ... FROM STREAM(name) WHERE ...``) is Spark's own streaming DataFrame and needs no
+    checkpoint, unless a source is a Delta table, whose commits are staged there.
+
+    With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
+    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
     from sqlext.storage import resolve
 
-    checkpoint = None if checkpoint is None else resolve(spark, checkpoint)
-    return _frame(spark, one_statement(sql), Sources(spark, sources, source_format, schemas, checkpoint), checkpoint)
+    tree = one_statement(sql)
+    if _stateless(tree):
+        folder = None if checkpoint is None else resolve(spark, checkpoint)
+        return _frame(spark, tree, Sources(spark, sources, source_format, schemas, folder), folder)
+    if checkpoint is None:
+        raise SqlextError("UNSUPPORTED_STREAM", function="streaming_frame", what="this statement without a checkpoint",
+                          reason="its function keeps its state, and the rows of each run, in a checkpoint folder "
+                                 "between runs",
+                          fix="Pass checkpoint=... (a folder of its own, not the one of the query that writes the "
+                              "frame to its sink).")
+    if purpose_of(tree).emit == "final":
+        raise SqlextError("UNSUPPORTED_STREAM", function="streaming_frame", what="emit => 'final' as a stream",
+                          reason="the final table is rewritten in place each run, and a stream only appends",
+                          fix="Run it with sqlext.streaming.stream(..., output=...) and read the output folder as a "
+                              "table, or stream emit => 'records' into a sink that applies them.")
+    folder = resolve(spark, checkpoint)
+    output = folder / OUTPUT_IN_CHECKPOINT if output is None else resolve(spark, output)
+    options = dict(checkpoint=folder.uri, output=output.uri, sources=sources, source_format=source_format,
+                   schemas=schemas, query_name=query_name)
+    if trigger == "available_now":
+        run_available_now(spark, sql, **options)
+    else:
+        stream(spark, sql, trigger=trigger, **options).processAllAvailable()
+    return spark.readStream.schema(_output_schema(spark, folder, output)).parquet(output.uri)
 
 
-def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint):
+def _output_schema(spark, checkpoint, output):
+    """The columns the runs write into ``output``: those the checkpoint recorded, else the files'."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    recorded = (checkpoint / STATEMENT_FILE).read_json() or {}
+    if recorded.get("columns"):
+        return StructType([StructField(name, _parse_datatype_string(kind)) for name, kind in recorded["columns"]])
+    return spark.read.parquet(output.uri).schema
+
+
+def _stateless(tree: exp.Expression) -> bool:
+    """Whether the statement keeps no state between runs: it calls no function that does, and is
+    no recursion or self-join of a stream. Spark runs such a statement as its own streaming query."""
+    from sqlext.streaming.self_join import is_self_join
+
+    return not any(keyed_call(t) is not None for t in tree.find_all(exp.Table)) and not _is_recursion(tree) \
+        and not is_self_join(tree)
+
+
+def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint=None):
+    """The streaming DataFrame of a statement that keeps no state: each ``STREAM(...)`` read as
+    a stream, the rest Spark SQL."""
     from sqlext.session import ensure_installed
 
     ensure_installed(spark)
-    _use_rocksdb(spark)
     tree = tree.copy()
     views: list[str] = []
     try:
         for table in list(tree.find_all(exp.Table)):
             if _is_stream(table) and not isinstance(table.parent, TableArgument):
-                _replace(table, _register(spark, sources.read(table.this), views))
-        if find_calls(tree, FK_JOIN) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
-            raise SqlextError(
-                "UNSUPPORTED_STREAM", function=FUNCTION, what="FK_JOIN on engine 'state_store'",
-                reason="its state is kept under several keys, which the 'tables' engine does",
-                fix="Use engine='tables' (the default).")
-        _refuse_recursion(tree)
-        for table in find_calls(tree, FILTER):
-            call = _stream_call(table, FILTER, FILTER_ARGUMENTS, ("input",))
-            argument = call.tables["input"]
-            source = sources.read(argument.this.this)
-            if checkpoint is not None:
-                check_source_columns(checkpoint, to_sql(argument.this.this), source.schema)
-            from sqlext.catalog.input_formats import DELTA, take_format
-
-            shape = take_format(FILTER, call.literals)
-            if shape != DELTA:
-                source, order_by = change_rows_frame(spark, FILTER, "input", shape, source,
-                                                     call.literals.get("order_by"))
-                call.literals["order_by"] = identifier_list([order_by])
-            spec = filter_spec(call.literals, source.columns)
-            from sqlext.udfs.changelog_stream import filter_stream
-
-            _replace(table, _register(spark, filter_stream(source, spec), views))
+                source = sources.read(table.this)
+                if checkpoint is not None:
+                    check_source_columns(checkpoint, to_sql(table.this), source.schema)
+                _replace(table, _register(spark, source, views))
         frame = spark.sql(to_sql(tree))
     finally:
         for view in views:
@@ -479,21 +527,6 @@ def _refuse_recursion(tree: exp.Expression) -> None:
                 "query (sqlext.sql).")
 
 
-def _stream_call(table: exp.Table, function: str, arguments, inputs: tuple[str, ...]):
-    """A call's arguments, each of ``inputs`` a ``TABLE(STREAM(name))``."""
-    call = read_call(table, function, arguments, tables=inputs)
-    for name in inputs:
-        argument = call.tables.get(name)
-        if argument is None or not _is_stream(argument.this):
-            source = to_sql(argument.this) if argument is not None and isinstance(argument.this, exp.Table) \
-                else "my_changes"
-            raise SqlextError(
-                "UNSUPPORTED_STREAM", function=FUNCTION, what=f"a {function} over a table",
-                reason="a streaming statement reads its inputs as streams",
-                fix=f"Write {name} => TABLE(STREAM({source})).")
-    return call
-
-
 def _register(spark, frame, views: list[str]) -> str:
     view = f"__sx_stream_{next(_views)}"
     frame.createOrReplaceTempView(view)
@@ -506,15 +539,6 @@ def _replace(table: exp.Table, view: str) -> None:
     if table.args.get("alias"):
         replacement.set("alias", table.args["alias"].copy())
     table.replace(replacement)
-
-
-def _use_rocksdb(spark) -> None:
-    """transformWithState keeps its state in the RocksDB state store provider."""
-    from sqlext.udfs.changelog_stream import ROCKSDB
-
-    key = "spark.sql.streaming.stateStore.providerClass"
-    if spark.conf.get(key, "") != ROCKSDB:
-        spark.conf.set(key, ROCKSDB)
 
 
 CHECKPOINT_FOLDER = "_sqlext_checkpoint"

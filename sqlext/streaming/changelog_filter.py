@@ -9,9 +9,9 @@ the engine runs it: :mod:`sqlext.streaming.engine`):
 1. takes its changes (without ``update_preimage`` rows), each with the predicate's value
    computed by Spark, and the state of the keys they touch;
 2. applies each key's changes from its state, as the batch function applies them from no
-   row, column-wise (:func:`sqlext.udfs.changelog_filter.filter_increment`), or key by key for
-   ``sequence_by``: a late change (ordering value not above the key's last) is dropped when
-   ``sequence_by`` says it is stale, and otherwise stops the run with ``[LATE_CHANGE]``;
+   row, column-wise (:func:`sqlext.udfs.changelog_filter.filter_increment`): a late change
+   (ordering value not above the key's last) is dropped when ``sequence_by`` says it is stale,
+   and otherwise stops the run with ``[LATE_CHANGE]``;
 3. gives what the changes forward (written through the statement as the batch's output files,
    which a replay replaces) and the touched keys' new state.
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE, SETS_VALUE, changes_by_key
+from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, step
 from sqlext.streaming.state import KeyedState
@@ -70,7 +70,6 @@ class TableStateFilter(KeyedOperator):
 
         from sqlext.catalog.changelog_filter import check_incremental, filter_spec
         from sqlext.catalog.changes import check_order_type
-        from sqlext.udfs.changelog_stream import checked_predicate
 
         source = spark.createDataFrame([], inputs["input"].spark_schema)
         spec = filter_spec(literals, source.columns)
@@ -126,32 +125,8 @@ class TableStateFilter(KeyedOperator):
                 .cast(pa.schema([self.keyed.arrow_schema.field(k) for k in keys]))
             before = views["rows"].rows(keys=touched)
         with step("apply the changes"):
-            result = filter_increment(spec, rows, before, PASSED, PRESENT)
-            out, state = self._apply(rows, before) if result is None else result  # None: sequence_by, key by key
+            out, state = filter_increment(spec, rows, before, PASSED, PRESENT)
         return Step(None if spec.emit == "final" else out.cast(self.output_arrow), {"rows": state})
-
-    def _apply(self, rows: pa.Table, before: pa.Table):
-        """The increment applied key by key with the reference logic: its forwarded rows and
-        the changed keys' new state rows (for ``sequence_by``, which drops stale changes)."""
-        from sqlext.udfs.changelog_filter import apply_increment
-
-        spec, shape = self.spec, self.spec.shape
-        grouped = changes_by_key(shape, rows.to_pylist())
-        prior = {tuple(row[k] for k in shape.key): row for row in before.to_pylist()}
-        out: list[dict] = []
-        state: list[dict] = []
-        for key, key_changes in grouped.items():
-            old_row = prior.get(key)
-            old, passed, last = (None, False, None) if old_row is None else \
-                ({c: old_row[c] for c in (*shape.data_columns, shape.order_by)}, old_row[PASSED],
-                 old_row[shape.order_by])
-            after = apply_increment(spec, key_changes, old, passed, last, out)
-            if after is not None:
-                row, passes = after
-                state.append({**{c: row[c] for c in (*shape.data_columns, shape.order_by)},
-                              PASSED: passes, PRESENT: _present(shape, row)})
-        return (pa.Table.from_pylist(out, schema=self.output_arrow),
-                pa.Table.from_pylist(state, schema=self.keyed.arrow_schema))
 
     def final(self, spark, batch_id: int, on_driver: bool):
         """The whole filtered table after this batch: the state's passing rows (read on the
@@ -170,8 +145,15 @@ class TableStateFilter(KeyedOperator):
         return view.frame(spark).where(F.col(PASSED)).select(*[F.col(quote(c)) for c in columns])
 
 
-def _present(shape, row: dict) -> bool:
-    """Whether a change leaves its key with a row."""
-    if shape.has_change_type:
-        return row[CHANGE_TYPE] in SETS_VALUE
-    return any(row[c] is not None for c in shape.tombstone_columns)
+def checked_predicate(source, spec: FilterSpec):
+    """The predicate as a column of ``source``; EXPRESSION_TYPE_MISMATCH unless it is boolean."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    from sqlext.catalog.changelog_filter import not_boolean
+
+    predicate = F.expr(spec.predicate)
+    actual = source.select(predicate.alias("p")).schema["p"].dataType
+    if not isinstance(actual, BooleanType):
+        raise not_boolean(spec.predicate, actual.simpleString())
+    return predicate

@@ -316,7 +316,7 @@ def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, chan
     """The pairs the step's subscription lookup finds: each left row alive from one version
     (excluded) to a later one (included), and each right change of the key it points at in that
     span; one integer per (key, version), or a join where that does not fit in 62 bits."""
-    from sqlext.udfs.fk_join import _met_during
+    from sqlext.udfs.column_wise import pairs_within
 
     if not rows or not changes:
         return
@@ -325,8 +325,9 @@ def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, chan
     ends = starts + np.array([n for _, _, n in rows], np.int64)
     change_keys = np.array([k for k, _ in changes], np.int64)
     versions = np.array([v for _, v in changes], np.int64)
-    width = (1 << 61) if wide else int(max(ends.max(), versions.max())) + 2
-    row, change = _met_during(keys, starts, ends, change_keys, versions, width)
+    if wide:  # a span so long that key and version no longer fit in one integer together
+        ends[0] += 1 << 61
+    row, change = pairs_within(keys, starts, ends, change_keys, versions)
     expected = Counter((r, c) for r in range(len(rows)) for c in range(len(changes))
                        if keys[r] == change_keys[c] and starts[r] < versions[c] <= ends[r])
     assert Counter(zip(row.tolist(), change.tolist())) == expected

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
 from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
+from sqlext.udfs.column_wise import pairs_within
 
 
 def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left, right, left_state, right_state,
@@ -109,30 +110,6 @@ def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
         both = _value_codes(pa.concat_arrays([a[column].combine_chunks(), b[column].combine_chunks()]))
         differs |= both[:a.num_rows] != both[a.num_rows:]
     return differs
-
-
-def _met_during(row_keys, starts, ends, change_keys, versions, width: int):
-    """The (row, change) pairs, as indices into the two sides, of rows alive over the versions
-    ``starts`` (excluded) to ``ends`` (included) and the changes of their key at a version in
-    that span: a left row subscribed to a foreign key and the right changes it sees. The
-    changes of each key are sorted once and each row finds its span's changes by a binary
-    search, so the work follows the pairs found, not every row times every change of its key."""
-    if (int(max(row_keys.max(), change_keys.max())) + 2) * width >= (1 << 62):  # too wide for one integer
-        pairs = pa.table({"fk": row_keys, "row": np.arange(len(row_keys))}).join(
-            pa.table({"fk": change_keys, "change": np.arange(len(change_keys))}), keys="fk", join_type="inner")
-        row = pairs["row"].to_numpy().astype(np.int64)
-        change = pairs["change"].to_numpy().astype(np.int64)
-        valid = (starts[row] < versions[change]) & (versions[change] <= ends[row])
-        return row[valid], change[valid]
-    placed = change_keys * width + versions
-    order = np.argsort(placed, kind="stable")
-    placed = placed[order]
-    low = np.searchsorted(placed, row_keys * width + starts, side="right")
-    high = np.searchsorted(placed, row_keys * width + ends, side="right")
-    count = np.maximum(high - low, 0)
-    row = np.repeat(np.arange(len(row_keys)), count)
-    offsets = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
-    return row, order[np.repeat(low, count) + offsets]
 
 
 class _JoinIncrement:
@@ -253,8 +230,8 @@ class _JoinIncrement:
         if not len(subscribed) or not len(changes):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         until = self.left_line.next_rank(self.left_versions, never=self.width)[subscribed]
-        row, change = _met_during(self.fk_codes[subscribed], self.left_versions[subscribed], until,
-                                  self.right_codes[changes], self.right_versions[changes], self.width)
+        row, change = pairs_within(self.fk_codes[subscribed], self.left_versions[subscribed], until,
+                                   self.right_codes[changes], self.right_versions[changes])
         return subscribed[row], changes[change]
 
     # -- emit => 'changes': the result rows before and after each version

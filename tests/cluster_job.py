@@ -112,7 +112,7 @@ def main(master: str, work: Path) -> None:
     result["udtf"] = [rows(spark.sql(call)), rows(sqlext.sql(spark, call))]
 
     # CHANGELOG_FILTER incrementally: two runs over a folder of change files, the second
-    # after more files land; state in the checkpoint, the transformWithState tasks on executors
+    # after more files land; state in the checkpoint, the steps of large runs on the executors
     from sqlext.streaming import run_available_now
 
     feed_dir, out_dir = work / "stream-changes", work / "stream-out"

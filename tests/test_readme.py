@@ -42,6 +42,7 @@ UNMARKED = {
     "sc://spark-host": "needs a Spark Connect server at that address",
     "HiveThriftServer2": "starts a JDBC server that keeps running; tests/test_jdbc.py runs it and a JDBC client",
     "STREAM(edges)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
+    "STREAM(edges, format": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
     "STREAM(parents)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
     "STREAM(orders)": "a shape, over streams the page does not build; tests/test_streaming_fk_join.py runs it",
     "STREAM(clicks)": "a shape, over a stream the page does not build; tests/test_streaming_self_join.py runs it",

@@ -16,6 +16,7 @@ last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for 
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from typing import Mapping
 
 from sqlglot import exp
@@ -295,6 +296,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
                                           source.schema, sources.parquet_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
+    statement = to_sql(tree)
     placeholder = f"__sx_result_{next(_views)}"
     numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, numbered in the order of the text
     frames = []
@@ -302,27 +304,69 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         frames.append(sources.read(table.this))
         check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
     converted = _as_change_rows(spark, root, numbered, frames)
+    from sqlext.streaming.engine import Pipeline, inputs_stream
+
+    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames,
+                        [sources.parquet_folder(t.this) for t in numbered], converted)
+    if key in _COMPILED:
+        _COMPILED.move_to_end(key)
+        return inputs_stream(frames), _COMPILED[key]
+    pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
+                         converted)
+    _COMPILED[_compiled_key(spark, statement, checkpoint, output, output_format, frames,
+                            [sources.parquet_folder(t.this) for t in numbered], converted)] = pipeline
+    while len(_COMPILED) > 8:
+        _COMPILED.popitem(last=False)
+    return inputs_stream(frames), pipeline
+
+
+# The pipelines this process built, by statement, checkpoint and sources' columns: the next run
+# of a statement takes its operators and foreachBatch function from here instead of building
+# them again with Spark's analysis (about a quarter of a second for a chain of three calls and
+# an aggregate), as a query that keeps running uses one function for all its micro-batches. An
+# entry holds only while the checkpoint is the one it was built on: the statement and layout
+# files a new checkpoint writes anew are part of the key.
+_COMPILED: OrderedDict = OrderedDict()
+
+
+def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,
+                  converted) -> tuple:
+    from sqlext.streaming.checkpoint import LAYOUT_FILE
+    from sqlext.streaming.engine import BUCKETS_SETTING
+
+    def written(folder, name):
+        return tuple((e.name, e.size, e.mtime_ns) for e in folder.entries() if e.name == name and not e.is_dir)
+
+    return (id(spark), statement, checkpoint.uri, output.uri, output_format,
+            tuple(f.schema.json() for f in frames), tuple(None if f is None else f.uri for f in folders),
+            tuple(sorted(converted)), spark.conf.get(BUCKETS_SETTING, ""),
+            written(checkpoint, STATEMENT_FILE), written(checkpoint / STATE_FOLDER, LAYOUT_FILE))
+
+
+def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list, sources: "Sources", checkpoint, output,
+              output_format: str, converted):
+    """The operators of the statement's calls (and of its aggregate) and its foreachBatch function."""
+    from sqlext.streaming.aggregate import is_aggregate
+    from sqlext.streaming.engine import Pipeline
+
     operators: list = []
     buckets = _buckets(spark, checkpoint, [sources.parquet_folder(t.this) for t in numbered])
-    from sqlext.streaming.aggregate import is_aggregate
 
     call = root.copy()
     aggregated = is_aggregate(tree) and keyed_call(call).emit(call) == "final"
     _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated,
               converted=converted)
     _replace(root, placeholder)
-    from sqlext.streaming.engine import Pipeline, inputs_stream
-
     if aggregated:
         outer = _aggregate(spark, tree, placeholder, checkpoint, operators, buckets)
         if outer is not None:
-            return inputs_stream(frames), Pipeline(operators, outer, placeholder, checkpoint, output, output_format)
+            return Pipeline(operators, outer, placeholder, checkpoint, output, output_format)
         # an aggregate without an incremental form: the statement runs over the call's final table
         operators = []
         numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
         _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets,
                   converted=converted)
-    return inputs_stream(frames), Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
+    return Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
 
 
 def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operators: list, buckets: int):

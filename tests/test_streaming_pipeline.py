@@ -144,3 +144,24 @@ def test_an_inner_call_feeds_its_change_feed_only(spark, tmp_path, storage):
     with pytest.raises(SqlextError) as raised:
         chain.run(sql)
     assert raised.value.error_class == "UNSUPPORTED_STREAM" and "emit => 'changes'" in str(raised.value)
+
+
+def test_a_checkpoint_made_again_in_the_same_process_is_built_anew(spark, tmp_path, storage):
+    """A run takes the statement's operators from this process's earlier run of it; a checkpoint
+    and output deleted and started over in between are a first run again, whose state records
+    its columns as a first run does (a later process reads them)."""
+    import shutil
+
+    sql = SHAPES["join-then-join"].format(emit="changes")
+    rows = {"acc": [{"id": 1, "branch": 0, "balance": 3, "_change_type": "insert", "_commit_version": 1}],
+            "br": [{"bid": 0, "region": 1, "bname": "b", "_change_type": "insert", "_commit_version": 2}],
+            "reg": [{"rid": 1, "rname": "r", "_change_type": "insert", "_commit_version": 3}]}
+    chain = Chain(spark, tmp_path, storage, "driver")
+    list(chain.runs(rows, 3, [1, 2], sql))
+    first = chain.output()
+    assert first == chain.batch(sql) and sum(first.values()) > 1
+    shutil.rmtree(tmp_path / "cp")
+    shutil.rmtree(tmp_path / "out")
+    chain.run(sql)
+    assert chain.output() == chain.batch(sql)
+    assert list((tmp_path / "cp" / "sqlext-state").rglob("schema.json"))

@@ -483,10 +483,13 @@ class PartView:
 
 class _Layers:
     """The layers in memory, by folder, each with the folder's identity when it was read and
-    the sorted indexes built over its columns (:class:`_Index`)."""
+    the sorted indexes built over its columns (:class:`_Index`). The bytes they hold are kept
+    as a running total, so that keeping one more layer costs the same however many are kept."""
 
     def __init__(self):
         self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
+        self.sizes: dict[str, int] = {}
+        self.total = 0
 
     def get(self, folder: Folder) -> pa.Table | None:
         entry = self._entry(folder)
@@ -500,17 +503,20 @@ class _Layers:
         return entry
 
     def put(self, folder: Folder, table: pa.Table, identity: tuple | None = None) -> None:
-        self.tables.pop(folder.uri, None)
+        self.forget(folder)
         identity = folder.identity() if identity is None else identity
-        if not identity or table.nbytes > CACHE_BYTES:
+        size = table.nbytes
+        if not identity or size > CACHE_BYTES:
             return
         self.tables[folder.uri] = (identity, table, {})
-        self._fit()
+        self._grow(folder.uri, size)
 
-    def _fit(self) -> None:
-        while len(self.tables) > 1 and sum(t.nbytes + sum(i.nbytes for i in indexes.values())
-                                           for _, t, indexes in self.tables.values()) > CACHE_BYTES:
-            self.tables.popitem(last=False)
+    def _grow(self, uri: str, size: int) -> None:
+        self.sizes[uri] = self.sizes.get(uri, 0) + size
+        self.total += size
+        while len(self.tables) > 1 and self.total > CACHE_BYTES:
+            oldest, _ = self.tables.popitem(last=False)
+            self.total -= self.sizes.pop(oldest, 0)
 
     def lookup(self, folder: Folder, column: str, values) -> np.ndarray | None:
         """The positions of the rows of the layer in memory whose ``column`` is among ``values``
@@ -525,11 +531,12 @@ class _Layers:
             if index is None:
                 return None
             indexes[column] = index
-            self._fit()
-        return indexes[column].rows(values)
+            self._grow(folder.uri, index.nbytes)
+        return indexes[column].rows(values) if column in indexes else None
 
     def forget(self, folder: Folder) -> None:
-        self.tables.pop(folder.uri, None)
+        if self.tables.pop(folder.uri, None) is not None:
+            self.total -= self.sizes.pop(folder.uri, 0)
 
 
 class _Index:

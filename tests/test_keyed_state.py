@@ -161,3 +161,26 @@ def test_a_new_state_gets_a_bucket_for_each_share_of_a_long_history(spark):
         assert KeyedOperator.state_buckets(spark, 10 * BUCKET_SOURCE_BYTES) == 3
     finally:
         spark.conf.unset("spark.sqlext.streaming.stateBuckets")
+
+
+def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_limit(tmp_path, monkeypatch):
+    """The cache counts what it holds (layers and their indexes) as it goes, and past its limit
+    drops the layers used longest ago, never the one just kept."""
+    layers = state_module._Layers()
+    table = _table([(i, "a", i, True) for i in range(1000)])
+    monkeypatch.setattr(state_module, "CACHE_BYTES", int(table.nbytes * 3.5))
+    folders = []
+    for i in range(5):
+        folder = local(tmp_path / f"layer-{i}")
+        folder.mkdirs()
+        (folder / "part-00000.parquet").write_parquet(table)
+        layers.put(folder, table)
+        folders.append(folder)
+        assert layers.total == sum(layers.sizes.values()) <= state_module.CACHE_BYTES
+    assert [f.uri for f in folders[-3:]] == list(layers.tables)
+    assert layers.lookup(folders[-1], "k1", pa.array([3, 7])).tolist() == [3, 7]  # an index, counted too
+    assert layers.sizes[folders[-1].uri] > table.nbytes  # the layer and its index
+    assert layers.total == sum(layers.sizes.values()) <= state_module.CACHE_BYTES
+    assert list(layers.tables)[-1] == folders[-1].uri and len(layers.tables) == 2  # the oldest went
+    layers.forget(folders[-1])
+    assert layers.total == sum(layers.sizes.values()) and folders[-1].uri not in layers.tables

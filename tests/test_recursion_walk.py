@@ -121,3 +121,52 @@ def test_a_walk_keeps_the_first_of_each_row_as_a_set_does(levels):
                 expected.append(row)
         kept = seen.new_rows(table) if rows else table
         assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected
+
+
+def _by_key(index: EdgeIndex) -> dict:
+    """An index as each key's edges, (src, dst) sorted, checking that each key's rows lie in
+    its range and that the dense slots point at the keys."""
+    grouped = {}
+    for j, key in enumerate(index.keys.tolist()):
+        part = index.table.slice(index.offsets[j], index.offsets[j + 1] - index.offsets[j])
+        assert set(part["src"].to_pylist()) == {key}
+        grouped[key] = sorted(zip(part["src"].to_pylist(), part["dst"].to_pylist()))
+    assert index.offsets[-1] == index.table.num_rows and list(index.keys) == sorted(set(index.keys.tolist()))
+    if index.slot is not None:
+        assert all(index.slot[k - index.low] == j for j, k in enumerate(index.keys.tolist()))
+    return grouped
+
+
+key_of_edge = st.one_of(st.none(), st.integers(-3, 12), st.sampled_from([10 ** 12, -(10 ** 12)]))
+edge_lists = st.lists(st.tuples(key_of_edge, st.integers(0, 9)), max_size=20)
+
+
+@settings(max_examples=examples(150, 1500), deadline=None)
+@given(edges=edge_lists, dropped=st.sets(st.integers(0, 19)), added=edge_lists)
+def test_an_index_changed_by_dropped_and_added_edges_is_the_index_built_over_what_remains(edges, dropped, added):
+    """``changed`` (the index kept between incremental runs) drops rows by position and merges
+    added rows in (after the last key, or among the keys), leaving NULL keys out and the old
+    index as it was: it equals the index built from scratch over the edges that remain."""
+    def table(rows):
+        return pa.table({"src": pa.array([r[0] for r in rows], pa.int64()),
+                         "dst": pa.array([r[1] for r in rows], pa.int64())})
+
+    index = EdgeIndex.build(table(edges), "src")
+    before = _by_key(index)
+    drop = sorted(d for d in dropped if d < index.table.num_rows)
+    kept = [row for i, row in enumerate(zip(index.table["src"].to_pylist(), index.table["dst"].to_pylist()))
+            if i not in drop]
+    changed = index.changed("src", pa.array(drop, pa.int64()).to_numpy(), table(added))
+    assert _by_key(changed) == _by_key(EdgeIndex.build(table(kept + added), "src"))
+    assert _by_key(index) == before
+
+
+@settings(max_examples=examples(150, 1500), deadline=None)
+@given(edges=edge_lists, values=st.lists(st.integers(-4, 13), max_size=6))
+def test_the_rows_with_some_keys_are_every_edge_of_those_keys(edges, values):
+    table = pa.table({"src": pa.array([r[0] for r in edges], pa.int64()),
+                      "dst": pa.array([r[1] for r in edges], pa.int64())})
+    index = EdgeIndex.build(table, "src")
+    found = index.table.take(pa.array(index.rows_with(pa.array(values, pa.int64()).to_numpy()), pa.int64()))
+    assert multiset(zip(found["src"].to_pylist(), found["dst"].to_pylist())) == \
+        multiset([e for e in edges if e[0] is not None and e[0] in values])

@@ -167,6 +167,50 @@ def test_a_batch_redone_after_a_lost_commit_writes_its_rows_once(spark, edges):
     assert current.written() == current.batch(PAIRS)
 
 
+def test_runs_after_the_first_in_a_process_keep_the_edges_in_memory(spark, edges, monkeypatch):
+    """On the driver, a run reads the edges present from the state's layers only when no run
+    of this process left them in memory for those very layers: three runs read them once (the
+    first, from an empty state), and give the batch rows."""
+    from sqlext.streaming import recursion
+
+    read = []
+    of = recursion._Present.of
+
+    def counted(rows, *args):
+        read.append(rows.num_rows)
+        return of(rows, *args)
+
+    monkeypatch.setattr(recursion._Present, "of", staticmethod(counted))
+    current = edges()
+    current.path = "driver"
+    for part in ([(1, 0), (2, 1)], [(3, 2), (7, 8)], [(0, 5), (8, 9)]):
+        current.add(part)
+        current.run(ANCESTORS)
+    assert read == [0]
+    assert current.written() == current.batch(ANCESTORS)
+
+
+def test_edges_kept_in_memory_serve_only_the_layers_they_were_written_to(spark, edges):
+    """A checkpoint started over, in the same process, writes layers of the same batch
+    numbers as the run before it; the edges that run left in memory are not this run's: the
+    new run's third batch (its first on the driver) reads its own layers and gives the
+    batch rows of the new edges."""
+    current = edges()
+    current.path = "driver"
+    for part in ([(0, 1), (1, 2)], [(2, 3)]):
+        current.add(part)
+        current.run(PAIRS)
+    for folder in (current.source, current.output, current.checkpoint):
+        shutil.rmtree(folder)
+    current.all = []
+    for path, part in (("spark", [(5, 6)]), ("spark", [(6, 7)]), ("driver", [(7, 5)])):
+        current.path = path
+        current.add(part)
+        current.run(PAIRS)
+    assert current.written() == current.batch(PAIRS)
+    assert multiset([{"src": 7, "dst": 6}]) <= current.written()  # through the old edge 5 -> 6
+
+
 @pytest.mark.parametrize("sql", [
     PAIRS.replace("UNION SELECT", "UNION ALL SELECT"),
     PAIRS.replace("JOIN STREAM(edges) AS e", "LEFT JOIN STREAM(edges) AS e"),

@@ -80,16 +80,86 @@ class EdgeIndex:
         table = table.filter(pc.is_valid(table[key]))  # a NULL key never matches
         keys = table[key].to_numpy().astype(np.int64)
         order = np.argsort(keys, kind="stable")
-        table = table.take(pa.array(order))
-        keys = keys[order]
-        unique, starts = np.unique(keys, return_index=True)
-        offsets = np.append(starts, len(keys)).astype(np.int64)
-        index = EdgeIndex(table, unique, offsets)
+        return EdgeIndex._of_sorted(table.take(pa.array(order)), keys[order])
+
+    @staticmethod
+    def _of_sorted(table: pa.Table, keys: np.ndarray) -> "EdgeIndex":
+        """The index of a table already in key order (``keys``: its keys, as integers)."""
+        unique, offsets = EdgeIndex._runs(keys)
+        return EdgeIndex(table, unique, offsets)._dense()
+
+    @staticmethod
+    def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted keys as their distinct values and the offsets where each one's rows start
+        (and, last, the number of keys)."""
+        starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) \
+            else np.zeros(0, np.int64)
+        return keys[starts], np.append(starts, len(keys)).astype(np.int64)
+
+    def _dense(self) -> "EdgeIndex":
+        """With :attr:`slot` where the keys are dense."""
+        unique = self.keys
         if len(unique) and int(unique[-1]) - int(unique[0]) < 4 * len(unique) + 1024:
-            index.low = int(unique[0])
-            index.slot = np.full(int(unique[-1]) - index.low + 1, -1, np.int64)
-            index.slot[unique - index.low] = np.arange(len(unique))
-        return index
+            self.low = int(unique[0])
+            self.slot = np.full(int(unique[-1]) - self.low + 1, -1, np.int64)
+            self.slot[unique - self.low] = np.arange(len(unique))
+        return self
+
+    def row_keys(self) -> np.ndarray:
+        """Each row's key, in the table's (key) order."""
+        return np.repeat(self.keys, np.diff(self.offsets))
+
+    def rows_with(self, values: np.ndarray) -> np.ndarray:
+        """The positions in :attr:`table` of the rows whose key is among ``values`` (integers),
+        in table order."""
+        values = np.unique(np.asarray(values, np.int64))
+        pos, hit = self.positions(values, np.ones(len(values), bool))
+        starts = self.offsets[pos[hit]]
+        counts = self.offsets[pos[hit] + 1] - starts
+        return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+
+    def changed(self, key: str, drop: np.ndarray | None = None, add: pa.Table | None = None) -> "EdgeIndex":
+        """A new index (this one is left as it is): the table less the rows at positions
+        ``drop``, plus the rows of ``add`` (of the table's columns; those whose key is NULL are
+        left out, as :meth:`build` leaves them). The rows kept stay sorted, and the added ones
+        are merged in by binary search: the cost is a pass over the table, not a sort of it."""
+        if add is not None and add.num_rows:
+            add = add.filter(pc.is_valid(add[key])).select(self.table.column_names).cast(self.table.schema)
+        added = add[key].to_numpy().astype(np.int64) if add is not None and add.num_rows else None
+        if added is not None:
+            order = np.argsort(added, kind="stable")
+            added, add = added[order], add.take(pa.array(order))
+        if (drop is None or not len(drop)) and added is not None and (not len(self.keys) or added[0] > self.keys[-1]):
+            # every added key is past the last one (new nodes of growing ids): appended as they are
+            unique, offsets = EdgeIndex._runs(added)
+            table = pa.concat_tables([self.table, add]).combine_chunks()
+            return EdgeIndex(table, np.concatenate([self.keys, unique]),
+                             np.concatenate([self.offsets[:-1], offsets + self.offsets[-1]]))._dense()
+        table, keys = self.table, self.row_keys()
+        rows = np.arange(len(keys))  # the rows kept, as positions in the table
+        if drop is not None and len(drop):
+            rows = np.delete(rows, drop)
+            keys = keys[rows]
+        if added is not None:
+            # the new rows' places in the merged order: after the kept rows of keys up to theirs
+            places = np.searchsorted(keys, added, side="right") + np.arange(len(added))
+            total = len(keys) + len(added)
+            old = np.ones(total, bool)
+            old[places] = False
+            taken = np.empty(total, np.int64)
+            taken[old] = rows
+            taken[places] = len(self.table) + np.arange(len(added))
+            merged = np.empty(total, np.int64)
+            merged[old], merged[places] = keys, added
+            table, keys = pa.concat_tables([table, add]).take(pa.array(taken)), merged
+        elif len(rows) < table.num_rows:
+            table = table.take(pa.array(rows))
+        return EdgeIndex._of_sorted(table, keys)
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + self.keys.nbytes + self.offsets.nbytes + \
+            (0 if self.slot is None else self.slot.nbytes)
 
     def positions(self, values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each value's position among the keys, and whether it is there at all."""

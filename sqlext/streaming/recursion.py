@@ -35,6 +35,9 @@ own, so a replayed batch writes the same rows and state again.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -198,11 +201,10 @@ class TableStateRecursion(TableStateRun):
         self.edges = KeyedState(self.state / "edges", self.edge_columns)
         self.edges.record_schema(StructType([fields[c] for c in self.edge_columns]
                                             + [StructField(COUNT, LongType(), True)]))
-        self.row_schema = _row_schema(spark, shape, StructType([fields[c] for c in self.edge_columns]))
+        self.row_schema, self.walk_plan = _compiled(spark, shape, StructType([fields[c] for c in self.edge_columns]))
         self.columns = self.row_schema.names
         self.found = KeyedState(self.state / "result", self.columns)
         self.found.record_schema(StructType(list(self.row_schema.fields) + [StructField(FOUND, BooleanType(), True)]))
-        self.walk_plan = _walk_plan(spark, shape, self.row_schema, StructType([fields[c] for c in self.edge_columns]))
 
     def __call__(self, batch, batch_id: int) -> None:
         self._views: list[str] = []
@@ -272,19 +274,20 @@ class TableStateRecursion(TableStateRun):
         spark, plan = batch.sparkSession, self.walk_plan
         edges_view, found_view = self.edges.before(batch_id), self.found.before(batch_id)
         with step("collect the increment"):
-            new_edges = _distinct(self._increment(batch, batch_id).select(self.edge_columns))
+            new_edges = _distinct(self._increment(batch, batch_id).select(self.edge_columns)) \
+                .cast(self._edge_schema)
         with step("look up the state"):
-            old_edges = edges_view.rows().select(self.edge_columns).cast(new_edges.schema) \
-                if not edges_view.empty else new_edges.slice(0, 0)
-            fresh = _exclude_rows(new_edges, old_edges, self.edge_columns)
+            present = self._present(edges_view)
+            fresh = _exclude_rows(new_edges, present.among(new_edges), self.edge_columns)
             met = self._found_rows(found_view, plan.key_r, fresh[plan.key_e])
         with step("walk"):
             anchor = self._cast(_anchor_over(spark, self, fresh))
             stepped = walk_step(met, EdgeIndex.build(fresh, plan.key_e), plan) if met.num_rows else None
             seeds = _distinct(pa.concat_tables([anchor] + ([self._cast(stepped)] if stepped is not None else [])))
             seeds = self._minus_found(found_view, seeds)  # a row found before was walked from before
-            every_edge = pa.concat_tables([old_edges, fresh])
-            levels = list(walk(seeds, EdgeIndex.build(every_edge, plan.key_e), plan)) if seeds.num_rows else []
+            ones = pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows)
+            now = present.changed(fresh.append_column(COUNT, ones), new=True)
+            levels = list(walk(seeds, now.index, plan)) if seeds.num_rows else []
             # under UNION the walk yields each row once (its levels keep only rows not met before)
             new = self._minus_found(found_view, pa.concat_tables([self._cast(t) for t in levels])) \
                 if levels else seeds
@@ -292,9 +295,41 @@ class TableStateRecursion(TableStateRun):
             self.write_rows(spark, new, batch_id)
         with step("write the state"):
             self.found.write(found_view, _with(new, FOUND, True), batch_id)
-            ones = pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows)
-            self.edges.write(edges_view, fresh.append_column(COUNT, ones),
-                             batch_id)
+            self.edges.write(edges_view, fresh.append_column(COUNT, ones), batch_id)
+            self._keep(now, batch_id)
+
+    @property
+    def _edge_schema(self) -> pa.Schema:
+        """The edge columns' Arrow types, as the state keeps them."""
+        schema = self.edges.arrow_schema
+        return pa.schema([schema.field(c) for c in self.edge_columns])
+
+    def _present(self, view) -> "_Present":
+        """The edges present before this batch (see :class:`_Present`): kept in memory from the
+        batch that wrote the layers the view reads, in this process; else read from them."""
+        kept = _PRESENT.get(self.edges.folder.uri)
+        if kept is not None and not view.empty and kept[0] == _identity(view):
+            _PRESENT.move_to_end(self.edges.folder.uri)
+            return kept[1]
+        columns = self.edge_columns
+        rows = view.rows().select(columns + [COUNT]) if not view.empty else self.edges.arrow_schema.empty_table()
+        import pyarrow.compute as pc
+
+        return _Present.of(rows.filter(pc.greater(rows[COUNT], 0)), columns, self.walk_plan.key_e)
+
+    def _keep(self, present: "_Present", batch_id: int) -> None:
+        """Keep ``present``, the edges after this batch, for the next batch, under the identity
+        of the layers this batch has just written (a later batch reads them; a replay of this
+        one reads the layers before them, and finds nothing kept for those)."""
+        from sqlext.streaming.state import CACHE_BYTES
+
+        uri = self.edges.folder.uri
+        _PRESENT.pop(uri, None)
+        if present.nbytes * 4 > CACHE_BYTES:
+            return
+        _PRESENT[uri] = (_identity(self.edges.before(batch_id + 1)), present)
+        while len(_PRESENT) > PRESENT_KEPT:
+            _PRESENT.popitem(last=False)
 
     def _cast(self, table: pa.Table) -> pa.Table:
         """Rows under the recursion's column names and Arrow types."""
@@ -350,10 +385,9 @@ class TableStateRecursion(TableStateRun):
                 .aggregate([(COUNT, "sum")]).rename_columns(columns + [COUNT])
             net = net.filter(pc.not_equal(net[COUNT], 0))
         with step("look up the state"):
-            every = edges_view.rows().select(columns + [COUNT]) if not edges_view.empty \
-                else self.edges.arrow_schema.empty_table()
-            net = net.cast(pa.schema([every.schema.field(c) for c in columns] + [pa.field(COUNT, pa.int64())]))
-            before = _counts_of(net, every, columns)
+            present = self._present(edges_view)
+            net = net.cast(pa.schema(list(self._edge_schema) + [pa.field(COUNT, pa.int64())]))
+            before = _counts_of(net, present.among(net.select(columns)), columns)
             after = pc.add(before, net[COUNT])
             if pc.any(pc.less(after, 0)).as_py():
                 first = pc.index(pc.less(after, 0), True).as_py()
@@ -364,15 +398,15 @@ class TableStateRecursion(TableStateRun):
             counts = net.select(columns).append_column(COUNT, after)
             added = net.filter(pc.and_(pc.less_equal(before, 0), pc.greater(after, 0))).select(columns)
             removed = net.filter(pc.and_(pc.greater(before, 0), pc.less_equal(after, 0))).select(columns)
-            present = every.filter(pc.greater(every[COUNT], 0)).select(columns)
-            edges_now = pa.concat_tables([_exclude_rows(present, removed, columns), added])
+            now = present.changed(counts)
+            edges_now = now.edges()
         with step("walk"):
             if not found_view.empty:
                 found_view.load()  # looked up several times below: read once
-            index_now = EdgeIndex.build(edges_now, plan.key_e)
+            index_now = now.index
             gone = self.found.arrow_schema.empty_table().select(self.columns)
             if removed.num_rows and not found_view.empty:
-                suspects = self._suspects(spark, found_view, removed, EdgeIndex.build(present, plan.key_e))
+                suspects = self._suspects(spark, found_view, removed, present.index)
                 again = self._still_derived(spark, found_view, suspects, edges_now)
                 gone = suspects
             else:
@@ -402,6 +436,7 @@ class TableStateRecursion(TableStateRun):
                 self.found.write(found_view, pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]),
                                  batch_id)
             self.edges.write(edges_view, counts, batch_id)
+            self._keep(now, batch_id)
 
     def _suspects(self, spark, found_view, removed: pa.Table, old_index) -> pa.Table:
         """Every row found so far that some derivation through a removed edge reaches: the
@@ -649,6 +684,122 @@ class TableStateRecursion(TableStateRun):
         statement = exp.select("*").from_(exp.Table(this=exp.to_identifier(shape.name)))
         statement.set("with_", exp.With(expressions=[cte], recursive=True))
         return run_statement(spark, to_sql(statement))
+
+
+# the present edges of recent edge states, by the state's folder: (the identity of the layers
+# they stand for, the edges); see TableStateRecursion._present
+_PRESENT: OrderedDict = OrderedDict()
+PRESENT_KEPT = 4
+
+
+def _identity(view) -> tuple:
+    """The layers a view of a state reads, as they are on storage now: each bucket's base and
+    delta by batch, with their files' names, sizes and times (a layer written again, by a
+    replayed batch, has other files)."""
+    return tuple((part.bucket, part.base, part.delta) + tuple(part.path_of(b).identity()
+                                                              for b in (part.base, part.delta) if b is not None)
+                 for part in view.parts())
+
+
+class _Present:
+    """The edges present (counted above 0) at some batch, each with its count: those with a
+    join key as the graph walk's index over it (sorted by the key), and those without one,
+    which the walk never follows, as they are. A batch's changes give a new one (this one is
+    left as it is): the touched edges are found through the index, and the index is merged
+    with the added edges rather than built again."""
+
+    def __init__(self, index, loose: pa.Table, columns: list[str], key: str):
+        self.index, self.loose, self.columns, self.key = index, loose, columns, key
+
+    @classmethod
+    def of(cls, rows: pa.Table, columns: list[str], key: str) -> "_Present":
+        """Of the present edges ``rows`` (the edge columns and the count)."""
+        import pyarrow.compute as pc
+
+        from sqlext.udfs.recursive_expand import EdgeIndex
+
+        valid = pc.is_valid(rows[key])
+        return cls(EdgeIndex.build(rows.filter(valid), key), rows.filter(pc.invert(valid)), columns, key)
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes + self.loose.nbytes
+
+    def edges(self) -> pa.Table:
+        """The present edges (their columns only)."""
+        return pa.concat_tables([self.index.table.select(self.columns), self.loose.select(self.columns)])
+
+    def _near(self, rows: pa.Table) -> tuple[np.ndarray, pa.Table]:
+        """The positions in the index's table of the edges whose key is one of ``rows``', and
+        the edges without a key where ``rows`` has one without."""
+        import pyarrow.compute as pc
+
+        keys = rows[self.key]
+        values = pc.drop_null(keys).to_numpy(zero_copy_only=False) if keys.null_count < len(keys) \
+            else np.zeros(0, np.int64)
+        loose = self.loose if keys.null_count and self.loose.num_rows else self.loose.slice(0, 0)
+        return self.index.rows_with(values), loose
+
+    def among(self, rows: pa.Table) -> pa.Table:
+        """The present edges (with their counts) equal to some row of ``rows`` (edge columns;
+        NULL equal to NULL)."""
+        from sqlext.streaming.state import restrict
+
+        if rows.num_rows == 0:
+            return self.loose.slice(0, 0)
+        positions, loose = self._near(rows)
+        near = pa.concat_tables([self.index.table.take(pa.array(positions, pa.int64())), loose])
+        return restrict(near, rows, self.columns)
+
+    def changed(self, counts: pa.Table, new: bool = False) -> "_Present":
+        """The edges after ``counts``: each touched edge (edge columns, and its count after
+        the batch; one row per edge) with its new count, present while it is above 0. ``new``:
+        none of them is present yet."""
+        import pyarrow.compute as pc
+
+        from sqlext.streaming.state import exclude, restrict
+
+        drop, loose = None, self.loose
+        if not new and counts.num_rows:
+            positions, _ = self._near(counts)
+            near = self.index.table.select(self.columns).take(pa.array(positions, pa.int64())) \
+                .append_column("__sx_at", pa.array(positions, pa.int64()))
+            drop = restrict(near, counts, self.columns)["__sx_at"].to_numpy()
+            if loose.num_rows:
+                loose = exclude(loose, counts, self.columns)
+        kept = counts.filter(pc.greater(counts[COUNT], 0)).select(self.columns + [COUNT]) \
+            .cast(self.index.table.schema)
+        valid = pc.is_valid(kept[self.key])
+        loose = pa.concat_tables([loose, kept.filter(pc.invert(valid))])
+        return _Present(self.index.changed(self.key, drop, kept.filter(valid)), loose, self.columns, self.key)
+
+
+# the recursion's columns and compiled walk, by statement, edge columns and session (see _compiled)
+_COMPILED: OrderedDict = OrderedDict()
+COMPILED_KEPT = 16
+
+
+def _compiled(spark, shape: RecursionShape, edges):
+    """The recursion's columns (:func:`_row_schema`) and its step compiled for the graph walk
+    (:func:`_walk_plan`). Each is Spark's analysis of the statement over the edges' columns,
+    which gives the same answer every run of the statement: a process keeps it for the runs
+    after the first (each run starts a new query), by the anchor's and step's text, the
+    columns, the edge columns and the settings the analysis reads, in the session that
+    analysed it."""
+    from sqlext.catalog.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF
+
+    key = (to_sql(shape.anchor), to_sql(shape.step), tuple(shape.columns or ()), edges.json(),
+           spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)), spark.conf.get("spark.sql.ansi.enabled"))
+    kept = _COMPILED.get(key)
+    if kept is not None and kept[0] is spark:
+        _COMPILED.move_to_end(key)
+        return kept[1], kept[2]
+    rows = _row_schema(spark, shape, edges)
+    plan = _walk_plan(spark, shape, rows, edges)
+    _COMPILED[key] = (spark, rows, plan)
+    while len(_COMPILED) > COMPILED_KEPT:
+        _COMPILED.popitem(last=False)
+    return rows, plan
 
 
 def _row_schema(spark, shape: RecursionShape, edges):

@@ -210,7 +210,8 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
     if count == 0:
         return changes
     key_codes = codes([changes[k] for k in keys])
-    order = np.lexsort((np.arange(count), ranks(changes[order_by]), key_codes))
+    order_ranks = ranks(changes[order_by])
+    order = np.lexsort((np.arange(count), order_ranks, key_codes))
     edge = key_codes[order][1:] != key_codes[order][:-1]
     first, last = order[np.r_[True, edge]], order[np.r_[edge, True]]
     kinds = changes[CHANGE_TYPE]
@@ -231,6 +232,10 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
     rows, which = rows[arranged], which[arranged]
     source = np.choose(which, [first[rows], last[rows], last[rows], first[rows]])
     kind = pa.array([kind for _, _, kind in pieces], pa.string()).take(pa.array(which))
+    if len(source) == count and (np.bincount(source, minlength=count) == 1).all() \
+            and np.array_equal(order_ranks[source], order_ranks[last[rows]]) \
+            and pc.all(pc.fill_null(pc.equal(kinds.take(pa.array(source)), kind), False)).as_py():
+        return changes  # each row is already its key's net change (the common case): no copy
     net = changes.take(pa.array(source))
     net = net.set_column(net.schema.get_field_index(CHANGE_TYPE), CHANGE_TYPE,
                          kind.cast(changes.schema.field(CHANGE_TYPE).type))

@@ -304,26 +304,28 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         frames.append(sources.read(table.this))
         check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
     converted = _as_change_rows(spark, root, numbered, frames)
-    from sqlext.streaming.engine import Pipeline, inputs_stream
+    from sqlext.streaming.engine import inputs_stream
 
     key = _compiled_key(spark, statement, checkpoint, output, output_format, frames,
                         [sources.parquet_folder(t.this) for t in numbered], converted)
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
-        return inputs_stream(frames), _COMPILED[key]
+        return _COMPILED[key]
     pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
                          converted)
+    compiled = inputs_stream(frames), pipeline
     _COMPILED[_compiled_key(spark, statement, checkpoint, output, output_format, frames,
-                            [sources.parquet_folder(t.this) for t in numbered], converted)] = pipeline
+                            [sources.parquet_folder(t.this) for t in numbered], converted)] = compiled
     while len(_COMPILED) > 8:
         _COMPILED.popitem(last=False)
-    return inputs_stream(frames), pipeline
+    return compiled
 
 
 # The pipelines this process built, by statement, checkpoint and sources' columns: the next run
-# of a statement takes its operators and foreachBatch function from here instead of building
-# them again with Spark's analysis (about a quarter of a second for a chain of three calls and
-# an aggregate), as a query that keeps running uses one function for all its micro-batches. An
+# of a statement takes its operators, its foreachBatch function and its one stream of the
+# sources from here instead of building them again with Spark's analysis (about a quarter of a
+# second for a chain of three calls and an aggregate), as a query that keeps running uses one
+# function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
 # files a new checkpoint writes anew are part of the key.
 _COMPILED: OrderedDict = OrderedDict()

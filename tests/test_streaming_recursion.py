@@ -190,6 +190,26 @@ def test_runs_after_the_first_in_a_process_keep_the_edges_in_memory(spark, edges
     assert current.written() == current.batch(ANCESTORS)
 
 
+def test_edges_with_null_ends_kept_in_memory_between_runs_give_the_batch_rows(spark, edges, changed_edges):
+    """An edge whose join column is NULL is never followed, yet it is an edge: met again in a
+    later run it is not new, and deleted in a later run it was there (on the driver, where the
+    edges stay in memory between runs)."""
+    current = edges()
+    current.path = "driver"
+    for part in ([(None, 1), (1, None), (0, 1)], [(None, 1), (1, 2), (None, None)], [(2, None), (None, 0)]):
+        current.add(part)
+        current.run(PAIRS)
+    assert current.written() == current.batch(PAIRS)
+    changed = changed_edges()
+    changed.path = "driver"
+    for part in ([(None, 1, "insert", 1), (0, 1, "insert", 1), (1, 2, "insert", 1)],
+                 [(None, 1, "delete", 2), (None, 2, "insert", 2), (1, 2, "delete", 3)],
+                 [(None, 2, "update_preimage", 4), (None, 0, "update_postimage", 4)]):
+        changed.change(part)
+        changed.run(PAIRS)
+        assert changed.applied() == changed.batch(PAIRS)
+
+
 def test_edges_kept_in_memory_serve_only_the_layers_they_were_written_to(spark, edges):
     """A checkpoint started over, in the same process, writes layers of the same batch
     numbers as the run before it; the edges that run left in memory are not this run's: the

@@ -35,6 +35,7 @@ own, so a replayed batch writes the same rows and state again.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -307,9 +308,9 @@ class TableStateRecursion(TableStateRun):
     def _present(self, view) -> "_Present":
         """The edges present before this batch (see :class:`_Present`): kept in memory from the
         batch that wrote the layers the view reads, in this process; else read from them."""
-        kept = _PRESENT.get(self.edges.folder.uri)
+        with _KEPT_LOCK:
+            kept = _PRESENT.get(self.edges.folder.uri)
         if kept is not None and not view.empty and kept[0] == _identity(view):
-            _PRESENT.move_to_end(self.edges.folder.uri)
             return kept[1]
         columns = self.edge_columns
         rows = view.rows().select(columns + [COUNT]) if not view.empty else self.edges.arrow_schema.empty_table()
@@ -324,12 +325,13 @@ class TableStateRecursion(TableStateRun):
         from sqlext.streaming.state import CACHE_BYTES
 
         uri = self.edges.folder.uri
-        _PRESENT.pop(uri, None)
-        if present.nbytes * 4 > CACHE_BYTES:
-            return
-        _PRESENT[uri] = (_identity(self.edges.before(batch_id + 1)), present)
-        while len(_PRESENT) > PRESENT_KEPT:
-            _PRESENT.popitem(last=False)
+        identity = _identity(self.edges.before(batch_id + 1)) if present.nbytes * 4 <= CACHE_BYTES else None
+        with _KEPT_LOCK:
+            _PRESENT.pop(uri, None)
+            if identity is not None:
+                _PRESENT[uri] = (identity, present)
+            while len(_PRESENT) > PRESENT_KEPT:
+                _PRESENT.popitem(last=False)
 
     def _cast(self, table: pa.Table) -> pa.Table:
         """Rows under the recursion's column names and Arrow types."""
@@ -690,6 +692,8 @@ class TableStateRecursion(TableStateRun):
 # they stand for, the edges); see TableStateRecursion._present
 _PRESENT: OrderedDict = OrderedDict()
 PRESENT_KEPT = 4
+# the queries of a process run their batches in threads of their own
+_KEPT_LOCK = threading.Lock()
 
 
 def _identity(view) -> tuple:
@@ -790,15 +794,17 @@ def _compiled(spark, shape: RecursionShape, edges):
 
     key = (to_sql(shape.anchor), to_sql(shape.step), tuple(shape.columns or ()), edges.json(),
            spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)), spark.conf.get("spark.sql.ansi.enabled"))
-    kept = _COMPILED.get(key)
+    with _KEPT_LOCK:
+        kept = _COMPILED.get(key)
     if kept is not None and kept[0] is spark:
-        _COMPILED.move_to_end(key)
         return kept[1], kept[2]
     rows = _row_schema(spark, shape, edges)
     plan = _walk_plan(spark, shape, rows, edges)
-    _COMPILED[key] = (spark, rows, plan)
-    while len(_COMPILED) > COMPILED_KEPT:
-        _COMPILED.popitem(last=False)
+    with _KEPT_LOCK:
+        _COMPILED.pop(key, None)
+        _COMPILED[key] = (spark, rows, plan)
+        while len(_COMPILED) > COMPILED_KEPT:
+            _COMPILED.popitem(last=False)
     return rows, plan
 
 

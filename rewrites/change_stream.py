@@ -16,8 +16,8 @@ from sqlglot import exp
 from sqlext.rewrites.sqltree import (
     alias, and_, halias, case, col, fragment, hcol, lateral_explode, over, paren, select_from, string,
 )
-from sqlext.catalog.arguments import SqlValue, key_text, raise_error
-from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
+from sqlext.functions.arguments import SqlValue, key_text, raise_error
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
 
 
 def window(shape: ChangeShape, function: exp.Expression, frame: exp.WindowSpec | None = None) -> exp.Window:
@@ -131,7 +131,7 @@ def minimal_changes_from_parts(query: exp.Select, columns: Sequence[tuple[str, e
     ``columns`` are (name, its value before, its value after); the three conditions say
     whether the key has a row before, after, and whether the rows are equal (only read when
     both are there). Slot 0 forwards the old row, slot 1 the new one."""
-    from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE
+    from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE
 
     none = fragment("CAST(array() AS ARRAY<INT>)")
     slots = case([

@@ -31,10 +31,10 @@ from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, table_inputs
 from sqlext.rewrites.sqltree import alias, halias, case, col, fragment, hcol, paren, select_from, string
-from sqlext.catalog.arguments import find_calls, read_call, replace_call
-from sqlext.catalog.changelog_filter import ARGUMENTS, FUNCTION, TABLES, FilterSpec, filter_spec, not_boolean
-from sqlext.catalog.expressions import expression_tree
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
+from sqlext.functions.arguments import find_calls, read_call, replace_call
+from sqlext.functions.changelog_filter import ARGUMENTS, FUNCTION, TABLES, FilterSpec, filter_spec, not_boolean
+from sqlext.functions.expressions import expression_tree
+from sqlext.functions.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
 
 RULE = "changelog_filter_to_sql"
 

@@ -1,6 +1,6 @@
 """Rule: expand ``FK_JOIN(...)`` into native Spark SQL (window functions and equi-joins).
 
-How the plan reproduces the sequential replay of :mod:`sqlext.catalog.fk_join`:
+How the plan reproduces the sequential replay of :mod:`sqlext.functions.fk_join`:
 
 * Each input becomes a checked change stream (:mod:`sqlext.rewrites.change_stream`); one window pass
   per input gives each change the key's next change and the row before it.
@@ -40,10 +40,10 @@ from sqlext.rewrites.sqltree import (
     alias, and_, broadcast_hint, case, col, fragment, halias, hcol, helper, htable, lateral_explode, or_, paren,
     select_from, string, subquery, with_ctes,
 )
-from sqlext.catalog.arguments import find_calls, read_call, replace_call
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
-from sqlext.catalog.expressions import expression_tree, over_columns_tree
-from sqlext.catalog.fk_join import ARGUMENTS, FUNCTION, TABLES, FkJoinSpec, check_foreign_key_type, fk_join_spec
+from sqlext.functions.arguments import find_calls, read_call, replace_call
+from sqlext.functions.changes import CHANGE_TYPE, DELETE, UPSERT, check_order_type
+from sqlext.functions.expressions import expression_tree, over_columns_tree
+from sqlext.functions.fk_join import ARGUMENTS, FUNCTION, TABLES, FkJoinSpec, check_foreign_key_type, fk_join_spec
 
 RULE = "fk_join_to_sql"
 

@@ -27,10 +27,10 @@ from sqlext.rewrites.dialect import SparkExt, is_stream, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import MappingRelations, Relations, Scope
 from sqlext.rewrites.sqltree import fresh
-from sqlext.catalog.arguments import find_calls, read_call
-from sqlext.catalog.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
-from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
-from sqlext.catalog.recursive_expand import RecursiveSpec, spec_from_call
+from sqlext.functions.arguments import find_calls, read_call
+from sqlext.functions.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
+from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND
+from sqlext.functions.recursive_expand import RecursiveSpec, spec_from_call
 from sqlext.errors import SqlextError
 
 RULES: list[Callable[..., exp.Expression]] = [

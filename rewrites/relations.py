@@ -13,8 +13,8 @@ from typing import Mapping, Protocol
 
 from sqlglot import exp
 
-from sqlext.catalog.arguments import Call, check_table_arguments, relation_source
-from sqlext.catalog.input_formats import DELTA, change_rows, take_format
+from sqlext.functions.arguments import Call, check_table_arguments, relation_source
+from sqlext.functions.input_formats import DELTA, change_rows, take_format
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.sqltree import identifier_list
 
@@ -232,11 +232,11 @@ class TableInput:
 
 def table_inputs(call: Call, keys: dict[str, str], relations: Relations | None) -> dict[str, TableInput]:
     """The call's table arguments, ``keys`` naming each one and the argument that holds its
-    key: checked (:func:`sqlext.catalog.arguments.check_table_arguments`), each with its
+    key: checked (:func:`sqlext.functions.arguments.check_table_arguments`), each with its
     standalone query and the columns ``relations`` knows for it.
 
     An input in another shape than change rows (``format => ...``) is read through the query
-    that maps it to change rows (:mod:`sqlext.catalog.input_formats`), and the call's
+    that maps it to change rows (:mod:`sqlext.functions.input_formats`), and the call's
     ``order_by`` becomes the name of the ordering column there; ``format`` leaves the call's
     literals, so the function reads change rows as it always does."""
     check_table_arguments(call, keys)

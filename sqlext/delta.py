@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.storage import Folder, resolve
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pyarrow as pa
 
 import sqlext
-from sqlext.catalog.changelog_filter import filter_spec
+from sqlext.functions.changelog_filter import filter_spec
 from reference.changelog_filter import changelog_filter
 
 CDF_SCHEMA = "id BIGINT, name STRING, v BIGINT, ts BIGINT, _change_type STRING, _commit_version BIGINT"

@@ -314,8 +314,8 @@ def test_recursion_with_awkward_names(spark, edges, path, union, route):
 def test_recursion_columns_holding_commas_reach_the_expansion():
     """A column name with a comma survives the column list the rule hands RECURSIVE_EXPAND."""
     from sqlext.rewrites.dialect import parse_one
-    from sqlext.catalog.arguments import find_calls, read_call
-    from sqlext.catalog.recursive_expand import ARGUMENTS, spec_from_call
+    from sqlext.functions.arguments import find_calls, read_call
+    from sqlext.functions.recursive_expand import ARGUMENTS, spec_from_call
 
     names = ["a, b", "c`d", "e {f}"]
     query = (f"WITH RECURSIVE r({', '.join(q(n) for n in names)}) AS (SELECT 1, 2, 3 UNION ALL "

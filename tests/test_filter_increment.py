@@ -16,8 +16,8 @@ from profiles import examples
 
 from feeds import NULL_V, _arrow_schema, predicate_value, rows_for
 from reference.changelog_filter import apply_increment, changelog_filter
-from sqlext.catalog.changelog_filter import PASS_COLUMN, filter_spec
-from sqlext.catalog.changes import changes_by_key
+from sqlext.functions.changelog_filter import PASS_COLUMN, filter_spec
+from sqlext.functions.changes import changes_by_key
 from sqlext.errors import SqlextError
 from sqlext.udfs.changelog_filter import filter_batch, filter_increment
 

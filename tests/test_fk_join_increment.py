@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from profiles import examples
 from reference.fk_join_increment import replay_increment
 
-from sqlext.catalog.fk_join import fk_join_spec
+from sqlext.functions.fk_join import fk_join_spec
 from sqlext.errors import SqlextError
 from sqlext.udfs.fk_join import join_increment
 

@@ -21,7 +21,7 @@ import sqlext
 from change_shapes import ORDER, ORDER_IN, SHAPES, as_delta, debezium_schema, in_shape, quoted
 from feeds import cdf_rows, compact, computed_on
 from rows import added, multiset
-from sqlext.catalog.input_formats import change_rows
+from sqlext.functions.input_formats import change_rows
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import table

@@ -7,7 +7,7 @@ Layers, bottom to top:
 
 0. errors, the SQL dialect and the builders of generated SQL trees: ``sqlext.errors``,
    ``sqlext.rewrites.dialect``, ``sqlext.rewrites.sqltree``;
-1. the function catalogue: ``sqlext.catalog`` (arguments, their checks, change rows);
+1. the function catalogue: ``sqlext.functions`` (arguments, their checks, change rows);
 2. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
 3. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
    model runner and benchmarks (everything else under ``sqlext``).
@@ -30,7 +30,7 @@ BASE = {"sqlext.errors", "sqlext.rewrites.dialect", "sqlext.rewrites.sqltree"}
 def layer(module: str) -> tuple[int, str]:
     if module in BASE:
         return 0, "base"
-    for prefix, rank in (("sqlext.catalog", 1), ("sqlext.rewrites", 2), ("sqlext.udfs", 2)):
+    for prefix, rank in (("sqlext.functions", 1), ("sqlext.rewrites", 2), ("sqlext.udfs", 2)):
         if module == prefix or module.startswith(prefix + "."):
             return rank, prefix
     return 3, "surfaces"
@@ -74,7 +74,7 @@ def graph() -> dict[str, set[str]]:
 def test_the_layout_is_what_the_test_reads():
     found = graph()
     assert {"sqlext", "sqlext.api", "sqlext.runner", "sqlext.errors", "sqlext.rewrites.pipeline",
-            "sqlext.udfs.recursion", "sqlext.catalog.arguments"} <= set(found)
+            "sqlext.udfs.recursion", "sqlext.functions.arguments"} <= set(found)
     assert "sqlext.rewrites.dialect" in found["sqlext.rewrites.pipeline"]
 
 

@@ -75,7 +75,7 @@ def test_a_null_option_is_shown_as_null(run, acc):
 
 
 def test_late_change_and_incremental_model_messages_name_the_way_out():
-    from sqlext.catalog.changes import late_change
+    from sqlext.functions.changes import late_change
 
     late = late_change("CHANGELOG_FILTER", "id=1", "_commit_version", "1", "2", across_inputs=False)
     assert late.error_class == "LATE_CHANGE"

@@ -127,7 +127,7 @@ FRAGMENTS = ["v", "id", " > ", "0", "1=1", ")", "(", "'", "''", "\\'", ";", " UN
        argument=st.sampled_from(["predicate", "key", "order_by"]))
 def test_argument_strings_are_rejected_or_confined_to_one_expression(parts, argument):
     from sqlext.rewrites.dialect import parse
-    from sqlext.catalog.arguments import sql_string
+    from sqlext.functions.arguments import sql_string
 
     value = "".join(parts)
     arguments = {"key": "'id'", "predicate": "'v > 0'", "order_by": "'_commit_version'"}

@@ -4,7 +4,7 @@ handler Spark runs when the function is called by name without sqlext's rewrite 
 ``spark.sql``; :func:`filter_batch`, the kernel from an empty state).
 
 The function's semantics, arguments and output shape are described in
-:mod:`sqlext.catalog.changelog_filter`; the batch rule (``rewrites/changelog_filter_to_sql.py``)
+:mod:`sqlext.functions.changelog_filter`; the batch rule (``rewrites/changelog_filter_to_sql.py``)
 is what ``sqlext.sql`` runs. The tests hold the kernel to a plain per-key replay.
 """
 
@@ -18,11 +18,11 @@ import pyarrow as pa
 from pyspark.sql.udtf import AnalyzeResult
 
 from sqlext.errors import SqlextError
-from sqlext.catalog.arguments import bind_arguments, quote
-from sqlext.catalog.changelog_filter import (
+from sqlext.functions.arguments import bind_arguments, quote
+from sqlext.functions.changelog_filter import (
     ARGUMENTS, FUNCTION, PASS_COLUMN, REQUIRED, FilterSpec, filter_spec, not_boolean,
 )
-from sqlext.catalog.changes import (
+from sqlext.functions.changes import (
     CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, check_arguments, check_order_type, late_change,
 )
 

@@ -3,7 +3,7 @@ column-wise (CHANGELOG_FILTER's and FK_JOIN's incremental runs): the data errors
 hold, which changes leave a row, NULL-safe equality, and keys and ordering values as dense
 integers, so that "the row of key k as of version t" is a binary search in one sorted array.
 
-The per-key reference logic (:func:`sqlext.catalog.changes.changes_by_key` and the functions'
+The per-key reference logic (:func:`sqlext.functions.changes.changes_by_key` and the functions'
 replays) says what each rule means; these say the same over columns and raise the same errors.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE
 from sqlext.errors import SqlextError
 
 # what a column-wise step cannot take (a key or ordering type Arrow cannot hash or sort); the
@@ -204,7 +204,7 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
     delete; otherwise nothing. Every row takes the ordering value of the key's last change.
     The changes' order within a key is their ordering value, then their place in ``changes``
     (a preimage before its postimage)."""
-    from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE
+    from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE
 
     count = changes.num_rows
     if count == 0:

@@ -8,7 +8,7 @@ workflow forwards it when messages arrive in order:
 
 * ``changes``: per left key and ordering value, the result row before and after the changes at
   that value, as the minimal change (an insert, an update pair, or a delete);
-* ``records``: each record the workflow forwards (see :mod:`sqlext.catalog.fk_join`);
+* ``records``: each record the workflow forwards (see :mod:`sqlext.functions.fk_join`);
 * ``final``: nothing (the run rewrites its output from the states), only the states' new rows.
 
 At equal ordering values the right change comes first, as in the batch function. A right
@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.catalog.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
-from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
+from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
+from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
 from sqlext.udfs.column_wise import pairs_within
 
 
@@ -145,7 +145,7 @@ class _JoinIncrement:
         return np.asarray(pc.fill_null(late, False), dtype=bool)
 
     def _raise_late(self, shape, changes, late: np.ndarray):
-        from sqlext.catalog.changes import late_change
+        from sqlext.functions.changes import late_change
 
         row = changes.take(pa.array(np.flatnonzero(late)[:1])).to_pylist()[0]
         raise late_change(FUNCTION, shape.key_text(row), shape.order_by, repr(row[shape.order_by]),

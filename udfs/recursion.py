@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sqlext.catalog.recursive_expand import DEFAULT_ROW_LIMIT, FUNCTION, ROW_LIMIT_CONF, RecursiveSpec
+from sqlext.functions.recursive_expand import DEFAULT_ROW_LIMIT, FUNCTION, ROW_LIMIT_CONF, RecursiveSpec
 from sqlext.errors import SqlextError
 from sqlext.udfs import recursive_jump, recursive_plan
 from sqlext.udfs.recursive_expand import last_path, plan_levels, run_levels

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.catalog.recursive_expand import (
+from sqlext.functions.recursive_expand import (
     DEFAULT_ROW_LIMIT, FUNCTION, RecursiveSpec, level_limit_error, repeats_error, row_limit_error,
 )
 from sqlext.errors import SqlextError

@@ -15,7 +15,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
-from sqlext.catalog.recursive_expand import FUNCTION, RecursiveSpec
+from sqlext.functions.recursive_expand import FUNCTION, RecursiveSpec
 from sqlext.rewrites.dialect import INTEGRAL, conjuncts
 from sqlext.udfs.recursive_expand import (
     WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,

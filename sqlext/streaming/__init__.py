@@ -21,9 +21,9 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.catalog.arguments import find_calls
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
-from sqlext.catalog.fk_join import FUNCTION as FK_JOIN
+from sqlext.functions.arguments import find_calls
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.functions.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
@@ -450,12 +450,12 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
 
 def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> frozenset:
     """Each stream a call reads in another shape (``format => ...``) as sqlext's change rows:
-    its frame in ``frames`` replaced by the query of :mod:`sqlext.catalog.input_formats` over it,
+    its frame in ``frames`` replaced by the query of :mod:`sqlext.functions.input_formats` over it,
     and the call rewritten to read change rows (no ``format``; ``order_by`` naming the ordering
     column of the change rows), so that the operators, their checks and the batch function a
     first run may use all see one shape. Returns the indexes of the streams it replaced."""
-    from sqlext.catalog.arguments import set_literal
-    from sqlext.catalog.input_formats import ARGUMENT, DELTA, take_format
+    from sqlext.functions.arguments import set_literal
+    from sqlext.functions.input_formats import ARGUMENT, DELTA, take_format
 
     converted = set()
     for table in [t for t in root.find_all(exp.Table) if keyed_call(t) is not None]:
@@ -492,7 +492,7 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     """``frame`` (rows in ``shape``) as sqlext's change rows, and the name of their ordering column."""
     from pyspark.sql.types import StructType
 
-    from sqlext.catalog.input_formats import change_rows
+    from sqlext.functions.input_formats import change_rows
 
     def fields(column: str):
         kind = frame.schema[column].dataType if column in frame.columns else None

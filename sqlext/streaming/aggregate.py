@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, DELETE, PREIMAGE
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE, DELETE, PREIMAGE
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import helper

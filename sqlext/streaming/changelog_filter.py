@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec
-from sqlext.catalog.changes import CHANGE_TYPE, PREIMAGE
+from sqlext.functions.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec
+from sqlext.functions.changes import CHANGE_TYPE, PREIMAGE
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, step
 from sqlext.streaming.state import KeyedState
@@ -68,8 +68,8 @@ class TableStateFilter(KeyedOperator):
         analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
         from dataclasses import replace
 
-        from sqlext.catalog.changelog_filter import check_incremental, filter_spec
-        from sqlext.catalog.changes import check_order_type
+        from sqlext.functions.changelog_filter import check_incremental, filter_spec
+        from sqlext.functions.changes import check_order_type
 
         source = spark.createDataFrame([], inputs["input"].spark_schema)
         spec = filter_spec(literals, source.columns)
@@ -140,7 +140,7 @@ class TableStateFilter(KeyedOperator):
             return rows.filter(pc.fill_null(rows[PASSED], False)).select(columns)
         from pyspark.sql import functions as F
 
-        from sqlext.catalog.arguments import quote
+        from sqlext.functions.arguments import quote
 
         return view.frame(spark).where(F.col(PASSED)).select(*[F.col(quote(c)) for c in columns])
 
@@ -150,7 +150,7 @@ def checked_predicate(source, spec: FilterSpec):
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    from sqlext.catalog.changelog_filter import not_boolean
+    from sqlext.functions.changelog_filter import not_boolean
 
     predicate = F.expr(spec.predicate)
     actual = source.select(predicate.alias("p")).schema["p"].dataType

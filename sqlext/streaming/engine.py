@@ -49,8 +49,8 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)

@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE
-from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE
+from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
 from sqlext.streaming.changelog_filter import PRESENT
 from sqlext.streaming.engine import EVERY, Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema, instant, step
@@ -110,8 +110,8 @@ class TableStateFkJoin(KeyedOperator):
 
         from pyspark.sql import functions as F
 
-        from sqlext.catalog.changes import check_order_type
-        from sqlext.catalog.fk_join import fk_join_spec
+        from sqlext.functions.changes import check_order_type
+        from sqlext.functions.fk_join import fk_join_spec
 
         empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
         spec = fk_join_spec(literals, empty["left"].columns, empty["right"].columns)

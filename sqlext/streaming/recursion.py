@@ -42,8 +42,8 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
@@ -790,7 +790,7 @@ def _compiled(spark, shape: RecursionShape, edges):
     after the first (each run starts a new query), by the anchor's and step's text, the
     columns, the edge columns and the settings the analysis reads, in the session that
     analysed it."""
-    from sqlext.catalog.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF
+    from sqlext.functions.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF
 
     key = (to_sql(shape.anchor), to_sql(shape.step), tuple(shape.columns or ()), edges.json(),
            spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)), spark.conf.get("spark.sql.ansi.enabled"))
@@ -826,7 +826,7 @@ def _row_schema(spark, shape: RecursionShape, edges):
 def _walk_plan(spark, shape: RecursionShape, rows, edges):
     """The step compiled for the graph walk over Arrow data (the batch recursion's walk path),
     or None where the step is not a walk (it then runs in Spark)."""
-    from sqlext.catalog.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF, RecursiveSpec
+    from sqlext.functions.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF, RecursiveSpec
     from sqlext.udfs.recursive_plan import _NoWalk, compile_walk
 
     view = f"__sx_rec_edges_{id(shape)}"
@@ -944,7 +944,7 @@ def _refuse_absent(edge, before: str, shape: RecursionShape) -> None:
 def _refuse_unknown(bad: dict, order_by: str, shape: RecursionShape) -> None:
     """A change type outside the four is a classed error naming the edge; an update of a
     Debezium feed that lacks the edge it replaces says so."""
-    from sqlext.catalog.input_formats import UPDATE_WITHOUT_BEFORE
+    from sqlext.functions.input_formats import UPDATE_WITHOUT_BEFORE
 
     edge = ", ".join(f"{k}={v!r}" for k, v in bad.items() if k not in (CHANGE_TYPE, order_by))
     if bad[CHANGE_TYPE] == UPDATE_WITHOUT_BEFORE:

@@ -31,8 +31,8 @@ class Keyed:
     build: Callable
 
     def read(self, call: exp.Table):
-        """The call's arguments, read and checked (:func:`sqlext.catalog.arguments.read_call`)."""
-        from sqlext.catalog.arguments import read_call
+        """The call's arguments, read and checked (:func:`sqlext.functions.arguments.read_call`)."""
+        from sqlext.functions.arguments import read_call
 
         return read_call(call, self.name, self.arguments, tables=self.tables)
 
@@ -53,7 +53,7 @@ def _fk_join(spark, table, literals, inputs, folder, buckets, feed):
 
 
 def _registry() -> dict[str, Keyed]:
-    from sqlext.catalog import changelog_filter, fk_join
+    from sqlext.functions import changelog_filter, fk_join
 
     return {
         changelog_filter.FUNCTION: Keyed(
@@ -79,7 +79,7 @@ def keyed_call(table: exp.Expression) -> Keyed | None:
 
 def purpose_of(tree: exp.Expression):
     """The purpose of a parsed statement (read from its text alone: no Spark)."""
-    from sqlext.catalog.arguments import find_calls
+    from sqlext.functions.arguments import find_calls
     from sqlext.rewrites.dialect import to_sql
     from sqlext.streaming.checkpoint import Purpose
 

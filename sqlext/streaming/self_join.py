@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.catalog.arguments import quote
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream, to_sql
 from sqlext.runner import run_statement

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.catalog.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
 from sqlext.errors import SqlextError
 from sqlext.rewrites.sqltree import helper
 

@@ -4,7 +4,7 @@ name), a Delta table's change data feed (a folder given by name that holds a Del
 
 ``STREAM(name, format => 'debezium' | 'iceberg' [, order_by => ...])`` reads a source in another
 shape: its rows are mapped to sqlext's change rows
-(:mod:`sqlext.catalog.input_formats`) as they are read, so that what reads the stream (a
+(:mod:`sqlext.functions.input_formats`) as they are read, so that what reads the stream (a
 recursion, which has no argument list of its own to take ``format``) sees change rows."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ DELTA_SHAPE = "delta"
 def stream_shape(call: exp.Anonymous) -> str:
     """The shape ``STREAM(...)`` reads its source in (``format =>``; ``'delta'``, change rows,
     when absent); an unknown one is ``INVALID_OPTION_VALUE``."""
-    from sqlext.catalog.changes import check_option
-    from sqlext.catalog.input_formats import FORMATS
+    from sqlext.functions.changes import check_option
+    from sqlext.functions.input_formats import FORMATS
 
     return check_option("STREAM", "format", stream_options(call).get("format", DELTA_SHAPE), FORMATS)
 
@@ -51,7 +51,7 @@ def stream_order(call: exp.Anonymous) -> str:
     """The name of the ordering column of the change rows ``STREAM(...)`` gives: its
     ``order_by`` as the shape names it there (``'source.lsn'`` is ``source_lsn``), else the
     shape's default (``_commit_version`` for change rows)."""
-    from sqlext.catalog.input_formats import order_column
+    from sqlext.functions.input_formats import order_column
 
     return order_column(stream_shape(call), stream_options(call).get("order_by"))
 
@@ -114,7 +114,7 @@ class Sources:
         options = stream_options(call)
         if stream_shape(call) == DELTA_SHAPE:
             if "order_by" in options:
-                from sqlext.catalog.changes import resolve_column
+                from sqlext.functions.changes import resolve_column
 
                 resolve_column("STREAM", to_sql(call), frame.columns, stream_order(call),
                                "Name a column of the stream with order_by => '...'.")
@@ -123,11 +123,11 @@ class Sources:
 
     def _as_change_rows(self, call: exp.Anonymous, frame):
         """A stream in another shape as sqlext's change rows (the query of
-        :mod:`sqlext.catalog.input_formats` over it). A stream a recursion reads itself has no
+        :mod:`sqlext.functions.input_formats` over it). A stream a recursion reads itself has no
         key: an update must carry the row it replaces."""
         from pyspark.sql.types import StructType
 
-        from sqlext.catalog.input_formats import change_rows
+        from sqlext.functions.input_formats import change_rows
 
         def fields(column: str):
             kind = frame.schema[column].dataType if column in frame.columns else None
@@ -229,7 +229,7 @@ class Sources:
         Spark's unit: what lies below a microsecond is dropped)."""
         from pyspark.sql import functions as F
 
-        from sqlext.catalog.arguments import quote
+        from sqlext.functions.arguments import quote
 
         spark = self.spark
         if getattr(spark, "_jvm", None) is None:  # Spark Connect: no JVM here to give the schema to

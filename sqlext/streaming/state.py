@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.catalog.arguments import quote
+from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, read_parquet
 
 # a new base is written once the delta holds this share of the base's bytes

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from sqlext.catalog.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, not_boolean
-from sqlext.catalog.changes import (CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key,
+from sqlext.functions.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, not_boolean
+from sqlext.functions.changes import (CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, changes_by_key,
                                     drop_stale, late_change)
 
 

@@ -7,7 +7,7 @@ collects what the result forwards:
 
 * ``changes``: per left key and ordering value, the result row before and after the changes at
   that value, as the minimal change (an insert, an update pair, or a delete);
-* ``records``: each record the workflow forwards (see :mod:`sqlext.catalog.fk_join`).
+* ``records``: each record the workflow forwards (see :mod:`sqlext.functions.fk_join`).
 
 At equal ordering values the right change comes first, as in the batch function. A right
 change reaches every left row subscribed to its key at that moment: every present left row
@@ -24,10 +24,10 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Any, Mapping
 
-from sqlext.catalog.changes import (
+from sqlext.functions.changes import (
     CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, Change, changes_by_key, drop_stale, late_change,
 )
-from sqlext.catalog.fk_join import FUNCTION, FkJoinSpec
+from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
 
 
 def replay_increment(spec: FkJoinSpec, foreign_key: str, present: str, left: list[dict], right: list[dict],

@@ -32,8 +32,8 @@ def stateful_functions(sql: str) -> List[str]:
     tell (sqlext does not rewrite it either)."""
     from sqlglot import exp
 
-    from sqlext.catalog.arguments import find_calls
-    from sqlext.catalog.recursive_expand import FUNCTION as RECURSIVE_EXPAND
+    from sqlext.functions.arguments import find_calls
+    from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND
     from sqlext.rewrites.dialect import parse
     from sqlext.streaming.registry import KEYED
 

@@ -32,11 +32,11 @@ from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.dialect import is_numeric
-from sqlext.catalog.changes import (
+from sqlext.functions.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
-from sqlext.catalog.expressions import check_columns, parse_expression
-from sqlext.catalog.input_formats import check_read
+from sqlext.functions.expressions import check_columns, parse_expression
+from sqlext.functions.input_formats import check_read
 
 FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",

@@ -47,7 +47,7 @@ from typing import Any, Callable, MutableMapping, Sequence
 
 from sqlglot import exp
 
-from sqlext.catalog.changes import (
+from sqlext.functions.changes import (
     CHANGE_TYPE, DEFAULT_ORDER_BY, DELETE, INSERT, POSTIMAGE, PREIMAGE, check_option, resolve_column,
     split_columns,
 )

@@ -31,11 +31,11 @@ from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
 
-from sqlext.catalog.changes import (
+from sqlext.functions.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
 )
-from sqlext.catalog.expressions import check_columns, parse_expression
-from sqlext.catalog.input_formats import check_read
+from sqlext.functions.expressions import check_columns, parse_expression
+from sqlext.functions.input_formats import check_read
 from sqlext.errors import SqlextError, sql_value
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import helper

@@ -125,8 +125,15 @@ class Chain:
 
 @settings(max_examples=examples(9, 90), deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=histories(), cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(sorted(SHAPES)),
-       emit=st.sampled_from(["changes", "records", "final"]), path=st.sampled_from(["driver", "spark"]))
-def test_a_chain_run_by_run_is_the_batch_chain(spark, tmp_path_factory, storage, history, cuts, shape, emit, path):
+       emit=st.sampled_from(["changes", "records", "final"]), path=st.sampled_from(["driver", "spark"]),
+       net=st.booleans())
+def test_a_chain_run_by_run_is_the_batch_chain(spark, tmp_path_factory, storage, history, cuts, shape, emit, path,
+                                               net, monkeypatch):
+    """``net``: an inner call passes on each key's net change however small the run (on the
+    driver; a large run's netting), or its rows as they are."""
+    from sqlext.streaming import engine
+
+    monkeypatch.setattr(engine, "NET_ROWS", 0 if net else engine.NET_ROWS)
     rows, last = history
     sql = SHAPES[shape].format(emit=emit)
     chain = Chain(spark, tmp_path_factory.mktemp("chain"), storage, path)

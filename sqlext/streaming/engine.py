@@ -60,6 +60,9 @@ BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
+# an inner operator's forwarded rows are netted per key (see KeyedOperator.forwarded) from this
+# many on: below it, few keys change twice and netting costs more than it saves
+NET_ROWS = 100_000
 INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
 # how the last micro-batch ran: where ("driver" or "executors")
 LAST_RUN: dict = {}
@@ -176,8 +179,10 @@ class KeyedOperator:
         is a table (``emit => 'final'``, an aggregate) and this operator feeds another, each key's
         net change over the batch (:func:`~sqlext.udfs.column_wise.net_changes`). The reader's
         states and the table it gives depend only on that net change, and a first run over a
-        long history then passes on the rows of the table rather than its whole history."""
-        if not self.net or out is None or CHANGE_TYPE not in out.column_names:
+        long history then passes on the rows of the table rather than its whole history. A small
+        batch (fewer than :data:`NET_ROWS` rows) forwards its rows as they are: the reader's
+        result is the same either way, and few of its keys change twice."""
+        if not self.net or out is None or CHANGE_TYPE not in out.column_names or out.num_rows < NET_ROWS:
             return out
         from sqlext.udfs.column_wise import net_changes
 

@@ -749,8 +749,8 @@ class _Present:
         NULL equal to NULL)."""
         from sqlext.streaming.state import restrict
 
-        if rows.num_rows == 0:
-            return self.loose.slice(0, 0)
+        if rows.num_rows == 0 or (self.index.table.num_rows == 0 and self.loose.num_rows == 0):
+            return self.loose.slice(0, 0)  # nothing to meet (a first run): no search of every row
         positions, loose = self._near(rows)
         near = pa.concat_tables([self.index.table.take(pa.array(positions, pa.int64())), loose])
         return restrict(near, rows, self.columns)

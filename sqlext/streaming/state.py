@@ -252,7 +252,10 @@ class _Part:
         return written
 
     def _put(self, kind: str, batch_id: int, table: pa.Table, view: "PartView") -> Pending:
-        if kind == "base":  # in key order: a lookup's values then fall in few row groups
+        # a base too large for the driver's cache is written in key order, so that a lookup pushed
+        # into the reader finds its values in few row groups; one the cache holds is looked up in
+        # memory, by its index, and the sort would only cost time
+        if kind == "base" and table.nbytes * 4 > CACHE_BYTES:
             try:
                 table = table.sort_by([(k, "ascending") for k in self.state.keys])
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a key type without an order

@@ -40,6 +40,7 @@ from sqlglot import exp
 
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
+from sqlext.errors import SqlextError
 from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
 from sqlext.streaming.changelog_filter import PRESENT
 from sqlext.streaming.engine import EVERY, Input, KeyedOperator, Step
@@ -118,6 +119,7 @@ class TableStateFkJoin(KeyedOperator):
         for side, shape in (("left", spec.left), ("right", spec.right)):
             check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
         foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias(FOREIGN_KEY)).schema.fields[0]
+        _check_key_types(spec, foreign_field.dataType, empty["right"].schema[spec.right_key].dataType)
         return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["left"], inputs["right"],
                    foreign_field, buckets)
 
@@ -224,6 +226,33 @@ class TableStateFkJoin(KeyedOperator):
         table = joined.select(*[F.col("l." + quote(c)).alias(c) for c in spec.left.data_columns],
                               *[F.col("r." + quote(c)).alias(names[c]) for c in spec.right.data_columns])
         return table
+
+
+def _key_kind(data_type) -> str:
+    """How a key type compares: integers with integers, text with text; any other type only
+    with itself."""
+    name = data_type.simpleString()
+    if name in ("tinyint", "smallint", "int", "bigint"):
+        return "integer"
+    if name == "string" or name.startswith(("varchar", "char")):
+        return "string"
+    return name
+
+
+def _check_key_types(spec, foreign, right) -> None:
+    """An incremental run matches foreign keys with right keys by value, as they are: types
+    that Spark would compare only through an implicit cast (a string foreign key and an integer
+    key) are refused before any run, with the cast that makes them one type."""
+    if _key_kind(foreign) == _key_kind(right):
+        return
+    raise SqlextError(
+        "UNSUPPORTED_STREAM", function=FUNCTION,
+        what=f"a foreign key of type {foreign.simpleString()} against the right key "
+             f"{spec.right_key} of type {right.simpleString()}",
+        reason="an incremental run matches foreign keys with right keys as they are, and these compare only "
+               "through a cast Spark would add in a batch query",
+        fix=f"Cast the foreign key to the right key's type in the call, for example foreign_key => "
+            f"'CAST({spec.foreign_key} AS {right.simpleString().upper()})'.")
 
 
 def _plain_column(expression: str, columns) -> str | None:

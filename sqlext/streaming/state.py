@@ -32,6 +32,7 @@ again (a replayed batch) has new files, which the cache tells by their names, si
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -487,39 +488,46 @@ class PartView:
 class _Layers:
     """The layers in memory, by folder, each with the folder's identity when it was read and
     the sorted indexes built over its columns (:class:`_Index`). The bytes they hold are kept
-    as a running total, so that keeping one more layer costs the same however many are kept."""
+    as a running total, so that keeping one more layer costs the same however many are kept.
+    The queries of a process run their batches in threads of their own: one lock keeps the
+    entries and the total together."""
 
     def __init__(self):
         self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
         self.sizes: dict[str, int] = {}
         self.total = 0
+        self.lock = threading.RLock()
 
     def get(self, folder: Folder) -> pa.Table | None:
         entry = self._entry(folder)
         return None if entry is None else entry[1]
 
     def _entry(self, folder: Folder):
-        entry = self.tables.get(folder.uri)
-        if entry is None or entry[0] != folder.identity():
-            return None
-        self.tables.move_to_end(folder.uri)
-        return entry
+        identity = folder.identity()  # the folder listed outside the lock
+        with self.lock:
+            entry = self.tables.get(folder.uri)
+            if entry is None or entry[0] != identity:
+                return None
+            self.tables.move_to_end(folder.uri)
+            return entry
 
     def put(self, folder: Folder, table: pa.Table, identity: tuple | None = None) -> None:
-        self.forget(folder)
         identity = folder.identity() if identity is None else identity
         size = table.nbytes
-        if not identity or size > CACHE_BYTES:
-            return
-        self.tables[folder.uri] = (identity, table, {})
-        self._grow(folder.uri, size)
+        with self.lock:
+            self.forget(folder)
+            if not identity or size > CACHE_BYTES:
+                return
+            self.tables[folder.uri] = (identity, table, {})
+            self._grow(folder.uri, size)
 
     def _grow(self, uri: str, size: int) -> None:
-        self.sizes[uri] = self.sizes.get(uri, 0) + size
-        self.total += size
-        while len(self.tables) > 1 and self.total > CACHE_BYTES:
-            oldest, _ = self.tables.popitem(last=False)
-            self.total -= self.sizes.pop(oldest, 0)
+        with self.lock:
+            self.sizes[uri] = self.sizes.get(uri, 0) + size
+            self.total += size
+            while len(self.tables) > 1 and self.total > CACHE_BYTES:
+                oldest, _ = self.tables.popitem(last=False)
+                self.total -= self.sizes.pop(oldest, 0)
 
     def lookup(self, folder: Folder, column: str, values) -> np.ndarray | None:
         """The positions of the rows of the layer in memory whose ``column`` is among ``values``
@@ -529,17 +537,21 @@ class _Layers:
         if entry is None:
             return None
         indexes = entry[2]
-        if column not in indexes:
+        index = indexes.get(column)
+        if index is None:
             index = _Index.of(entry[1][column])
             if index is None:
                 return None
-            indexes[column] = index
-            self._grow(folder.uri, index.nbytes)
-        return indexes[column].rows(values) if column in indexes else None
+            with self.lock:  # counted while the layer is kept, once (another thread may have been quicker)
+                if column not in indexes and self.tables.get(folder.uri) is entry:
+                    indexes[column] = index
+                    self._grow(folder.uri, index.nbytes)
+        return index.rows(values)
 
     def forget(self, folder: Folder) -> None:
-        if self.tables.pop(folder.uri, None) is not None:
-            self.total -= self.sizes.pop(folder.uri, 0)
+        with self.lock:
+            if self.tables.pop(folder.uri, None) is not None:
+                self.total -= self.sizes.pop(folder.uri, 0)
 
 
 class _Index:

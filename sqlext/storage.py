@@ -476,7 +476,7 @@ class _IO:
     def parquet_slices(self, paths, schema, rows) -> Iterator[pa.Table]: ...
 
 
-def _PARQUET():
+def _parquet_format():
     """Parquet as sqlext reads it: Spark's INT96 timestamps in microseconds, as Spark reads them
     (Arrow's default, nanoseconds, cannot hold every instant Spark can)."""
     import pyarrow.dataset as ds
@@ -549,13 +549,13 @@ class _ArrowIO(_IO):
     def read_parquet(self, paths, schema, columns, filter):
         import pyarrow.dataset as ds
 
-        return ds.dataset(list(paths), schema=schema, format=_PARQUET(), filesystem=self.fs) \
+        return ds.dataset(list(paths), schema=schema, format=_parquet_format(), filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
 
     def parquet_slices(self, paths, schema, rows):
         import pyarrow.dataset as ds
 
-        for batch in ds.dataset(list(paths), schema=schema, format=_PARQUET(), filesystem=self.fs) \
+        for batch in ds.dataset(list(paths), schema=schema, format=_parquet_format(), filesystem=self.fs) \
                 .to_batches(batch_size=rows):
             if batch.num_rows:
                 yield pa.Table.from_batches([batch])

@@ -306,16 +306,16 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     converted = _as_change_rows(spark, root, numbered, frames)
     from sqlext.streaming.engine import inputs_stream
 
-    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames,
-                        [sources.parquet_folder(t.this) for t in numbered], converted)
+    folders = [sources.parquet_folder(t.this) for t in numbered]
+    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key]
     pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
                          converted)
     compiled = inputs_stream(frames), pipeline
-    _COMPILED[_compiled_key(spark, statement, checkpoint, output, output_format, frames,
-                            [sources.parquet_folder(t.this) for t in numbered], converted)] = compiled
+    # under the key as it is now: a first run has just written the checkpoint's layout file
+    _COMPILED[_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)] = compiled
     while len(_COMPILED) > 8:
         _COMPILED.popitem(last=False)
     return compiled

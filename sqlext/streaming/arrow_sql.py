@@ -138,10 +138,11 @@ def arrow_expression(node: exp.Expression | str, schema: pa.Schema, alias: str |
     return found[0]
 
 
-def evaluate(table: pa.Table, columns: dict[str, pc.Expression]) -> pa.Table:
-    """The columns the expressions give over ``table``'s rows, by name."""
+def evaluate(table: pa.Table, columns: dict[str, pc.Expression], where: pc.Expression | None = None) -> pa.Table:
+    """The columns the expressions give over ``table``'s rows, by name; only over the rows
+    ``where`` holds for (not false, not NULL) where it is given, in the same scan."""
     import pyarrow.dataset as ds
 
     if not columns:
         return pa.table({})
-    return ds.dataset(table).to_table(columns=columns)
+    return ds.dataset(table).to_table(columns=columns, filter=where)

@@ -231,8 +231,10 @@ class TableStateFkJoin(KeyedOperator):
 def _key_kind(data_type) -> str:
     """How a key type compares: integers with integers, text with text; any other type only
     with itself."""
+    from sqlext.rewrites.dialect import INTEGRAL
+
     name = data_type.simpleString()
-    if name in ("tinyint", "smallint", "int", "bigint"):
+    if name in INTEGRAL:
         return "integer"
     if name == "string" or name.startswith(("varchar", "char")):
         return "string"

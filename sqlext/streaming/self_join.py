@@ -212,12 +212,12 @@ class ArrowPairs:
                     or pa.types.is_date32(key_type) or pa.types.is_timestamp(key_type)):
                 raise _NotArrow(f"a key of type {key_type}")  # floats: NaN and -0.0 compare as Spark's
             self.keys.append((position, null_safe))
-        self.conditions = []
+        self.condition = None  # the statement's other conditions, all of them
         for condition in join.left_only + join.right_only + join.rest:
             translated = arrow_expression(named(condition), self.pair_schema, boolean=True)
             if translated is None:
                 raise _NotArrow(to_sql(condition))
-            self.conditions.append(translated)
+            self.condition = translated if self.condition is None else self.condition & translated
         self.output = arrow_schema(shape.output)
         self.columns = {}
         for item, field in zip(shape.tree.expressions, self.output):
@@ -285,14 +285,7 @@ class ArrowPairs:
         left, right = np.concatenate(left), np.concatenate(right)
         pairs = pa.Table.from_arrays(take(events, left).columns + take(events, right).columns,
                                      schema=self.pair_schema)
-        condition = None
-        for part in self.conditions:
-            condition = part if condition is None else condition & part
-        import pyarrow.dataset as ds
-
-        if condition is not None:
-            pairs = ds.dataset(pairs).to_table(filter=condition)
-        return evaluate(pairs, self.columns).cast(self.output)
+        return evaluate(pairs, self.columns, where=self.condition).cast(self.output)
 
 
 class TableStateSelfJoin(TableStateRun):

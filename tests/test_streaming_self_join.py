@@ -75,21 +75,22 @@ def event_runs(draw):
     return runs
 
 
-@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
-@given(runs=event_runs(), path=st.sampled_from(["driver", "spark"]))
-def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs, path):
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin"), storage, path=path)
-    for run in runs:
-        if run:
-            events.land(run)
-            events.run(BAND)
-    assert events.written() == (events.batch(BAND) if events.all else multiset([]))
-
-
 # a statement every part of which a run computes over Arrow data on the driver (BAND's
 # subtraction leaves its pairing to Spark): the two pairings are tested apart
 COLUMNS_ONLY = ("SELECT a.id AS a_id, b.id AS b_id, a.k, b.v, a.ts FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
                 "ON a.k = b.k AND b.ts >= a.ts - 3 AND b.ts < a.ts + 2 AND a.v IS NOT NULL WHERE b.v <> 2")
+
+
+@pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY], ids=["paired-in-spark", "paired-on-the-driver"])
+@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(runs=event_runs(), path=st.sampled_from(["driver", "spark"]))
+def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, sql, runs, path):
+    events = Events(spark, tmp_path_factory.mktemp("selfjoin"), storage, path=path)
+    for run in runs:
+        if run:
+            events.land(run)
+            events.run(sql)
+    assert events.written() == (events.batch(sql) if events.all else multiset([]))
 
 
 def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
@@ -99,17 +100,6 @@ def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
     schema = spark.createDataFrame([], SCHEMA).schema
     assert SelfJoinShape(spark, parse_one(COLUMNS_ONLY), schema).arrow is not None
     assert SelfJoinShape(spark, parse_one(BAND), schema).arrow is None
-
-
-@settings(max_examples=examples(6, 60), deadline=None, suppress_health_check=list(HealthCheck))
-@given(runs=event_runs(), path=st.sampled_from(["driver", "spark"]))
-def test_pairs_made_on_the_driver_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storage, runs, path):
-    events = Events(spark, tmp_path_factory.mktemp("selfjoin-arrow"), storage, path=path)
-    for run in runs:
-        if run:
-            events.land(run)
-            events.run(COLUMNS_ONLY)
-    assert events.written() == (events.batch(COLUMNS_ONLY) if events.all else multiset([]))
 
 
 def test_a_run_that_pairs_on_the_driver_starts_no_spark_job(spark, tmp_path, storage):

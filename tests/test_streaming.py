@@ -420,6 +420,27 @@ def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):
     assert current.output_frame().count() == 1
 
 
+def test_files_that_differ_only_in_required_columns_are_not_read_again_for_their_columns(spark, feed, monkeypatch):
+    """Spark reads every column of a Parquet file as nullable: a later file whose columns are
+    required (written from literals) has the columns the earlier runs recorded, so a run reads
+    its footer only, not every file through Spark."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    from sqlext.streaming.sources import Sources
+
+    current = feed("cdf")
+    current.add([(1, 1, 5)])
+    assert len(current.run(filter_sql())) == 1
+    schema = _parse_datatype_string(schema_for("cdf").replace("BIGINT", "BIGINT NOT NULL"))
+    spark.createDataFrame(rows_for("cdf", [(2, 2, 7)]), schema).coalesce(1).write.mode("append") \
+        .parquet(current.uri(current.source))
+    inferred = []
+    original = Sources._inferred
+    monkeypatch.setattr(Sources, "_inferred", lambda self, *a: inferred.append(a) or original(self, *a))
+    assert [(r["id"], r["v"]) for r in current.run(filter_sql())] == [(2, 7)]
+    assert inferred == []
+
+
 def _layers(current) -> set[tuple[str, ...]]:
     """The layers of each bucket of the state (the state itself where it has one bucket)."""
     rows = current.checkpoint / "sqlext-state" / "rows"

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Mapping
 
+import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
@@ -522,8 +523,10 @@ class _FileColumns:
 
 
 def _footer(schema) -> str:
-    """A Parquet file's columns as Arrow reads them (names, types, nullability)."""
-    return str(schema.remove_metadata())
+    """A Parquet file's columns as Arrow reads them (names and types). Whether a column is
+    required is left out: Spark reads every column of a Parquet file as nullable, so files that
+    differ only there (one written from a literal, one from a join) read as the same columns."""
+    return str(pa.schema([field.with_nullable(True) for field in schema]))
 
 
 # -- the files of one micro-batch, read without Spark

@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -307,24 +308,30 @@ class Pipeline(TableStateRun):
     # -- on the driver
 
     def _on_driver(self, spark, batch, batch_id: int) -> dict:
+        """Each operator's step in the statement's order. A state's new layers are written by
+        a thread of their own while the next operators compute (Arrow and Parquet let go of
+        Python's lock as they work): a layer is not visible until the batch commits them all,
+        after its output is written, so the order of the writes does not matter."""
         outputs: dict[int, pa.Table] = {}
-        facts, pending = {}, []
-        for operator in self.operators:
-            with step("collect the increment"):
-                rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
-            views = {name: state.before(batch_id) for name, state in operator.states.items()}
-            result = operator.step(rows, views, batch_id)
-            outputs[id(operator)] = operator.forwarded(result.out)
-            facts[id(operator)] = result.facts
-            with step("write the state"):
+        facts, writes = {}, []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-state") as writer:
+            for operator in self.operators:
+                with step("collect the increment"):
+                    rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
+                views = {name: state.before(batch_id) for name, state in operator.states.items()}
+                result = operator.step(rows, views, batch_id)
+                outputs[id(operator)] = operator.forwarded(result.out)
+                facts[id(operator)] = result.facts
                 for name, delta in result.deltas.items():
                     state = operator.states[name]
-                    pending.append((state, state.write(views[name], delta, batch_id, keep=operator.keep(name),
-                                                       commit=False)))
-        out = outputs[id(self.root)]
-        if out is not None:
-            with step("write the output"):
-                self.write_rows(spark, out, batch_id)
+                    writes.append((state, writer.submit(state.write, views[name], delta, batch_id,
+                                                        keep=operator.keep(name), commit=False)))
+            out = outputs[id(self.root)]
+            if out is not None:
+                with step("write the output"):
+                    self.write_rows(spark, out, batch_id)
+            with step("write the state"):
+                pending = [(state, written.result()) for state, written in writes]
         with step("write the state"):
             for state, layers in pending:
                 state.commit(layers)

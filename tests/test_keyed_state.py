@@ -97,6 +97,22 @@ def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches,
     assert any(indexes for _, _, indexes in state_module.LAYERS.tables.values())
 
 
+@settings(max_examples=examples(100, 1000), deadline=None)
+@given(column=st.lists(st.one_of(st.none(), st.integers(-3, 3)), max_size=12), distinct=st.booleans(),
+       asked=st.lists(st.one_of(st.none(), st.integers(-4, 4)), max_size=6))
+def test_a_sorted_index_finds_the_positions_a_scan_finds(column, distinct, asked):
+    """A column's index (one search per value where each value is in one row, two otherwise)
+    gives the positions of the rows holding any value asked for, NULL matching NULL."""
+    from sqlext.streaming.state import _Index
+
+    if distinct:
+        column = list(dict.fromkeys(column))
+    index = _Index.of(pa.array(column, pa.int64()))
+    assert index.unique == (len([v for v in column if v is not None]) == len({v for v in column if v is not None}))
+    found = index.rows(pa.array(asked, pa.int64()))
+    assert list(found) == [i for i, v in enumerate(column) if v in set(asked)]
+
+
 def test_a_replayed_batch_reads_the_layers_it_read_before(tmp_path):
     state = KeyedState(local(tmp_path), ["k1", "k2"])
     state.record_schema(SCHEMA)

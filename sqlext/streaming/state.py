@@ -561,6 +561,8 @@ class _Index:
 
     def __init__(self, ordered: np.ndarray, rows: np.ndarray, nulls: np.ndarray):
         self.ordered, self.order, self.nulls = ordered, rows, nulls
+        # each value in one row (a key column): one search finds it, not two
+        self.unique = not bool((ordered[1:] == ordered[:-1]).any())
 
     @property
     def nbytes(self) -> int:
@@ -584,12 +586,17 @@ class _Index:
             return None
         wanted = np.unique(wanted)  # a value asked for twice finds its rows once
         low = np.searchsorted(self.ordered, wanted, side="left")
-        high = np.searchsorted(self.ordered, wanted, side="right")
-        lengths = high - low
-        found = lengths > 0
-        low, lengths = low[found], lengths[found]
-        starts = np.repeat(low - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        positions = self.order[starts + np.arange(int(lengths.sum()))]
+        if self.unique:
+            found = low < len(self.ordered)
+            found[found] = self.ordered[low[found]] == wanted[found]
+            positions = self.order[low[found]]
+        else:
+            high = np.searchsorted(self.ordered, wanted, side="right")
+            lengths = high - low
+            found = lengths > 0
+            low, lengths = low[found], lengths[found]
+            starts = np.repeat(low - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+            positions = self.order[starts + np.arange(int(lengths.sum()))]
         if values.null_count:
             positions = np.concatenate([positions, self.nulls])
         return np.sort(positions)

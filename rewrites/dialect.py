@@ -292,8 +292,16 @@ def stream_options(call: exp.Anonymous) -> dict[str, str]:
 def batch_form(sql: str) -> str:
     """The same statement over the whole of each ``STREAM(name)`` source read as a table: the
     batch query whose result the incremental runs add up to. ``STREAM``'s named arguments go
-    with it: the table is read as it is (a function takes ``format`` itself)."""
+    to the function that reads it where every table argument of that call is a ``STREAM``
+    with the same ones (the function takes ``format`` and ``order_by`` itself, and does not
+    already give them); elsewhere the table is read as it is.
+
+    >>> batch_form("SELECT * FROM F(input => TABLE(STREAM(`a b`, format => 'iceberg')), key => 'id')")
+    "SELECT * FROM F(input => TABLE(`a b`), key => 'id', format => 'iceberg')"
+    """
     tree = parse_one(sql)
+    for table in list(tree.find_all(exp.Table)):
+        _stream_options_to_call(table)
     for table in list(tree.find_all(exp.Table)):
         if not is_stream(table):
             continue
@@ -309,6 +317,28 @@ def batch_form(sql: str) -> str:
             plain.set("alias", table.args["alias"].copy())
         table.replace(plain)
     return to_sql(tree)
+
+
+def _stream_options_to_call(table: exp.Table) -> None:
+    """``F(input => TABLE(STREAM(x, format => 'debezium')))`` -> ``F(input =>
+    TABLE(STREAM(x)), format => 'debezium')``, where every table argument of the call is a
+    ``STREAM`` with the same named arguments, ``format`` among them."""
+    node = table.this
+    if not isinstance(node, (exp.Anonymous, exp.Func)) or is_stream(table):
+        return
+    values = [e.expression if isinstance(e, (exp.Kwarg, exp.PropertyEQ)) else e for e in node.expressions]
+    inputs = [v.this for v in values if isinstance(v, TableArgument)]
+    if not inputs or not all(is_stream(t) for t in inputs):
+        return
+    options = [stream_options(t.this) for t in inputs]
+    if "format" not in options[0] or any(o != options[0] for o in options):
+        return
+    named = {e.this.name.lower() for e in node.expressions if isinstance(e, (exp.Kwarg, exp.PropertyEQ))}
+    for name, value in options[0].items():
+        if name not in named:
+            node.append("expressions", exp.Kwarg(this=exp.var(name), expression=exp.Literal.string(value)))
+    for stream in inputs:
+        stream.this.set("expressions", [stream_argument(stream.this)])
 
 
 # Spark's numeric type names as ``DataType.simpleString()`` and sqlglot write them (with the

@@ -25,7 +25,7 @@ from sqlext.functions.input_formats import change_rows
 from sqlext.errors import SqlextError, find_in
 from sqlext.rewrites.dialect import to_sql
 from sqlext.rewrites.sqltree import table
-from sqlext.streaming import run_available_now
+from sqlext.streaming import batch_form, run_available_now
 from test_changelog_filter_cases import CASES, KEYS_PER_CASE
 from test_fk_join import SEED_EVENTS, event_lists, feed
 
@@ -151,6 +151,25 @@ def test_an_unknown_format_lists_the_known_ones():
     with pytest.raises(SqlextError, match=r"\[INVALID_OPTION_VALUE\] CHANGELOG_FILTER: format => 'avro'.*"
                                           r"'delta', 'debezium', 'iceberg'"):
         sqlext.rewrite(filter_sql("t", extra=", format => 'avro'"))
+
+
+def test_the_batch_form_gives_the_streams_shape_to_the_call_where_all_its_inputs_share_it():
+    """The batch form reads each ``STREAM(x)`` as ``x``: its format and order_by go to the call
+    where every table input of the call is a stream with the same ones (the call's own win);
+    elsewhere the source is read as it is."""
+    name = "`it's {a b}``c`"
+    both = join_sql(f"STREAM({name}, format => 'debezium', order_by => 'source.`t x`')",
+                    "STREAM(c, format => 'debezium', order_by => 'source.`t x`')", "inner", "changes")
+    assert batch_form(both).endswith(f"left => TABLE({name}), right => TABLE(c), left_key => 'id', foreign_key => "
+                                     "'fk', right_key => 'rid', join_type => 'inner', emit => 'changes', format => "
+                                     "'debezium', order_by => 'source.`t x`')")
+    own = filter_sql("STREAM(c, format => 'iceberg', order_by => 'o')", extra=", order_by => 'p'")
+    assert batch_form(own).endswith("TABLE(c), key => 'id', predicate => 'v >= 0', emit => 'changes', "
+                                    "order_by => 'p', format => 'iceberg')")
+    for untouched in (join_sql("STREAM(a, format => 'debezium')", "STREAM(c)", "inner", "changes"),
+                      join_sql("STREAM(a, format => 'debezium')", "STREAM(c, format => 'iceberg')", "inner", "changes"),
+                      "SELECT * FROM STREAM(a, format => 'debezium') AS s"):
+        assert "format" not in batch_form(untouched) and "STREAM" not in batch_form(untouched)
 
 
 # -- batch
@@ -481,3 +500,112 @@ def test_format_is_for_the_call_that_reads_the_shape_not_for_one_over_its_output
              for rows, data in ((left, LEFT_DATA), (right, RIGHT_DATA))]
     with pytest.raises(SqlextError, match=r"\[CHANGELOG_MISSING_COLUMN\] FK_JOIN: left has no column 'before'"):
         sqlext.sql(spark, sql.format(*views))
+
+
+# -- the shape on the stream: TABLE(STREAM(x, format => ...)) in the call
+
+
+def _stream(name, shape, extra=""):
+    return f"STREAM({name}, format => '{shape}'{extra})"
+
+
+def _batch_of(spark, current, sql):
+    """The rows of ``sql``'s batch form over everything landed so far in ``current``'s folders
+    (each read as a view of the source's name)."""
+    for name in current.tables:
+        spark.read.parquet(current.uri(current.root / name)).createOrReplaceTempView(name)
+    try:
+        return _rows(spark, batch_form(sql))
+    finally:
+        for name in current.tables:
+            spark.catalog.dropTempView(name)
+
+
+@pytest.mark.parametrize("shape, path", [("debezium", "spark"), ("iceberg", "driver")])
+def test_kafka_3902_cases_run_by_run_with_the_shape_on_the_stream(spark, filter_cases, shaped_feeds, shape, path):
+    """``input => TABLE(STREAM(changes, format => ...))`` and no format on the call: the call
+    orders by the shape's ordering column, each run forwards the Delta shape's rows of its
+    version, and the runs add up to the batch form (which gives the call the format)."""
+    rows, expected = filter_cases
+    current = shaped_feeds({"changes": in_shape(shape, rows, FILTER_DATA)})
+    sql = filter_sql(_stream("changes", shape))
+    written = []
+    for version in sorted({r[ORDER] for r in rows}):
+        current.release(version - 1, version)
+        got = current.run(sql, path)
+        assert got and all(ORDER_IN[shape] in r for r in got)
+        assert sorted(compact(as_delta(got, shape), "changes")) == \
+            sorted(compact([r for r in expected["changes"] if r[ORDER] == version], "changes")), version
+        written += got
+    assert "TABLE(changes), key => 'id'" in batch_form(sql) and batch_form(sql).endswith(f", format => '{shape}')")
+    assert multiset(written) == multiset(_batch_of(spark, current, sql))
+
+
+@pytest.mark.parametrize("shape, join_type, emit", [("debezium", "left", "changes"), ("iceberg", "inner", "records")])
+def test_kip_213_event_table_run_by_run_with_the_shape_on_the_streams(spark, seed_feeds, shaped_feeds, shape, join_type,
+                                                                     emit):
+    left, right = seed_feeds
+    want = _rows(spark, join_sql(_view(spark, left, _schema(LEFT_DATA)), _view(spark, right, _schema(RIGHT_DATA)),
+                                 join_type, emit))
+    current = shaped_feeds({"orders": in_shape(shape, left, LEFT_DATA), "customers": in_shape(shape, right, RIGHT_DATA)})
+    sql = join_sql(_stream("orders", shape), _stream("customers", shape), join_type, emit)
+    written = []
+    for version, *_ in SEED_EVENTS:
+        current.release(version - 1, version)
+        got = current.run(sql)
+        assert multiset(as_delta(got, shape)) == multiset(r for r in want if r[ORDER] == version), version
+        written += got
+    assert multiset(written) == multiset(_batch_of(spark, current, sql))
+
+
+def test_a_pipeline_over_debezium_streams_orders_each_call_by_the_lsn(spark, seed_feeds, shaped_feeds):
+    """An FK_JOIN whose left input is a CHANGELOG_FILTER over one Debezium stream and whose
+    right input is another: a format on the calls could not say it (the outer call's left
+    input is change rows), on the streams it can; each run gives the Delta pipeline's rows."""
+    left, right = seed_feeds
+    inner = ("CHANGELOG_FILTER(input => TABLE({}), key => 'id', predicate => 'fk < 10')")
+    pipeline = join_sql(inner, "{}", "left", "changes")
+    views = [_view(spark, left, _schema(LEFT_DATA)), _view(spark, right, _schema(RIGHT_DATA))]
+    want = _rows(spark, pipeline.format(*views))
+    assert want and not any(r["fk"] == 10 for r in want)  # the filter holds back the order of fk 10
+    current = shaped_feeds({"orders": in_shape("debezium", left, LEFT_DATA),
+                            "customers": in_shape("debezium", right, RIGHT_DATA)})
+    sql = pipeline.format(_stream("orders", "debezium"), _stream("customers", "debezium"))
+    for version, *_ in SEED_EVENTS:
+        current.release(version - 1, version)
+        assert multiset(as_delta(current.run(sql), "debezium")) == \
+            multiset(r for r in want if r[ORDER] == version), version
+
+
+def test_the_stream_and_the_call_give_one_format_or_agree(spark, seed_feeds, shaped_feeds):
+    """A format on both the call and a STREAM it reads: the same one runs as either alone; two
+    different ones, or inputs whose ordering columns are named differently with no order_by,
+    are classed errors naming both, before anything runs."""
+    left, right = seed_feeds
+    current = shaped_feeds({"orders": in_shape("debezium", left, LEFT_DATA),
+                            "customers": in_shape("debezium", right, RIGHT_DATA)})
+    current.release(0, 2)
+    clash = join_sql(_stream("orders", "iceberg"), "STREAM(customers)", "inner", "changes", ", format => 'debezium'")
+    with pytest.raises(SqlextError, match=r"\[INVALID_ARGUMENT_TYPE\] FK_JOIN: format must be the format the left "
+                                          r"input's STREAM\(\.\.\.\) gives.*got 'debezium', and STREAM\(orders, "
+                                          r"format => 'iceberg'\) gives 'iceberg'"):
+        current.run(clash)
+    mixed = join_sql(_stream("orders", "debezium"), "STREAM(customers)", "inner", "changes")
+    with pytest.raises(SqlextError, match=r"\[INVALID_ARGUMENT_TYPE\] FK_JOIN: order_by must be given.*source_lsn "
+                                          r"\(left: STREAM\(orders, format => 'debezium'\)\), _commit_version "
+                                          r"\(right: STREAM\(customers\)\)"):
+        current.run(mixed)
+    assert current.output() == []
+    agree = join_sql(_stream("orders", "debezium"), "STREAM(customers)", "inner", "changes", ", format => 'debezium'")
+    assert [(r["id"], r["name"], r["source_lsn"]) for r in current.run(agree)] == [("k", "foo", 2)]
+
+
+def test_the_stream_s_order_by_orders_the_call(spark, shaped_feeds):
+    """``STREAM(x, format => 'debezium', order_by => 'source.txId')``: the call orders by that
+    field (``source_txId``), the default it has with the format and order_by on the call."""
+    rows = cdf_rows([(1, 1, 5), (2, 1, 7), (3, 2, 4)])
+    current = shaped_feeds({"changes": in_shape("debezium", rows, FILTER_DATA)})
+    current.release(0, 3)
+    got = current.run(filter_sql(_stream("changes", "debezium", ", order_by => 'source.txId'")))
+    assert sorted((r["_change_type"], r["v"], r["source_txId"]) for r in got) == [
+        ("insert", 4, 503), ("insert", 5, 501), ("update_postimage", 7, 502), ("update_preimage", 5, 502)]

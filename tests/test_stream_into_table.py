@@ -55,6 +55,10 @@ def table_rows(spark, name):
     return multiset([r.asDict() for r in spark.table(name).collect()])
 
 
+def table_dicts(spark, name):
+    return [r.asDict() for r in spark.table(name).collect()]
+
+
 def batch_rows(spark):
     return multiset([r.asDict() for r in sqlext_sql(spark, batch_form(GOLD)).collect()])
 
@@ -214,3 +218,84 @@ def test_chained_tables_run_by_run_equal_the_batch_chain(spark, database):
             run_into_table(spark, sql, name)
         assert table_rows(spark, models[-1][0]) == multiset([r.asDict() for r in sqlext_sql(spark, whole).collect()])
     assert table_rows(spark, models[-1][0]) == multiset([{"region": "south", "n": 2, "total": 10}])
+
+
+EDGES = [("src", "INT"), ("dst", "INT")]
+# three landings of edge changes in Delta's shape: a chain, a node that moves, an edge deleted
+EDGE_LANDINGS = [
+    [(1, 2, "insert", 1), (2, 3, "insert", 1)],
+    [(2, 3, "update_preimage", 2), (2, 4, "update_postimage", 2), (4, 5, "insert", 2)],
+    [(1, 2, "delete", 3)],
+]
+
+
+def _reach(stream):
+    return ("WITH RECURSIVE reach(src, dst) AS (SELECT src, dst FROM " + stream + " "
+            "UNION SELECT r.src, e.dst FROM reach AS r JOIN " + stream + " AS e ON r.dst = e.src) "
+            "SELECT r2.dst AS `to`, r2.src FROM reach AS r2 WHERE r2.src <> 9")
+
+
+@pytest.mark.parametrize("shape", ["debezium", "iceberg"])
+def test_a_recursion_over_edges_in_another_shape_runs_into_a_table_of_the_columns_its_runs_write(spark, database,
+                                                                                                storage, shape):
+    """``STREAM(edges, format => ...)`` run into a table: the table's columns are those the
+    runs write (the outer query's, then the change columns, the ordering column named as the
+    shape's change rows name it), not the envelope's; and run by run the table holds the rows
+    the same changes give in Delta's shape."""
+    from change_shapes import ORDER_IN, as_delta, in_shape, quoted
+
+    shaped, delta = DATABASE + ".shaped_edges", DATABASE + ".delta_edges"
+    spark.sql(f"CREATE TABLE {shaped} ({in_shape(shape, [], EDGES)[1]}) USING parquet")
+    spark.sql(f"CREATE TABLE {delta} ({', '.join(quoted(n) + ' ' + k for n, k in EDGES)}, _change_type STRING, "
+              "_commit_version BIGINT) USING parquet")
+    target, delta_target = DATABASE + ".reach_shaped", DATABASE + ".reach_delta"
+    sql = _reach(f"STREAM({shaped}, format => '{shape}')")
+    for landing in EDGE_LANDINGS:
+        rows = [{"src": s, "dst": d, "_change_type": k, "_commit_version": v} for s, d, k, v in landing]
+        spark.createDataFrame([r for _, r in in_shape(shape, rows, EDGES)[0]], in_shape(shape, [], EDGES)[1]) \
+            .coalesce(1).write.insertInto(shaped)
+        spark.createDataFrame(landing, "src int, dst int, _change_type string, _commit_version bigint") \
+            .coalesce(1).write.insertInto(delta)
+        run_into_table(spark, sql, target)
+        run_into_table(spark, _reach(f"STREAM({delta})"), delta_target)
+        written = spark.read.parquet(storage.uri(database / "reach_shaped")).schema
+        assert [(f.name, f.dataType) for f in spark.table(target).schema.fields] == \
+            [(f.name, f.dataType) for f in written.fields]
+        assert multiset(as_delta(table_dicts(spark, target), shape)) == table_rows(spark, delta_target)
+    assert spark.table(target).columns == ["to", "src", "_change_type", ORDER_IN[shape]]
+    rows = spark.table(target).collect()
+    applied = multiset([(r.src, r.to) for r in rows if r._change_type == "insert"])
+    applied.subtract(multiset([(r.src, r.to) for r in rows if r._change_type == "delete"]))
+    assert +applied == multiset([(2, 4), (2, 5), (4, 5)])
+
+
+def test_a_recursion_over_a_stream_ordered_by_its_own_column_runs_into_a_table(spark, database):
+    """``STREAM(edges, order_by => 'se q')`` over change rows: the table carries that column."""
+    edges = DATABASE + ".seq_edges"
+    spark.sql(f"CREATE TABLE {edges} (src INT, dst INT, _change_type STRING, `se q` BIGINT) USING parquet")
+    spark.createDataFrame([(1, 2, "insert", 7), (2, 3, "insert", 8)],
+                          "src int, dst int, _change_type string, `se q` bigint").coalesce(1).write.insertInto(edges)
+    run_into_table(spark, _reach(f"STREAM({edges}, order_by => '`se q`')"), TARGET)
+    assert spark.table(TARGET).columns == ["to", "src", "_change_type", "se q"]
+    assert sorted(tuple(r) for r in spark.table(TARGET).collect()) == [
+        (2, 1, "insert", 8), (3, 1, "insert", 8), (3, 2, "insert", 8)]
+
+
+def test_a_call_over_a_debezium_stream_runs_into_a_table_of_its_change_rows(spark, database):
+    """``TABLE(STREAM(feed, format => 'debezium'))`` in a CHANGELOG_FILTER run into a table:
+    its columns are the change rows' (``source_lsn``), and run by run it holds what the Delta
+    shape's feed gives."""
+    from change_shapes import as_delta, in_shape
+
+    data = [("id", "INT"), ("name", "STRING"), ("tier", "STRING")]
+    shaped = DATABASE + ".feed_debezium"
+    spark.sql(f"CREATE TABLE {shaped} ({in_shape('debezium', [], data)[1]}) USING parquet")
+    sql = GOLD.replace("STREAM(" + FEED + ")", "STREAM(" + shaped + ", format => 'debezium')")
+    for landing in LANDINGS:
+        land(spark, landing)
+        rows = [dict(zip(["id", "name", "tier", "_change_type", "_commit_version"], r)) for r in landing]
+        spark.createDataFrame([r for _, r in in_shape("debezium", rows, data)[0]], in_shape("debezium", [], data)[1]) \
+            .coalesce(1).write.insertInto(shaped)
+        run_into_table(spark, sql, TARGET)
+        assert multiset(as_delta(table_dicts(spark, TARGET), "debezium")) == batch_rows(spark)
+    assert spark.table(TARGET).columns == ["id", "name", "tier", "_change_type", "source_lsn"]

@@ -98,6 +98,29 @@ def check_read(function: str, literals: MutableMapping[str, Any]) -> None:
             fix="Run the statement through sqlext (sqlext.sql, sqlext run), which reads the input's columns")
 
 
+def option_clash(function: str, side: str, stream: str, option: str, value: Any, stream_value: Any) -> SqlextError:
+    """The call gives ``option => value`` (``format``, ``order_by``) and its ``side`` input
+    ``stream`` (``STREAM(...)`` as written) gives another: which one holds is not known."""
+    return SqlextError(
+        "INVALID_ARGUMENT_TYPE", function=function, argument=option,
+        expected=f"the {option} the {side} input's STREAM(...) gives, where both give one",
+        value=f"{sql_value(value)}, and {stream} gives {sql_value(stream_value)}",
+        fix=f"Give {option} once: on STREAM(...) (each input in a shape of its own), or on the call (every input "
+            "in that shape).")
+
+
+def order_clash(function: str, orders: Sequence[tuple[str, str, str]]) -> SqlextError:
+    """The inputs of a call (``(side, as written, the name of its ordering column)``) give
+    change rows whose ordering columns are named differently, and the call names none."""
+    return SqlextError(
+        "INVALID_ARGUMENT_TYPE", function=function, argument="order_by",
+        expected="given where the inputs' ordering columns differ (one order runs across both inputs)",
+        value="nothing, and the inputs are ordered by " + ", ".join(f"{order} ({side}: {text})"
+                                                                    for side, text, order in orders),
+        fix="Read both inputs in one shape (the same format => ... on each STREAM), or map one in a view so that "
+            "both name their ordering column alike, and name it with order_by => '...'.")
+
+
 @dataclass(frozen=True)
 class ChangeRows:
     """An input in sqlext's change rows: ``query`` over the input, its ``columns``, and the name

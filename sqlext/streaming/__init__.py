@@ -22,10 +22,10 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.functions.arguments import find_calls
-from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.functions.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError, find_in
-from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+from sqlext.rewrites.dialect import TableArgument, parse_one, stream_options, to_sql
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.sqltree import identifier_list
 from sqlext.streaming.checkpoint import (STATE_FOLDER, STATEMENT_FILE, START_OVER, START_OVER_DBT, Before, check_columns,
@@ -296,6 +296,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
                                           source.schema, sources.parquet_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
+    _order_by_streams(root)
     statement = to_sql(tree)
     placeholder = f"__sx_result_{next(_views)}"
     numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, numbered in the order of the text
@@ -488,6 +489,58 @@ def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> fro
     return frozenset(converted)
 
 
+def _order_by_streams(tree: exp.Expression) -> None:
+    """Each call in ``tree`` that reads ``TABLE(STREAM(x, format => ...))`` (or a STREAM with
+    its own ``order_by``) reads the change rows the stream gives
+    (:func:`sqlext.streaming.sources.as_change_rows`), so where the call names no ``order_by``
+    it is given their ordering column (``source_lsn``, ``_change_ordinal``, or the STREAM's
+    ``order_by`` as the change rows name it): the default the call has with ``format`` given to
+    it. Its inputs (streams, and inner calls' change rows) must then name their ordering
+    columns alike. Where the call gives ``format`` too, the two must be the same: the call's
+    ``format`` then maps the input, as without the STREAM's (which is left out, its
+    ``order_by`` going to the call)."""
+    from sqlext.functions.arguments import set_literal
+    from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
+    from sqlext.rewrites.dialect import stream_argument, stream_options
+    from sqlext.streaming.sources import stream_order, stream_shape
+
+    # inner calls first: an outer call reads their change rows, ordered as they are
+    for table in reversed([t for t in tree.find_all(exp.Table, bfs=False) if keyed_call(t) is not None]):
+        keyed = keyed_call(table)
+        call = keyed.read(table)
+        given = take_format(keyed.name, dict(call.literals)) if "format" in call.literals else None
+        order_by = call.literals.get("order_by")
+        orders, shaped = [], False
+        for name in keyed.tables:
+            argument = call.tables.get(name)
+            inner = argument.this if argument is not None else None
+            if inner is not None and _is_stream(inner):
+                stream, options = inner.this, stream_options(inner.this)
+                if options and given is not None:
+                    if "format" in options and stream_shape(stream) != given:
+                        raise option_clash(keyed.name, name, to_sql(stream), "format", given, options["format"])
+                    moved = options.get("order_by")
+                    if moved is not None and order_by is not None and moved != order_by:
+                        raise option_clash(keyed.name, name, to_sql(stream), "order_by", order_by, moved)
+                    if moved is not None:
+                        order_by = moved
+                        set_literal(table, keyed.arguments, "order_by", moved)
+                    stream.set("expressions", [stream_argument(stream)])
+                    continue
+                shaped = shaped or bool(options)
+                orders.append((name, to_sql(stream), stream_order(stream)))
+            elif inner is not None and keyed_call(inner) is not None:
+                upstream = keyed_call(inner).read(inner)
+                shape = take_format(upstream.function, dict(upstream.literals))
+                orders.append((name, f"the change rows of {keyed_call(inner).name}",
+                               order_column(shape, upstream.literals.get("order_by"))))
+        if not shaped or given is not None or order_by is not None:
+            continue
+        if len({order.lower() for _, _, order in orders}) > 1:
+            raise order_clash(keyed.name, orders)
+        set_literal(table, keyed.arguments, "order_by", identifier_list([orders[0][2]]))
+
+
 def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by):
     """``frame`` (rows in ``shape``) as sqlext's change rows, and the name of their ordering column."""
     from pyspark.sql.types import StructType
@@ -640,29 +693,73 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
 
 
 def _result_schema(spark, sql: str):
-    """The columns of the statement's batch form, without running it. sqlext computes a
-    recursion when it is read, so a recursion's columns come from Spark's own analysis of the
-    same recursion with UNION ALL (the same columns and types; Spark refuses UNION there)."""
+    """The columns the statement's runs write, without running it: those of the statement
+    over the whole of each source read as a run reads it (a source in another shape,
+    ``STREAM(x, format => ...)``, as its change rows, and the calls over it ordered by their
+    ordering column: :func:`_order_by_streams`). sqlext computes a recursion when it is read,
+    so a recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
     from sqlext.api import sql as run_sql
 
-    tree = parse_one(batch_form(sql))
-    if not _is_recursion(tree):
-        return run_sql(spark, to_sql(tree)).schema
-    for with_ in tree.find_all(exp.With):
-        for cte in with_.expressions if with_.args.get("recursive") else []:
-            if isinstance(cte.this, exp.Union):
-                cte.this.set("distinct", False)
-    schema = spark.sql(to_sql(tree)).schema
-    # over a change feed of edges, a run's rows carry its change columns (see sqlext.streaming.recursion)
-    names = {cte.alias_or_name for with_ in tree.find_all(exp.With) for cte in with_.expressions}
-    edges = next(t.copy() for t in tree.find_all(exp.Table) if t.name not in names)
-    edges.set("alias", None)
-    columns = spark.sql(to_sql(exp.select("*").from_(edges))).schema
-    if CHANGE_TYPE in columns.names:
-        for name in (CHANGE_TYPE, DEFAULT_ORDER_BY):
-            if name in columns.names:
-                schema = schema.add(columns[name])
-    return schema
+    tree = parse_one(sql)
+    if _is_recursion(tree):
+        return _recursion_schema(spark, tree)
+    _order_by_streams(tree)
+    views: list[str] = []
+    try:
+        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t) and stream_options(t.this)]:
+            _replace(table, _register(spark, _batch_rows(spark, table.this), views))
+        return run_sql(spark, batch_form(to_sql(tree))).schema
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
+
+
+def _batch_rows(spark, call: exp.Anonymous):
+    """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
+    (``format => ...``), as change rows."""
+    from sqlext.api import sql as run_sql
+    from sqlext.streaming.sources import DELTA_SHAPE, as_change_rows, stream_shape
+
+    rows = run_sql(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
+    return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(spark, call, rows)
+
+
+def _recursion_schema(spark, tree: exp.Expression):
+    """The columns of an incremental recursion's runs, found by the code of the run
+    (:class:`sqlext.streaming.recursion.TableStateRecursion`): the recursion's rows over the
+    edges as the run reads them, through the outer query, and over a change feed of edges
+    the change columns a run carries (``_change_type`` and the stream's ordering column)."""
+    from pyspark.sql.types import StructField, StringType, StructType
+
+    from sqlext.runner import run_statement
+    from sqlext.streaming.recursion import RecursionShape, _compiled
+    from sqlext.streaming.sources import stream_order
+
+    shape = RecursionShape(tree)
+    edges = _batch_rows(spark, shape.stream.this).schema
+    order = stream_order(shape.stream.this)
+    order_by = next((f.name for f in edges.fields if f.name.lower() == order.lower()), order)
+    fields = [f for f in edges.fields if f.name not in (CHANGE_TYPE, order_by)]
+    rows, _ = _compiled(spark, shape, StructType(fields))
+    carry = []
+    if CHANGE_TYPE in edges.names:
+        carry = [StructField(CHANGE_TYPE, StringType(), True)] + [f for f in edges.fields if f.name == order_by]
+    views: list[str] = []
+    try:
+        view = _register(spark, spark.createDataFrame([], StructType(list(rows.fields) + carry)), views)
+        # the outer query over the run's rows, as TableStateRun.write_statement runs it: the
+        # change columns kept where it selects columns by name
+        outer = shape.main.copy()
+        for table in [t for t in outer.find_all(exp.Table) if t.name == shape.name]:
+            if not table.args.get("alias"):
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(shape.name)))
+            table.set("this", exp.to_identifier(view))
+            if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
+                outer.select(*[exp.column(f.name, table=table.alias) for f in carry], copy=False)
+        return run_statement(spark, to_sql(outer)).schema
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
 
 
 def _columns(columns) -> str:

@@ -5,7 +5,9 @@ name), a Delta table's change data feed (a folder given by name that holds a Del
 ``STREAM(name, format => 'debezium' | 'iceberg' [, order_by => ...])`` reads a source in another
 shape: its rows are mapped to sqlext's change rows
 (:mod:`sqlext.functions.input_formats`) as they are read, so that what reads the stream (a
-recursion, which has no argument list of its own to take ``format``) sees change rows."""
+recursion, which has no argument list of its own to take ``format``, or a call, which then
+orders by the change rows' ordering column: ``sqlext.streaming._order_by_streams``) sees change
+rows."""
 
 from __future__ import annotations
 
@@ -72,6 +74,30 @@ def read_by_recursion(call: exp.Anonymous) -> bool:
     return False
 
 
+def as_change_rows(spark, call: exp.Anonymous, frame):
+    """``frame``, the rows of the source ``STREAM(...)`` reads (a stream, or all of them in a
+    batch), as sqlext's change rows: the query of :mod:`sqlext.functions.input_formats` for
+    the stream's shape over it. A stream a recursion reads itself has no key: an update must
+    carry the row it replaces."""
+    from pyspark.sql.types import StructType
+
+    from sqlext.functions.input_formats import change_rows
+
+    def fields(column: str):
+        kind = frame.schema[column].dataType if column in frame.columns else None
+        return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
+
+    view = f"__sx_shape_{next(_shape_views)}"
+    frame.createOrReplaceTempView(view)
+    try:
+        rows = change_rows("STREAM", to_sql(call), stream_shape(call), exp.Table(this=exp.to_identifier(view)),
+                           frame.columns, fields, stream_options(call).get("order_by"),
+                           keyless=read_by_recursion(call))
+        return spark.sql(to_sql(rows.query))
+    finally:
+        spark.catalog.dropTempView(view)
+
+
 class Sources:
     """How a run reads its streams: ``folders`` maps a name to a folder of change files in
     ``file_format``; ``schemas`` declares the columns of a folder (DDL such as
@@ -120,29 +146,7 @@ class Sources:
                 resolve_column("STREAM", to_sql(call), frame.columns, stream_order(call),
                                "Name a column of the stream with order_by => '...'.")
             return frame
-        return self._as_change_rows(call, frame)
-
-    def _as_change_rows(self, call: exp.Anonymous, frame):
-        """A stream in another shape as sqlext's change rows (the query of
-        :mod:`sqlext.functions.input_formats` over it). A stream a recursion reads itself has no
-        key: an update must carry the row it replaces."""
-        from pyspark.sql.types import StructType
-
-        from sqlext.functions.input_formats import change_rows
-
-        def fields(column: str):
-            kind = frame.schema[column].dataType if column in frame.columns else None
-            return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
-
-        options = stream_options(call)
-        view = f"__sx_shape_{next(_shape_views)}"
-        frame.createOrReplaceTempView(view)
-        try:
-            rows = change_rows("STREAM", to_sql(call), stream_shape(call), exp.Table(this=exp.to_identifier(view)),
-                               frame.columns, fields, options.get("order_by"), keyless=read_by_recursion(call))
-            return self.spark.sql(to_sql(rows.query))
-        finally:
-            self.spark.catalog.dropTempView(view)
+        return as_change_rows(self.spark, call, frame)
 
     def _read(self, call: exp.Anonymous):
         """The streaming DataFrame of the source ``STREAM(name)`` names, as it is."""

@@ -733,6 +733,7 @@ def _recursion_schema(spark, tree: exp.Expression):
 
     from sqlext.runner import run_statement
     from sqlext.streaming.recursion import RecursionShape, _compiled
+    from sqlext.streaming.run import outer_over
     from sqlext.streaming.sources import stream_order
 
     shape = RecursionShape(tree)
@@ -747,15 +748,8 @@ def _recursion_schema(spark, tree: exp.Expression):
     views: list[str] = []
     try:
         view = _register(spark, spark.createDataFrame([], StructType(list(rows.fields) + carry)), views)
-        # the outer query over the run's rows, as TableStateRun.write_statement runs it: the
-        # change columns kept where it selects columns by name
-        outer = shape.main.copy()
-        for table in [t for t in outer.find_all(exp.Table) if t.name == shape.name]:
-            if not table.args.get("alias"):
-                table.set("alias", exp.TableAlias(this=exp.to_identifier(shape.name)))
-            table.set("this", exp.to_identifier(view))
-            if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
-                outer.select(*[exp.column(f.name, table=table.alias) for f in carry], copy=False)
+        # the outer query over the run's rows, as a run writes it (the change columns kept)
+        outer = outer_over(shape.main, shape.name, view, [f.name for f in carry])
         return run_statement(spark, to_sql(outer)).schema
     finally:
         for view in views:

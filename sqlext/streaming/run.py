@@ -15,6 +15,7 @@ so the output never holds a row twice.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Sequence
 
 import pyarrow as pa
 from sqlglot import exp
@@ -126,15 +127,7 @@ class TableStateRun:
         out_view = f"{self.placeholder}_{batch_id}"
         forwarded.createOrReplaceTempView(out_view)
         try:
-            outer = self.outer.copy()
-            for table in list(outer.find_all(exp.Table)):
-                if table.name == self.placeholder:
-                    table.set("this", exp.to_identifier(out_view))
-                    if not table.args.get("alias"):  # columns qualified by the name still resolve
-                        table.set("alias", exp.TableAlias(this=exp.to_identifier(self.placeholder)))
-                    if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
-                        outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
-            rows = run_statement(spark, to_sql(outer))
+            rows = run_statement(spark, to_sql(outer_over(self.outer, self.placeholder, out_view, carry)))
             check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString()) for f in rows.schema.fields])
             write_batch_files(rows, self.output, batch_id, self.output_format, kind="base" if whole else "batch")
             if whole:
@@ -149,6 +142,20 @@ class TableStateRun:
     def record(self, name: str, batch_id: int, value) -> None:
         """Record ``value`` under ``name`` for this batch."""
         record_in(self.state, name, batch_id, value)
+
+
+def outer_over(outer: exp.Expression, name: str, view: str, carry: Sequence[str] = ()) -> exp.Expression:
+    """The statement around a call (``outer``, where the table ``name`` stands for the call's
+    rows) over the rows of ``view``; the columns ``carry`` names are kept in its rows (added to
+    a select list without ``*``)."""
+    outer = outer.copy()
+    for table in [t for t in outer.find_all(exp.Table) if t.name == name]:
+        table.set("this", exp.to_identifier(view))
+        if not table.args.get("alias"):  # columns qualified by the name still resolve
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+        if carry and not any(isinstance(e, exp.Star) for e in outer.expressions):
+            outer.select(*[exp.column(c, table=table.alias) for c in carry], copy=False)
+    return outer
 
 
 def recorded_in(folder: Folder, name: str, batch_id: int):

@@ -123,6 +123,53 @@ def test_a_walk_keeps_the_first_of_each_row_as_a_set_does(levels):
         assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected
 
 
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(levels=st.lists(st.lists(st.tuples(
+    st.one_of(st.none(), st.sampled_from([-(2 ** 63), -(2 ** 63) + 1, 0, 2 ** 63 - 2, 2 ** 63 - 1])),
+    st.integers(0, 3000)), max_size=8), max_size=6), nulls=st.booleans())
+def test_a_walk_keeps_the_first_of_each_row_at_the_ends_of_int64_and_past_its_room(levels, nulls):
+    """The packed memory of rows at the ends of the int64 range (the codes are summed in
+    place, wrapping on the way) and over a column that outgrows the room left past its values
+    (a depth: the rows met so far are packed again): the same rows as a set keeps."""
+    from sqlext.udfs.recursive_expand import _Seen
+
+    seen, met = _Seen(), set()
+    for rows in levels:
+        rows = [(a if nulls else (a if a is not None else 0), b) for a, b in rows]
+        table = pa.table({"a": pa.array([r[0] for r in rows], pa.int64()),
+                          "b": pa.array([r[1] for r in rows], pa.int32())})
+        expected = []
+        for row in rows:
+            if row not in met:
+                met.add(row)
+                expected.append(row)
+        kept = seen.new_rows(table) if rows else table
+        assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected
+
+
+def test_a_large_level_keeps_the_first_of_equal_rows_in_its_order():
+    """A level of many rows, most of them repeated (far past the sizes where a sort keeps equal
+    values in their order by chance): the rows kept are the first of each, in the level's
+    order, as a set keeps them."""
+    import numpy as np
+
+    from sqlext.udfs.recursive_expand import _Seen
+
+    rng = np.random.default_rng(7)
+    seen, met = _Seen(), set()
+    for size in (50_000, 80_000):
+        a, b = rng.integers(0, 300, size), rng.integers(0, 40, size)
+        table = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int32()),
+                          "i": pa.array(np.arange(size) % 3, pa.int64())})
+        expected = []
+        for row in zip(a.tolist(), b.tolist(), (np.arange(size) % 3).tolist()):
+            if row not in met:
+                met.add(row)
+                expected.append(row)
+        kept = seen.new_rows(table)
+        assert list(zip(*(kept[c].to_pylist() for c in ("a", "b", "i")))) == expected
+
+
 def _by_key(index: EdgeIndex) -> dict:
     """An index as each key's edges, (src, dst) sorted, checking that each key's rows lie in
     its range and that the dense slots point at the keys."""

@@ -276,16 +276,15 @@ class _Seen:
 
     def __init__(self):
         self.tuples: set | None = None
-        # the rows met, a list of pieces per column (read back only when the bounds widen)
-        self.columns: list[list[np.ndarray]] | None = None
-        self.nulls: list[list[np.ndarray]] | None = None
+        # the rows met, as the tables of them returned (read back only when the bounds widen)
+        self.met: list[pa.Table] | None = None
         self.bounds: list[tuple[int, int]] | None = None
         self.codes = np.zeros(0, np.int64)  # sorted
 
     def new_rows(self, table: pa.Table) -> pa.Table:
-        if self.tuples is None and self.columns is None:
+        if self.tuples is None and self.met is None:
             if all(pa.types.is_integer(c.type) for c in table.columns):
-                self.columns, self.nulls = [[] for _ in table.columns], [[] for _ in table.columns]
+                self.met = []
             else:
                 self.tuples = set()
         if self.tuples is None:
@@ -296,9 +295,10 @@ class _Seen:
 
     def _as_tuples(self, table: pa.Table) -> pa.Table:
         if self.tuples is None:  # from packed rows to tuples, once
-            self.tuples = set(zip(*[[None if n else int(v) for v, n in zip(c, m)]
-                                    for c, m in zip(self._whole(self.columns), self._whole(self.nulls))]))
-            self.columns = self.nulls = None
+            self.tuples = set()
+            for met in self.met:
+                self.tuples.update(zip(*(column.to_pylist() for column in met.columns)))
+            self.met = None
         keep = []
         for row in zip(*(column.to_pylist() for column in table.columns)):
             if row in self.tuples:
@@ -308,15 +308,24 @@ class _Seen:
                 keep.append(True)
         return table.filter(pa.array(keep, pa.bool_()))
 
-    def _packed(self, table: pa.Table) -> pa.Table | None:
+    @staticmethod
+    def _numbers(columns) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+        """Integer columns as int64 values (a NULL as 0) and where they are NULL (None for a
+        column without NULLs)."""
         values, nulls = [], []
-        for column in table.columns:
+        for column in columns:
             column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-            nulls.append(np.asarray(column.is_null(), dtype=bool))
-            values.append(pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64))
+            null = np.asarray(column.is_null(), dtype=bool) if column.null_count else None
+            nulls.append(null)
+            column = pc.fill_null(column, 0) if null is not None else column
+            values.append(column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False))
+        return values, nulls
+
+    def _packed(self, table: pa.Table) -> pa.Table | None:
+        values, nulls = self._numbers(table.columns)
         bounds = []
         for i, (value, null) in enumerate(zip(values, nulls)):
-            present = value[~null]
+            present = value if null is None else value[~null]
             low = int(present.min()) if len(present) else 0
             high = int(present.max()) if len(present) else 0
             if self.bounds is not None:
@@ -324,41 +333,82 @@ class _Seen:
             bounds.append((low, high))
         if bounds != self.bounds:  # wider: room to grow, and the rows met so far packed again
             old_bounds = self.bounds or [None] * len(bounds)
-            roomy = [(lo - 8 * (hi - lo + 1), hi + 8 * (hi - lo + 1)) if (lo, hi) != old else old
-                     for (lo, hi), old in zip(bounds, old_bounds)]
-            for chosen in (roomy, bounds):  # room to grow where it fits, else the bounds as they are
+            # room to grow where it fits (a column that grows by one each level, a depth, need
+            # not be packed again every few levels), else less, else the bounds as they are
+            for slack in (ROOM, 0, None):
+                chosen = [_roomy(lo, hi, slack) if (lo, hi) != old else old
+                          for (lo, hi), old in zip(bounds, old_bounds)]
                 spans = [hi - lo + 2 for lo, hi in chosen]  # a code past the highest for NULL
                 if np.prod([float(s) for s in spans]) < float(1 << 62):
                     break
             else:
                 return None
             self.bounds = chosen
-            self.codes = np.sort(self._pack(self._whole(self.columns), self._whole(self.nulls)))
+            if self.met:
+                self.codes = np.sort(self._pack(*self._numbers(pa.concat_tables(self.met).columns)))
         codes = self._pack(values, nulls)
-        _, first = np.unique(codes, return_index=True)  # the first of equal rows in the level
-        first.sort()
-        position = np.searchsorted(self.codes, codes[first])
+        # the level's distinct codes (sorted) and the first row of each: an unstable argsort
+        # (far cheaper than a stable one) and the least position among equal codes
+        order = np.argsort(codes)
+        ordered = codes[order]
+        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+        if len(starts) == len(ordered):  # no row twice in the level (the usual case)
+            unique, first = ordered, order
+        else:
+            unique, first = ordered[starts], np.minimum.reduceat(order, starts)
+        position = np.searchsorted(self.codes, unique)
         met = position < len(self.codes)
-        met[met] = self.codes[position[met]] == codes[first][met]
-        chosen = first[~met]
-        # two sorted runs: the stable sort (a merge sort) merges them in one pass
-        self.codes = np.sort(np.concatenate([self.codes, np.sort(codes[chosen])]), kind="stable")
-        for pieces, value in zip(self.columns, values):
-            pieces.append(value[chosen])
-        for pieces, null in zip(self.nulls, nulls):
-            pieces.append(null[chosen])
-        return table.take(pa.array(chosen))
+        met[met] = self.codes[position[met]] == unique[met]
+        new = ~met
+        self.codes = _merged(self.codes, unique[new], position[new])
+        kept = table.take(pa.array(np.sort(first[new])))  # in the level's order
+        self.met.append(kept)
+        return kept
 
-    @staticmethod
-    def _whole(columns: list[list[np.ndarray]]) -> list[np.ndarray]:
-        return [np.concatenate(pieces) if pieces else np.zeros(0, np.int64) for pieces in columns]
-
-    def _pack(self, values: list[np.ndarray], nulls: list[np.ndarray]) -> np.ndarray:
-        code = np.zeros(len(values[0]) if values else 0, np.int64)
+    def _pack(self, values: list[np.ndarray], nulls: list[np.ndarray | None]) -> np.ndarray:
+        """Each row's code: in place, column after column. The sums may pass the int64 range
+        on the way (a value added before its lowest is taken away), which numpy's arithmetic
+        wraps: the code, below 2**62, comes out exact."""
+        code = None
         for (low, high), value, null in zip(self.bounds, values, nulls):
-            span = high - low + 2
-            code = code * span + np.where(null, high - low + 1, value - low)
-        return code
+            if code is None:
+                code = np.zeros(len(value), np.int64)
+            else:
+                code *= high - low + 2
+            if null is not None and null.any():
+                code += np.where(null, high - low + 1, value - low)
+            else:
+                code += value
+                code -= low
+        return code if code is not None else np.zeros(0, np.int64)
+
+
+def _merged(codes: np.ndarray, added: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """Sorted ``codes`` with the sorted ``added`` put in, each at its place among them (as
+    ``np.searchsorted`` gives it): one pass, no sort."""
+    if not len(added):
+        return codes
+    merged = np.empty(len(codes) + len(added), np.int64)
+    at = places + np.arange(len(added))
+    old = np.ones(len(merged), bool)
+    old[at] = False
+    merged[at] = added
+    merged[old] = codes
+    return merged
+
+
+# the room a walk's memory of rows leaves past each column's values, where it fits: 8 times
+# the values' span and this much more
+ROOM = 1024
+
+
+def _roomy(low: int, high: int, slack: int | None) -> tuple[int, int]:
+    """Bounds ``low..high`` widened by 8 times their span and ``slack`` either side (not at
+    all for None); the lowest stays an int64, which the packing subtracts from the values."""
+    if slack is None:
+        return low, high
+    room = 8 * (high - low + 1) + slack
+    return max(low - room, -(1 << 63)), high + room
 
 
 def step(level: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> pa.Table:

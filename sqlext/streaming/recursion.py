@@ -267,7 +267,16 @@ class TableStateRecursion(TableStateRun):
     def _arrivals_on_driver(self, batch, batch_id: int) -> None:
         """Edges that only arrive, over Arrow data: the seeds (the anchor over the new edges,
         and the rows found so far that a new edge meets, taken one step), then the graph walk
-        from them over all edges, less what was found before."""
+        from them over all edges, less what was found before.
+
+        The state's two layers are written beside the rest (pyarrow's Parquet writer lets go of
+        Python's lock): the edges' while the graph is walked, the rows found while the output
+        is written; both are committed once the output is written, before the batch returns
+        (and Spark records it). A batch stopped before that has committed nothing of its own,
+        and one stopped between the two commits is replayed over the layers of the batches
+        before it, as any replay is."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from sqlext.udfs.recursive_expand import EdgeIndex
         from sqlext.udfs.recursive_expand import step as walk_step
         from sqlext.udfs.recursive_expand import walk
@@ -280,24 +289,31 @@ class TableStateRecursion(TableStateRun):
         with step("look up the state"):
             present = self._present(edges_view)
             fresh = _exclude_rows(new_edges, present.among(new_edges), self.edge_columns)
+            counted = fresh.append_column(COUNT, pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows))
             met = self._found_rows(found_view, plan.key_r, fresh[plan.key_e])
-        with step("walk"):
-            anchor = self._cast(_anchor_over(spark, self, fresh))
-            stepped = walk_step(met, EdgeIndex.build(fresh, plan.key_e), plan) if met.num_rows else None
-            seeds = _distinct(pa.concat_tables([anchor] + ([self._cast(stepped)] if stepped is not None else [])))
-            seeds = self._minus_found(found_view, seeds)  # a row found before was walked from before
-            ones = pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows)
-            now = present.changed(fresh.append_column(COUNT, ones), new=True)
-            levels = list(walk(seeds, now.index, plan)) if seeds.num_rows else []
-            # under UNION the walk yields each row once (its levels keep only rows not met before)
-            new = self._minus_found(found_view, pa.concat_tables([self._cast(t) for t in levels])) \
-                if levels else seeds
-        with step("write the output"):
-            self.write_rows(spark, new, batch_id)
-        with step("write the state"):
-            self.found.write(found_view, _with(new, FOUND, True), batch_id)
-            self.edges.write(edges_view, fresh.append_column(COUNT, ones), batch_id)
-            self._keep(now, batch_id)
+        # leaving the block waits for the writes, also when the walk fails
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sqlext-recursion-state") as background:
+            edges_written = background.submit(self.edges.write, edges_view, counted, batch_id, commit=False)
+            with step("walk"):
+                anchor = self._cast(_anchor_over(spark, self, fresh))
+                stepped = walk_step(met, EdgeIndex.build(fresh, plan.key_e), plan) if met.num_rows else None
+                # a seed twice is walked once: under UNION the walk's first level keeps each row once
+                seeds = pa.concat_tables([anchor] + ([self._cast(stepped)] if stepped is not None else []))
+                seeds = self._minus_found(found_view, seeds)  # a row found before was walked from before
+                now = present.changed(counted, new=True)
+                levels = list(walk(seeds, now.index, plan)) if seeds.num_rows else []
+                # under UNION the walk yields each row once (its levels keep only rows not met before)
+                new = self._minus_found(found_view, pa.concat_tables([self._cast(t) for t in levels])) \
+                    if levels else seeds
+            found_written = background.submit(self.found.write, found_view, _with(new, FOUND, True), batch_id,
+                                              commit=False)
+            with step("write the output"):
+                self.write_rows(spark, new, batch_id)
+            with step("write the state"):
+                found_pending, edges_pending = found_written.result(), edges_written.result()
+                self.found.commit(found_pending)
+                self.edges.commit(edges_pending)
+                self._keep(now, batch_id)
 
     @property
     def _edge_schema(self) -> pa.Schema:

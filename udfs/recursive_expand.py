@@ -270,16 +270,18 @@ class _Seen:
     """The rows a walk under ``UNION`` has met, to keep only the first of each. Rows of integer
     columns (the usual ids and depths) are packed into one integer each, exactly (each
     column's value less its lowest, times the spans of the columns after it, a NULL one past
-    the highest), and looked up in a sorted array; the bounds widen, and the rows met so far
-    are packed again, when a level brings a value outside them. Rows of other types, or whose
-    spans do not fit 62 bits, are kept as tuples in a set."""
+    the highest), and looked up in sorted runs of codes, each at least :data:`RUN_RATIO` times
+    the next (a level's codes are a new run, merged into the runs before it that are not that
+    much larger: the few rows of a walk's last levels are not merged into all the rows met); the bounds
+    widen, and the rows met so far are packed again, when a level brings a value outside them.
+    Rows of other types, or whose spans do not fit 62 bits, are kept as tuples in a set."""
 
     def __init__(self):
         self.tuples: set | None = None
         # the rows met, as the tables of them returned (read back only when the bounds widen)
         self.met: list[pa.Table] | None = None
         self.bounds: list[tuple[int, int]] | None = None
-        self.codes = np.zeros(0, np.int64)  # sorted
+        self.runs: list[np.ndarray] = []  # sorted codes, the largest run first
 
     def new_rows(self, table: pa.Table) -> pa.Table:
         if self.tuples is None and self.met is None:
@@ -345,7 +347,7 @@ class _Seen:
                 return None
             self.bounds = chosen
             if self.met:
-                self.codes = np.sort(self._pack(*self._numbers(pa.concat_tables(self.met).columns)))
+                self.runs = [np.sort(self._pack(*self._numbers(pa.concat_tables(self.met).columns)))]
         codes = self._pack(values, nulls)
         # the level's distinct codes (sorted) and the first row of each: an unstable argsort
         # (far cheaper than a stable one) and the least position among equal codes
@@ -356,14 +358,26 @@ class _Seen:
             unique, first = ordered, order
         else:
             unique, first = ordered[starts], np.minimum.reduceat(order, starts)
-        position = np.searchsorted(self.codes, unique)
-        met = position < len(self.codes)
-        met[met] = self.codes[position[met]] == unique[met]
-        new = ~met
-        self.codes = _merged(self.codes, unique[new], position[new])
+        new = np.ones(len(unique), bool)
+        for run in self.runs:
+            position = np.searchsorted(run, unique)
+            inside = position < len(run)
+            inside[inside] = run[position[inside]] == unique[inside]
+            new &= ~inside
+        self._add(unique[new])
         kept = table.take(pa.array(np.sort(first[new])))  # in the level's order
         self.met.append(kept)
         return kept
+
+    def _add(self, codes: np.ndarray) -> None:
+        """Sorted new codes as a run, merged with the runs before it less than :data:`RUN_RATIO`
+        times its size (two sorted runs: the stable sort, a merge sort, merges them in one pass)."""
+        if not len(codes):
+            return
+        self.runs.append(codes)
+        while len(self.runs) > 1 and len(self.runs[-2]) < RUN_RATIO * len(self.runs[-1]):
+            last = self.runs.pop()
+            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]), kind="stable")
 
     def _pack(self, values: list[np.ndarray], nulls: list[np.ndarray | None]) -> np.ndarray:
         """Each row's code: in place, column after column. The sums may pass the int64 range
@@ -383,23 +397,11 @@ class _Seen:
         return code if code is not None else np.zeros(0, np.int64)
 
 
-def _merged(codes: np.ndarray, added: np.ndarray, places: np.ndarray) -> np.ndarray:
-    """Sorted ``codes`` with the sorted ``added`` put in, each at its place among them (as
-    ``np.searchsorted`` gives it): one pass, no sort."""
-    if not len(added):
-        return codes
-    merged = np.empty(len(codes) + len(added), np.int64)
-    at = places + np.arange(len(added))
-    old = np.ones(len(merged), bool)
-    old[at] = False
-    merged[at] = added
-    merged[old] = codes
-    return merged
-
-
 # the room a walk's memory of rows leaves past each column's values, where it fits: 8 times
 # the values' span and this much more
 ROOM = 1024
+# each run of codes a walk's memory of rows keeps is at least this many times the next
+RUN_RATIO = 4
 
 
 def _roomy(low: int, high: int, slack: int | None) -> tuple[int, int]:

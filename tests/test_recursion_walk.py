@@ -170,6 +170,32 @@ def test_a_large_level_keeps_the_first_of_equal_rows_in_its_order():
         assert list(zip(*(kept[c].to_pylist() for c in ("a", "b", "i")))) == expected
 
 
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(rows=st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([-2 ** 63, 2 ** 63 - 1])),
+                               st.one_of(st.none(), st.integers(0, 5))), max_size=12))
+def test_distinct_rows_of_integers_are_the_first_of_each_or_none_where_they_do_not_pack(rows):
+    """The distinct rows of integer columns (NULL equal to NULL), the first of each in order,
+    packed as the walk's memory packs them; None where the values span more than a code holds
+    (the caller groups them instead)."""
+    from sqlext.udfs.recursive_expand import distinct_rows
+
+    table = pa.table({"a": pa.array([r[0] for r in rows], pa.int64()), "b": pa.array([r[1] for r in rows], pa.int32())})
+    kept = distinct_rows(table)
+    values = {r[0] for r in rows if r[0] is not None}
+    if len(rows) >= 2 and max(values, default=0) - min(values, default=0) > 2 ** 60:
+        assert kept is None
+        return
+    assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == list(dict.fromkeys(rows))
+
+
+def test_distinct_rows_leave_other_types_to_the_caller():
+    from sqlext.udfs.recursive_expand import distinct_rows
+
+    assert distinct_rows(pa.table({"a": ["x", "x"], "b": [1, 1]})) is None
+    one = pa.table({"a": ["x"]})
+    assert distinct_rows(one) is one
+
+
 def _by_key(index: EdgeIndex) -> dict:
     """An index as each key's edges, (src, dst) sorted, checking that each key's rows lie in
     its range and that the dense slots point at the keys."""

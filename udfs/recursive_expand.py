@@ -397,6 +397,19 @@ class _Seen:
         return code if code is not None else np.zeros(0, np.int64)
 
 
+def distinct_rows(table: pa.Table) -> pa.Table | None:
+    """The first of each distinct row of ``table`` (NULL equal to NULL), in its order, where its
+    columns are integers that pack as the walk's memory of rows packs them (:class:`_Seen`):
+    a sort of one number per row, not a hash of every column; None where they do not pack."""
+    if table.num_rows < 2 or not table.num_columns:
+        return table if table.num_rows < 2 else None
+    if not all(pa.types.is_integer(c.type) for c in table.columns):
+        return None
+    seen = _Seen()
+    seen.met = []
+    return seen._packed(table)
+
+
 # the room a walk's memory of rows leaves past each column's values, where it fits: 8 times
 # the values' span and this much more
 ROOM = 1024
@@ -419,12 +432,17 @@ def step(level: pa.Table, edges: EdgeIndex | None, plan: WalkPlan) -> pa.Table:
         context = _Context(level, None, np.arange(level.num_rows), np.zeros(0, np.int64))
         return _filter_project(context, plan)
     key = level[plan.key_r]
-    valid = pc.is_valid(key).to_numpy(zero_copy_only=False)
-    values = pc.fill_null(key, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    key = key.combine_chunks() if isinstance(key, pa.ChunkedArray) else key
+    valid = pc.is_valid(key).to_numpy(zero_copy_only=False) if key.null_count else np.ones(len(key), bool)
+    values = (pc.fill_null(key, 0) if key.null_count else key).to_numpy(zero_copy_only=False) \
+        .astype(np.int64, copy=False)
     pos, hit = edges.positions(values, valid)
-    rows = np.nonzero(hit)[0]
-    starts = edges.offsets[pos[rows]]
-    counts = edges.offsets[pos[rows] + 1] - starts
+    rows = np.flatnonzero(hit)
+    found = pos[rows]
+    starts = edges.offsets[found]
+    counts = edges.offsets[found + 1] - starts
+    if len(counts) == 0 or counts.max() == 1:  # one edge per key met (a tree, a list): no repeats
+        return _filter_project(_Context(level, edges.table, rows, starts), plan)
     total = int(counts.sum())
     r_index = np.repeat(rows, counts)
     e_index = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)

@@ -936,9 +936,15 @@ def _with(rows: pa.Table, column: str, value) -> pa.Table:
 
 
 def _distinct(table: pa.Table) -> pa.Table:
-    """The table's distinct rows."""
+    """The table's distinct rows: of integer columns (the usual ids), packed one number a row
+    and sorted; else grouped by every column."""
+    from sqlext.udfs.recursive_expand import distinct_rows
+
     if table.num_rows < 2:
         return table
+    packed = distinct_rows(table)
+    if packed is not None:
+        return packed
     return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
 
 

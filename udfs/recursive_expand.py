@@ -63,6 +63,13 @@ last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'leve
 # graph walk: pure Arrow / numpy
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: as ``np.unique``, which in numpy 2.4 costs some 30 times a
+    sort for a million integers (0.36 s against 10 ms)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
 @dataclass
 class EdgeIndex:
     """The join relation sorted by its (integer, non-NULL) join key: ``table`` row ``i`` for
@@ -112,7 +119,7 @@ class EdgeIndex:
     def rows_with(self, values: np.ndarray) -> np.ndarray:
         """The positions in :attr:`table` of the rows whose key is among ``values`` (integers),
         in table order."""
-        values = np.unique(np.asarray(values, np.int64))
+        values = sorted_unique(np.asarray(values, np.int64))
         pos, hit = self.positions(values, np.ones(len(values), bool))
         starts = self.offsets[pos[hit]]
         counts = self.offsets[pos[hit] + 1] - starts

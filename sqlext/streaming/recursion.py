@@ -382,6 +382,8 @@ class TableStateRecursion(TableStateRun):
         delete and re-derive (see :meth:`_changes`), each recursion a graph walk. Only the
         rows the removed and added edges reach are read from the state: the rows found so far
         are looked up by column, never read whole."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyarrow.compute as pc
 
         from sqlext.udfs.recursive_expand import EdgeIndex
@@ -418,43 +420,54 @@ class TableStateRecursion(TableStateRun):
             removed = net.filter(pc.and_(pc.greater(before, 0), pc.less_equal(after, 0))).select(columns)
             now = present.changed(counts)
             edges_now = now.edges()
-        with step("walk"):
-            if not found_view.empty:
-                found_view.load()  # looked up several times below: read once
-            index_now = now.index
-            gone = self.found.arrow_schema.empty_table().select(self.columns)
-            if removed.num_rows and not found_view.empty:
-                suspects = self._suspects(spark, found_view, removed, present.index)
-                again = self._still_derived(spark, found_view, suspects, edges_now)
-                gone = suspects
-            else:
-                suspects, again = gone, gone
-            seeds = [again, self._cast(_anchor_over(spark, self, added))]
-            if added.num_rows and not found_view.empty:
-                met = _exclude_rows(self._found_rows(found_view, plan.key_r, added[plan.key_e]), suspects, self.columns)
-                if met.num_rows:
-                    seeds.append(self._cast(walk_step(met, EdgeIndex.build(added, plan.key_e), plan)))
-            seeds = self._minus_kept(found_view, _distinct(pa.concat_tables(seeds)), suspects)
-            levels = list(walk(seeds, index_now, plan)) if seeds.num_rows else []
-            # under UNION the walk yields each row once
-            reached = self._minus_kept(found_view, pa.concat_tables([self._cast(t) for t in levels]),
-                                       suspects) if levels else seeds
-            inserted = _exclude_rows(reached, suspects, self.columns)
-            gone = _exclude_rows(gone, reached, self.columns)
-        with step("write the output"):
-            out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
-            if order_by in rows.column_names:
-                out = out.append_column(order_by, pa.repeat(
-                    pa.scalar(version, rows.schema.field(order_by).type), out.num_rows))
-            if out.num_rows:
-                self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, order_by)
-                                                                  if c in out.column_names))
-        with step("write the state"):
-            if out.num_rows:
-                self.found.write(found_view, pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]),
-                                 batch_id)
-            self.edges.write(edges_view, counts, batch_id)
-            self._keep(now, batch_id)
+        # the state's layers are written beside the rest and committed after the output, as
+        # _arrivals_on_driver writes them; leaving the block waits for the writes
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sqlext-recursion-state") as background:
+            edges_written = background.submit(self.edges.write, edges_view, counts, batch_id, commit=False)
+            with step("walk"):
+                if not found_view.empty:
+                    found_view.load()  # looked up several times below: read once
+                index_now = now.index
+                gone = self.found.arrow_schema.empty_table().select(self.columns)
+                if removed.num_rows and not found_view.empty:
+                    suspects = self._suspects(spark, found_view, removed, present.index)
+                    again = self._still_derived(spark, found_view, suspects, edges_now)
+                    gone = suspects
+                else:
+                    suspects, again = gone, gone
+                seeds = [again, self._cast(_anchor_over(spark, self, added))]
+                if added.num_rows and not found_view.empty:
+                    met = _exclude_rows(self._found_rows(found_view, plan.key_r, added[plan.key_e]), suspects,
+                                        self.columns)
+                    if met.num_rows:
+                        seeds.append(self._cast(walk_step(met, EdgeIndex.build(added, plan.key_e), plan)))
+                # a seed twice is walked once: under UNION the walk's first level keeps each row once
+                seeds = self._minus_kept(found_view, pa.concat_tables(seeds), suspects)
+                levels = list(walk(seeds, index_now, plan)) if seeds.num_rows else []
+                # under UNION the walk yields each row once
+                reached = self._minus_kept(found_view, pa.concat_tables([self._cast(t) for t in levels]),
+                                           suspects) if levels else seeds
+                inserted = _exclude_rows(reached, suspects, self.columns)
+                gone = _exclude_rows(gone, reached, self.columns)
+            found_written = None
+            if gone.num_rows or inserted.num_rows:
+                found_written = background.submit(
+                    self.found.write, found_view,
+                    pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]), batch_id, commit=False)
+            with step("write the output"):
+                out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
+                if order_by in rows.column_names:
+                    out = out.append_column(order_by, pa.repeat(
+                        pa.scalar(version, rows.schema.field(order_by).type), out.num_rows))
+                if out.num_rows:
+                    self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, order_by)
+                                                                      if c in out.column_names))
+            with step("write the state"):
+                found_pending = found_written.result() if found_written is not None else []
+                edges_pending = edges_written.result()
+                self.found.commit(found_pending)
+                self.edges.commit(edges_pending)
+                self._keep(now, batch_id)
 
     def _suspects(self, spark, found_view, removed: pa.Table, old_index) -> pa.Table:
         """Every row found so far that some derivation through a removed edge reaches: the

@@ -57,6 +57,13 @@ def leaves_row(shape, changes: pa.Table) -> pa.Array:
     return leaves.combine_chunks() if isinstance(leaves, pa.ChunkedArray) else leaves
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: as ``np.unique``, which in numpy 2.4 costs some 30 times a
+    sort for a million integers (0.36 s against 10 ms)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
 def same_value(a, b):
     """Equal, NULL equal to NULL (NaN equal to NaN is not needed: keys compare as Spark groups)."""
     both_null = pc.and_(pc.is_null(a), pc.is_null(b))

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 
 from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, read_parquet
+from sqlext.udfs.column_wise import sorted_unique
 
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
@@ -584,7 +585,7 @@ class _Index:
         wanted = _numbers(values.drop_null())
         if wanted is None:
             return None
-        wanted = np.unique(wanted)  # a value asked for twice finds its rows once
+        wanted = sorted_unique(wanted)  # a value asked for twice finds its rows once
         low = np.searchsorted(self.ordered, wanted, side="left")
         if self.unique:
             found = low < len(self.ordered)

@@ -265,8 +265,11 @@ class _Part:
         layer = self.path(kind, batch_id)
         pending = layer.begin_layer()
         (pending / "part-00000.parquet").write_parquet(table, row_group_size=128 * 1024, whole=False)
-        # kept under the layer's own name: renamed or committed, its files stay as they are
-        LAYERS.put(layer, table, identity=pending.identity())
+        # kept under the layer's own name: renamed or committed, its files stay as they are; in
+        # one piece, since a lookup's take over a table of many pieces (a walk's levels, one each)
+        # costs several times as much
+        LAYERS.put(layer, table.combine_chunks() if table.num_columns and table.column(0).num_chunks > 1 else table,
+                   identity=pending.identity())
         return Pending(view.bucket, kind, batch_id, (view.base, view.delta))
 
     def _put_frame(self, kind: str, batch_id: int, frame, view: "PartView") -> Pending:

@@ -580,7 +580,7 @@ class _Index:
             return None
         valid = np.asarray(pc.is_valid(column), dtype=bool)
         present = np.nonzero(valid)[0]
-        order = present[np.argsort(numbers[present], kind="stable")]
+        order = present[np.argsort(numbers[present])]  # rows() sorts what it finds: no need of a stable sort
         return cls(numbers[order], order, np.nonzero(~valid)[0])
 
     def rows(self, values) -> np.ndarray | None:

@@ -16,7 +16,6 @@ last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from typing import Mapping
 
 from sqlglot import exp
@@ -30,6 +29,7 @@ from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.sqltree import identifier_list
 from sqlext.streaming.checkpoint import (STATE_FOLDER, STATEMENT_FILE, START_OVER, START_OVER_DBT, Before, check_columns,
                                          check_source_columns, claim)
+from sqlext.streaming.recent import Recent
 from sqlext.streaming.registry import keyed_call, purpose_of
 from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
 from sqlext.streaming.sources import Sources, table_folder, table_name
@@ -309,16 +309,15 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 
     folders = [sources.parquet_folder(t.this) for t in numbered]
     key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)
-    if key in _COMPILED:
-        _COMPILED.move_to_end(key)
-        return _COMPILED[key]
+    kept = _COMPILED.get(key)
+    if kept is not None:
+        return kept
     pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
                          converted)
     compiled = inputs_stream(frames), pipeline
     # under the key as it is now: a first run has just written the checkpoint's layout file
-    _COMPILED[_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)] = compiled
-    while len(_COMPILED) > 8:
-        _COMPILED.popitem(last=False)
+    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted),
+                  compiled)
     return compiled
 
 
@@ -329,7 +328,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 # function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
 # files a new checkpoint writes anew are part of the key.
-_COMPILED: OrderedDict = OrderedDict()
+_COMPILED = Recent(8)
 
 
 def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,

@@ -35,9 +35,6 @@ own, so a replayed batch writes the same rows and state again.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
@@ -48,6 +45,7 @@ from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
+from sqlext.streaming.recent import Recent
 from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, exclude
 
@@ -324,8 +322,7 @@ class TableStateRecursion(TableStateRun):
     def _present(self, view) -> "_Present":
         """The edges present before this batch (see :class:`_Present`): kept in memory from the
         batch that wrote the layers the view reads, in this process; else read from them."""
-        with _KEPT_LOCK:
-            kept = _PRESENT.get(self.edges.folder.uri)
+        kept = _PRESENT.get(self.edges.folder.uri)
         if kept is not None and not view.empty and kept[0] == _identity(view):
             return kept[1]
         columns = self.edge_columns
@@ -342,12 +339,10 @@ class TableStateRecursion(TableStateRun):
 
         uri = self.edges.folder.uri
         identity = _identity(self.edges.before(batch_id + 1)) if present.nbytes * 4 <= CACHE_BYTES else None
-        with _KEPT_LOCK:
-            _PRESENT.pop(uri, None)
-            if identity is not None:
-                _PRESENT[uri] = (identity, present)
-            while len(_PRESENT) > PRESENT_KEPT:
-                _PRESENT.popitem(last=False)
+        if identity is None:
+            _PRESENT.forget(uri)
+        else:
+            _PRESENT.put(uri, (identity, present))
 
     def _cast(self, table: pa.Table) -> pa.Table:
         """Rows under the recursion's column names and Arrow types."""
@@ -719,10 +714,7 @@ class TableStateRecursion(TableStateRun):
 
 # the present edges of recent edge states, by the state's folder: (the identity of the layers
 # they stand for, the edges); see TableStateRecursion._present
-_PRESENT: OrderedDict = OrderedDict()
-PRESENT_KEPT = 4
-# the queries of a process run their batches in threads of their own
-_KEPT_LOCK = threading.Lock()
+_PRESENT = Recent(4)
 
 
 def _identity(view) -> tuple:
@@ -808,8 +800,7 @@ class _Present:
 
 
 # the recursion's columns and compiled walk, by statement, edge columns and session (see _compiled)
-_COMPILED: OrderedDict = OrderedDict()
-COMPILED_KEPT = 16
+_COMPILED = Recent(16)
 
 
 def _compiled(spark, shape: RecursionShape, edges):
@@ -823,17 +814,12 @@ def _compiled(spark, shape: RecursionShape, edges):
 
     key = (to_sql(shape.anchor), to_sql(shape.step), tuple(shape.columns or ()), edges.json(),
            spark.conf.get(ROW_LIMIT_CONF, str(DEFAULT_ROW_LIMIT)), spark.conf.get("spark.sql.ansi.enabled"))
-    with _KEPT_LOCK:
-        kept = _COMPILED.get(key)
+    kept = _COMPILED.get(key)
     if kept is not None and kept[0] is spark:
         return kept[1], kept[2]
     rows = _row_schema(spark, shape, edges)
     plan = _walk_plan(spark, shape, rows, edges)
-    with _KEPT_LOCK:
-        _COMPILED.pop(key, None)
-        _COMPILED[key] = (spark, rows, plan)
-        while len(_COMPILED) > COMPILED_KEPT:
-            _COMPILED.popitem(last=False)
+    _COMPILED.put(key, (spark, rows, plan))
     return rows, plan
 
 

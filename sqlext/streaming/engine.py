@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import pickle
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -55,7 +54,7 @@ from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)
-from sqlext.streaming.state import KeyedState, StateView
+from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 
 BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
@@ -310,13 +309,12 @@ class Pipeline(TableStateRun):
     # -- on the driver
 
     def _on_driver(self, spark, batch, batch_id: int) -> dict:
-        """Each operator's step in the statement's order. A state's new layers are written by
-        a thread of their own while the next operators compute (Arrow and Parquet let go of
-        Python's lock as they work): a layer is not visible until the batch commits them all,
-        after its output is written, so the order of the writes does not matter."""
+        """Each operator's step in the statement's order. A state's new layers are written
+        while the next operators compute, and committed after the output
+        (:class:`~sqlext.streaming.state.LayerWrites`)."""
         outputs: dict[int, pa.Table] = {}
-        facts, writes = {}, []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-state") as writer:
+        facts = {}
+        with LayerWrites() as writes:
             for operator in self.operators:
                 with step("collect the increment"):
                     rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
@@ -325,18 +323,13 @@ class Pipeline(TableStateRun):
                 outputs[id(operator)] = operator.forwarded(result.out)
                 facts[id(operator)] = result.facts
                 for name, delta in result.deltas.items():
-                    state = operator.states[name]
-                    writes.append((state, writer.submit(state.write, views[name], delta, batch_id,
-                                                        keep=operator.keep(name), commit=False)))
+                    writes.write(operator.states[name], views[name], delta, batch_id, keep=operator.keep(name))
             out = outputs[id(self.root)]
             if out is not None:
                 with step("write the output"):
                     self.write_rows(spark, out, batch_id)
             with step("write the state"):
-                pending = [(state, written.result()) for state, written in writes]
-        with step("write the state"):
-            for state, layers in pending:
-                state.commit(layers)
+                writes.commit()
         return facts
 
     def _driver_rows(self, spark, batch, batch_id: int, operator: KeyedOperator, outputs: dict):

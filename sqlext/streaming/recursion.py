@@ -47,7 +47,7 @@ from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
-from sqlext.streaming.state import KeyedState, exclude
+from sqlext.streaming.state import KeyedState, LayerWrites, exclude
 
 FUNCTION = "sqlext stream"
 # an edge's count in the state (inserts less deletes), and before the batch
@@ -273,8 +273,6 @@ class TableStateRecursion(TableStateRun):
         (and Spark records it). A batch stopped before that has committed nothing of its own,
         and one stopped between the two commits is replayed over the layers of the batches
         before it, as any replay is."""
-        from concurrent.futures import ThreadPoolExecutor
-
         from sqlext.udfs.recursive_expand import EdgeIndex
         from sqlext.udfs.recursive_expand import step as walk_step
         from sqlext.udfs.recursive_expand import walk
@@ -289,9 +287,8 @@ class TableStateRecursion(TableStateRun):
             fresh = _exclude_rows(new_edges, present.among(new_edges), self.edge_columns)
             counted = fresh.append_column(COUNT, pa.repeat(pa.scalar(1, pa.int64()), fresh.num_rows))
             met = self._found_rows(found_view, plan.key_r, fresh[plan.key_e])
-        # leaving the block waits for the writes, also when the walk fails
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sqlext-recursion-state") as background:
-            edges_written = background.submit(self.edges.write, edges_view, counted, batch_id, commit=False)
+        with LayerWrites(threads=2) as writes:
+            writes.write(self.edges, edges_view, counted, batch_id)
             with step("walk"):
                 anchor = self._cast(_anchor_over(spark, self, fresh))
                 stepped = walk_step(met, EdgeIndex.build(fresh, plan.key_e), plan) if met.num_rows else None
@@ -303,14 +300,11 @@ class TableStateRecursion(TableStateRun):
                 # under UNION the walk yields each row once (its levels keep only rows not met before)
                 new = self._minus_found(found_view, pa.concat_tables([self._cast(t) for t in levels])) \
                     if levels else seeds
-            found_written = background.submit(self.found.write, found_view, _with(new, FOUND, True), batch_id,
-                                              commit=False)
+            writes.write(self.found, found_view, _with(new, FOUND, True), batch_id)
             with step("write the output"):
                 self.write_rows(spark, new, batch_id)
             with step("write the state"):
-                found_pending, edges_pending = found_written.result(), edges_written.result()
-                self.found.commit(found_pending)
-                self.edges.commit(edges_pending)
+                writes.commit(self.found, self.edges)
                 self._keep(now, batch_id)
 
     @property
@@ -377,8 +371,6 @@ class TableStateRecursion(TableStateRun):
         delete and re-derive (see :meth:`_changes`), each recursion a graph walk. Only the
         rows the removed and added edges reach are read from the state: the rows found so far
         are looked up by column, never read whole."""
-        from concurrent.futures import ThreadPoolExecutor
-
         import pyarrow.compute as pc
 
         from sqlext.udfs.recursive_expand import EdgeIndex
@@ -416,9 +408,9 @@ class TableStateRecursion(TableStateRun):
             now = present.changed(counts)
             edges_now = now.edges()
         # the state's layers are written beside the rest and committed after the output, as
-        # _arrivals_on_driver writes them; leaving the block waits for the writes
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sqlext-recursion-state") as background:
-            edges_written = background.submit(self.edges.write, edges_view, counts, batch_id, commit=False)
+        # _arrivals_on_driver writes them
+        with LayerWrites(threads=2) as writes:
+            writes.write(self.edges, edges_view, counts, batch_id)
             with step("walk"):
                 if not found_view.empty:
                     found_view.load()  # looked up several times below: read once
@@ -444,11 +436,9 @@ class TableStateRecursion(TableStateRun):
                                            suspects) if levels else seeds
                 inserted = _exclude_rows(reached, suspects, self.columns)
                 gone = _exclude_rows(gone, reached, self.columns)
-            found_written = None
             if gone.num_rows or inserted.num_rows:
-                found_written = background.submit(
-                    self.found.write, found_view,
-                    pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]), batch_id, commit=False)
+                writes.write(self.found, found_view,
+                             pa.concat_tables([_with(gone, FOUND, False), _with(inserted, FOUND, True)]), batch_id)
             with step("write the output"):
                 out = pa.concat_tables([_with(gone, CHANGE_TYPE, DELETE), _with(inserted, CHANGE_TYPE, INSERT)])
                 if order_by in rows.column_names:
@@ -458,10 +448,7 @@ class TableStateRecursion(TableStateRun):
                     self.write_rows(spark, out, batch_id, carry=tuple(c for c in (CHANGE_TYPE, order_by)
                                                                       if c in out.column_names))
             with step("write the state"):
-                found_pending = found_written.result() if found_written is not None else []
-                edges_pending = edges_written.result()
-                self.found.commit(found_pending)
-                self.edges.commit(edges_pending)
+                writes.commit(self.found, self.edges)
                 self._keep(now, batch_id)
 
     def _suspects(self, spark, found_view, removed: pa.Table, old_index) -> pa.Table:

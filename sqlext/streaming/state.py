@@ -192,6 +192,44 @@ class Pending:
     read: tuple
 
 
+class LayerWrites:
+    """A batch's new state layers, written by threads of their own while the batch goes on
+    (Arrow and Parquet let go of Python's lock as they work) and visible only once
+    :meth:`commit` is called, after the batch's output is written: until then a stopped batch
+    has committed nothing of its own, and the order of the writes does not matter. Leaving the
+    ``with`` block waits for the writes, also when the batch fails."""
+
+    def __init__(self, threads: int = 1):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sqlext-state")
+        self._writes: list = []
+
+    def __enter__(self) -> "LayerWrites":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True)
+
+    def write(self, state: KeyedState, view: "StateView", changed, batch_id: int, keep=None) -> None:
+        """:meth:`KeyedState.write` of ``changed`` on top of ``view``, not committed."""
+        self._writes.append((state, self._pool.submit(state.write, view, changed, batch_id, keep=keep,
+                                                      commit=False)))
+
+    def wait(self) -> list[tuple[KeyedState, list[Pending]]]:
+        """Each state with its layers written, once every write is done."""
+        return [(state, written.result()) for state, written in self._writes]
+
+    def commit(self, *states: KeyedState) -> None:
+        """Make every layer written visible: the states' in the order ``states`` names them
+        where it is given, else in the order the writes were asked for."""
+        written = self.wait()
+        if states:
+            written = sorted(written, key=lambda pair: states.index(pair[0]))
+        for state, layers in written:
+            state.commit(layers)
+
+
 class _Part:
     """One bucket of a state: a folder of layers."""
 

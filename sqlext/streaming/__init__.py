@@ -32,7 +32,7 @@ from sqlext.streaming.checkpoint import (STATE_FOLDER, STATEMENT_FILE, START_OVE
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.registry import keyed_call, purpose_of
 from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
-from sqlext.streaming.sources import Sources, table_folder, table_name
+from sqlext.streaming.sources import Sources, change_rows_frame, table_folder, table_name
 
 FUNCTION = "sqlext stream"
 _views = itertools.count(1)
@@ -500,7 +500,7 @@ def _order_by_streams(tree: exp.Expression) -> None:
     ``order_by`` going to the call)."""
     from sqlext.functions.arguments import set_literal
     from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
-    from sqlext.rewrites.dialect import stream_argument, stream_options
+    from sqlext.rewrites.dialect import stream_argument
     from sqlext.streaming.sources import stream_order, stream_shape
 
     # inner calls first: an outer call reads their change rows, ordered as they are
@@ -538,27 +538,6 @@ def _order_by_streams(tree: exp.Expression) -> None:
         if len({order.lower() for _, _, order in orders}) > 1:
             raise order_clash(keyed.name, orders)
         set_literal(table, keyed.arguments, "order_by", identifier_list([orders[0][2]]))
-
-
-def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by):
-    """``frame`` (rows in ``shape``) as sqlext's change rows, and the name of their ordering column."""
-    from pyspark.sql.types import StructType
-
-    from sqlext.functions.input_formats import change_rows
-
-    def fields(column: str):
-        kind = frame.schema[column].dataType if column in frame.columns else None
-        return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
-
-    views: list[str] = []
-    try:
-        view = _register(spark, frame, views)
-        rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
-                           order_by)
-        return spark.sql(to_sql(rows.query)), rows.order_by
-    finally:
-        for view in views:
-            spark.catalog.dropTempView(view)
 
 
 def _refuse_table_input(function: str, name: str, argument) -> None:

@@ -76,9 +76,16 @@ def read_by_recursion(call: exp.Anonymous) -> bool:
 
 def as_change_rows(spark, call: exp.Anonymous, frame):
     """``frame``, the rows of the source ``STREAM(...)`` reads (a stream, or all of them in a
-    batch), as sqlext's change rows: the query of :mod:`sqlext.functions.input_formats` for
-    the stream's shape over it. A stream a recursion reads itself has no key: an update must
-    carry the row it replaces."""
+    batch), as sqlext's change rows for the stream's shape. A stream a recursion reads itself
+    has no key: an update must carry the row it replaces."""
+    rows, _ = change_rows_frame(spark, "STREAM", to_sql(call), stream_shape(call), frame,
+                                stream_options(call).get("order_by"), keyless=read_by_recursion(call))
+    return rows
+
+
+def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by, keyless: bool = False):
+    """``frame`` (rows in ``shape``) as sqlext's change rows (the query of
+    :mod:`sqlext.functions.input_formats` over it), and the name of their ordering column."""
     from pyspark.sql.types import StructType
 
     from sqlext.functions.input_formats import change_rows
@@ -90,10 +97,9 @@ def as_change_rows(spark, call: exp.Anonymous, frame):
     view = f"__sx_shape_{next(_shape_views)}"
     frame.createOrReplaceTempView(view)
     try:
-        rows = change_rows("STREAM", to_sql(call), stream_shape(call), exp.Table(this=exp.to_identifier(view)),
-                           frame.columns, fields, stream_options(call).get("order_by"),
-                           keyless=read_by_recursion(call))
-        return spark.sql(to_sql(rows.query))
+        rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
+                           order_by, keyless=keyless)
+        return spark.sql(to_sql(rows.query)), rows.order_by
     finally:
         spark.catalog.dropTempView(view)
 

@@ -108,19 +108,7 @@ def test_a_walk_keeps_the_first_of_each_row_as_a_set_does(levels):
     """UNION's memory of the rows met (integer rows packed into one number, bounds widened as
     levels bring new values, tuples where the spans do not fit): each level keeps, in order,
     the rows neither met at an earlier level nor earlier in itself."""
-    from sqlext.udfs.recursive_expand import _Seen
-
-    seen, met = _Seen(), set()
-    for rows in levels:
-        table = pa.table({"a": pa.array([r[0] for r in rows], pa.int64()),
-                          "b": pa.array([r[1] for r in rows], pa.int32())})
-        expected = []
-        for row in rows:
-            if row not in met:
-                met.add(row)
-                expected.append(row)
-        kept = seen.new_rows(table) if rows else table
-        assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected
+    _keeps_what_a_set_keeps(levels)
 
 
 @settings(max_examples=examples(200, 2000), deadline=None)
@@ -131,20 +119,25 @@ def test_a_walk_keeps_the_first_of_each_row_at_the_ends_of_int64_and_past_its_ro
     """The packed memory of rows at the ends of the int64 range (the codes are summed in
     place, wrapping on the way) and over a column that outgrows the room left past its values
     (a depth: the rows met so far are packed again): the same rows as a set keeps."""
+    _keeps_what_a_set_keeps([[(a if nulls else (a if a is not None else 0), b) for a, b in rows] for rows in levels])
+
+
+def _keeps_what_a_set_keeps(levels, types=(pa.int64(), pa.int32())):
+    """Each level of rows (tuples, a value per column of ``types``) given to one walk's memory
+    keeps, in order, the rows neither met at an earlier level nor earlier in itself."""
     from sqlext.udfs.recursive_expand import _Seen
 
     seen, met = _Seen(), set()
     for rows in levels:
-        rows = [(a if nulls else (a if a is not None else 0), b) for a, b in rows]
-        table = pa.table({"a": pa.array([r[0] for r in rows], pa.int64()),
-                          "b": pa.array([r[1] for r in rows], pa.int32())})
+        table = pa.table([pa.array([r[i] for r in rows], kind) for i, kind in enumerate(types)],
+                         names=[f"c{i}" for i in range(len(types))])
         expected = []
         for row in rows:
             if row not in met:
                 met.add(row)
                 expected.append(row)
         kept = seen.new_rows(table) if rows else table
-        assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == expected
+        assert list(zip(*(column.to_pylist() for column in kept.columns))) == expected
 
 
 def test_a_large_level_keeps_the_first_of_equal_rows_in_its_order():
@@ -153,21 +146,10 @@ def test_a_large_level_keeps_the_first_of_equal_rows_in_its_order():
     order, as a set keeps them."""
     import numpy as np
 
-    from sqlext.udfs.recursive_expand import _Seen
-
     rng = np.random.default_rng(7)
-    seen, met = _Seen(), set()
-    for size in (50_000, 80_000):
-        a, b = rng.integers(0, 300, size), rng.integers(0, 40, size)
-        table = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int32()),
-                          "i": pa.array(np.arange(size) % 3, pa.int64())})
-        expected = []
-        for row in zip(a.tolist(), b.tolist(), (np.arange(size) % 3).tolist()):
-            if row not in met:
-                met.add(row)
-                expected.append(row)
-        kept = seen.new_rows(table)
-        assert list(zip(*(kept[c].to_pylist() for c in ("a", "b", "i")))) == expected
+    levels = [list(zip(rng.integers(0, 300, size).tolist(), rng.integers(0, 40, size).tolist(),
+                       (np.arange(size) % 3).tolist())) for size in (50_000, 80_000)]
+    _keeps_what_a_set_keeps(levels, (pa.int64(), pa.int32(), pa.int64()))
 
 
 @settings(max_examples=examples(200, 2000), deadline=None)

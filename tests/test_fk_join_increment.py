@@ -9,6 +9,7 @@ changes) and on random feeds cut into runs."""
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -176,11 +177,26 @@ def increments(draw):
     return spec, state, changes, highest
 
 
+@contextmanager
+def _searches(sorted_queries: bool):
+    """The step's binary searches as a large increment runs them (the queries sorted first,
+    :func:`sqlext.udfs.column_wise.search`) or as a small one does."""
+    from sqlext.udfs import column_wise
+
+    kept = column_wise.SORT_QUERIES_FROM
+    column_wise.SORT_QUERIES_FROM = 0 if sorted_queries else kept
+    try:
+        yield
+    finally:
+        column_wise.SORT_QUERIES_FROM = kept
+
+
 @settings(max_examples=examples(600, 6000), deadline=None)
-@given(case=increments())
-def test_column_wise_matches_the_per_key_replay(case):
+@given(case=increments(), sorted_queries=st.booleans())
+def test_column_wise_matches_the_per_key_replay(case, sorted_queries):
     spec, state, changes, highest = case
-    expected, got = _both(spec, changes["left"], changes["right"], state["left"], state["right"], highest)
+    with _searches(sorted_queries):
+        expected, got = _both(spec, changes["left"], changes["right"], state["left"], state["right"], highest)
     assert got == expected
 
 
@@ -311,8 +327,8 @@ def test_nested_values_get_equal_codes_exactly_when_equal(values):
 @settings(max_examples=examples(200, 2000), deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 4)), max_size=12),
        changes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 10)), max_size=12),
-       wide=st.booleans())
-def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, changes, wide):
+       wide=st.booleans(), sorted_queries=st.booleans())
+def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, changes, wide, sorted_queries):
     """The pairs the step's subscription lookup finds: each left row alive from one version
     (excluded) to a later one (included), and each right change of the key it points at in that
     span; one integer per (key, version), or a join where that does not fit in 62 bits."""
@@ -327,7 +343,49 @@ def test_the_changes_a_row_meets_are_those_of_its_key_within_its_span(rows, chan
     versions = np.array([v for _, v in changes], np.int64)
     if wide:  # a span so long that key and version no longer fit in one integer together
         ends[0] += 1 << 61
-    row, change = pairs_within(keys, starts, ends, change_keys, versions)
+    with _searches(sorted_queries):
+        row, change = pairs_within(keys, starts, ends, change_keys, versions)
+    assert row.tolist() == sorted(row.tolist())  # rows in order
     expected = Counter((r, c) for r in range(len(rows)) for c in range(len(changes))
                        if keys[r] == change_keys[c] and starts[r] < versions[c] <= ends[r])
     assert Counter(zip(row.tolist(), change.tolist())) == expected
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(ordered=st.lists(st.integers(-3, 20), max_size=30), queries=st.lists(st.integers(-5, 25), max_size=30),
+       side=st.sampled_from(["left", "right"]))
+def test_a_search_with_its_queries_sorted_first_finds_what_searchsorted_finds(ordered, queries, side):
+    from sqlext.udfs.column_wise import search
+
+    ordered, queries = np.sort(np.array(ordered, np.int64)), np.array(queries, np.int64)
+    with _searches(True):
+        found = search(ordered, queries, side)
+    assert found.tolist() == np.searchsorted(ordered, queries, side=side).tolist()
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 9)), max_size=20),
+       asked=st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 10)), max_size=20), sorted_queries=st.booleans())
+def test_a_timeline_finds_each_keys_row_before_and_at_a_version(rows, asked, sorted_queries):
+    """Both answers at once (one search where a key has each version once, two where a version
+    repeats) equal the rows a scan finds: the newest of the key below the version, and at or
+    below it (of equal rows, the last)."""
+    from sqlext.udfs.column_wise import Timeline
+
+    keys, versions = np.array([k for k, _ in rows], np.int64), np.array([v for _, v in rows], np.int64)
+    line = Timeline(keys, versions, 12)
+    want_keys, want_versions = np.array([k for k, _ in asked], np.int64), np.array([v for _, v in asked], np.int64)
+    with _searches(sorted_queries):
+        before, at = line.around(want_keys, want_versions)
+        strict, loose = line.asof(want_keys, want_versions, True), line.asof(want_keys, want_versions, False)
+
+    def newest(key, version, strict):
+        found = [i for i, (k, v) in enumerate(rows) if k == key and (v < version if strict else v <= version)]
+        if not found:
+            return -1
+        top = max(rows[i][1] for i in found)
+        return [i for i in found if rows[i][1] == top][-1]
+
+    for i, (key, version) in enumerate(asked):
+        assert (before[i], at[i]) == (newest(key, version, True), newest(key, version, False))
+        assert (strict[i], loose[i]) == (before[i], at[i])

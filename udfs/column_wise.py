@@ -64,6 +64,41 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
+def first_of_each(values: np.ndarray) -> np.ndarray:
+    """The index of one row of each distinct value, in the values' order: as
+    ``np.unique(values, return_index=True)[1]`` (which spends most of its time in a stable sort
+    that keeps the first of equal rows), for callers to which the rows of one value are alike."""
+    order = np.argsort(values)
+    ordered = values[order]
+    return order[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(values) else order
+
+
+# below this many, an unsorted search costs less than sorting what it looks for
+SORT_QUERIES_FROM = 1 << 14
+
+
+def search_order(queries: np.ndarray) -> np.ndarray | None:
+    """The order :func:`search` takes ``queries`` in: None where they are few or already
+    sorted, else the permutation that sorts them."""
+    if len(queries) < SORT_QUERIES_FROM or bool((queries[1:] >= queries[:-1]).all()):
+        return None
+    return np.argsort(queries)
+
+
+def search(ordered: np.ndarray, queries: np.ndarray, side: str = "left", order=False) -> np.ndarray:
+    """``np.searchsorted(ordered, queries, side)``, quicker for many queries in no order: a
+    binary search per query jumps across all of ``ordered`` (2.5M queries into 5M values: 1.7 s),
+    while queries taken in sorted order walk it once (0.06 s, plus 0.15 s to sort them). The
+    queries are taken in ``order`` (:func:`search_order`, which several searches of the same or
+    nearly the same queries share), worked out here where not given."""
+    order = search_order(queries) if order is False else order
+    if order is None or not len(ordered):
+        return np.searchsorted(ordered, queries, side=side)
+    found = np.empty(len(queries), np.int64)
+    found[order] = np.searchsorted(ordered, queries[order], side=side)
+    return found
+
+
 def same_value(a, b):
     """Equal, NULL equal to NULL (NaN equal to NaN is not needed: keys compare as Spark groups)."""
     both_null = pc.and_(pc.is_null(a), pc.is_null(b))
@@ -149,12 +184,32 @@ class Timeline:
         self.order = np.argsort(sortable, kind="stable")
         self.sorted = sortable[self.order]
         self.sorted_codes = key_codes[self.order]
+        self.unique = not bool((self.sorted[1:] == self.sorted[:-1]).any())
 
     def asof(self, key_codes: np.ndarray, order_ranks: np.ndarray, strict: bool) -> np.ndarray:
         if len(self.sorted) == 0 or len(key_codes) == 0:
             return np.full(len(key_codes), -1, np.int64)
-        position = np.searchsorted(self.sorted, key_codes * self.width + order_ranks,
-                                   side="left" if strict else "right") - 1
+        position = search(self.sorted, key_codes * self.width + order_ranks, "left" if strict else "right") - 1
+        return self._row(position, key_codes)
+
+    def around(self, key_codes: np.ndarray, order_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Both answers of :meth:`asof`: the row before each version, and the row at or before
+        it, by one search where each key has a version once (the row at the version, if there
+        is one, is then right after the row before it)."""
+        if len(self.sorted) == 0 or len(key_codes) == 0:
+            none = np.full(len(key_codes), -1, np.int64)
+            return none, none.copy()
+        wanted = key_codes * self.width + order_ranks
+        order = search_order(wanted)
+        at = search(self.sorted, wanted, "right", order) - 1
+        if self.unique:
+            before = at - ((at >= 0) & (self.sorted[np.maximum(at, 0)] == wanted))
+        else:
+            before = search(self.sorted, wanted, "left", order) - 1
+        return self._row(before, key_codes), self._row(at, key_codes)
+
+    def _row(self, position: np.ndarray, key_codes: np.ndarray) -> np.ndarray:
+        """The row at each sorted position that holds the key asked for; -1 elsewhere."""
         clipped = np.maximum(position, 0)
         found = (position >= 0) & (self.sorted_codes[clipped] == key_codes) & (key_codes >= 0)
         return np.where(found, self.order[clipped], -1)
@@ -277,8 +332,10 @@ def pairs_within(row_keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, oth
     placed = other_keys.astype(np.int64) * width + (values - base)
     order = np.argsort(placed, kind="stable")
     placed = placed[order]
-    low = np.searchsorted(placed, row_keys * width + np.maximum(starts - base, -1), side="right")
-    high = np.searchsorted(placed, row_keys * width + np.minimum(ends - base, width - 1), side="right")
+    lows = row_keys * width + np.maximum(starts - base, -1)
+    asked = search_order(lows)  # a row's end is near its start: one order serves both searches
+    low = search(placed, lows, "right", asked)
+    high = search(placed, row_keys * width + np.minimum(ends - base, width - 1), "right", asked)
     count = np.maximum(high - low, 0)
     if limit is not None and int(count.sum()) > limit:
         return None

@@ -237,7 +237,7 @@ class _JoinIncrement:
     # -- emit => 'changes': the result rows before and after each version
 
     def _changes(self):
-        from sqlext.udfs.column_wise import at, flag, together
+        from sqlext.udfs.column_wise import at, first_of_each, flag, together
 
         spec, L, R, lines, right_lines = self.spec, self.spec.left, self.spec.right, self.lines, self.right_lines
         left_codes, left_versions, width = self.left_codes, self.left_versions, self.width
@@ -252,21 +252,29 @@ class _JoinIncrement:
         keys, versions_at, source = np.concatenate(keys), np.concatenate(versions_at), np.concatenate(source)
         # one pair per (left key, version), in key and version order (the lookups below then
         # walk the timelines in order)
-        _, first = np.unique(keys * width + versions_at, return_index=True)
+        first = first_of_each(keys * width + versions_at)
         keys, versions_at, source = keys[first], versions_at[first], source[first]
 
-        def result(strict: bool):
+        def pointed_by(left_row):
+            there = flag(self.left_present, left_row)
+            return there, np.where(there, at(self.fk_codes, left_row), -1)
+
+        def result(left_row, left_there, right_row):
             """Per pair, the left and right rows (indices, -1 for none) and whether a result row exists."""
-            left_row = self.left_line.asof(keys, versions_at, strict)
-            left_there = flag(self.left_present, left_row)
-            pointed = np.where(left_there, at(self.fk_codes, left_row), -1)
-            right_row = self.right_line.asof(pointed, versions_at, strict)
             right_there = flag(self.right_present, right_row)
             exists = left_there & (right_there | (spec.join_type == "left"))
             return left_row, np.where(right_there, right_row, -1), exists
 
-        old_left, old_right, old_exists = result(strict=True)
-        new_left, new_right, new_exists = result(strict=False)
+        # the rows before each version and at it; the right rows by one search where the left
+        # row before and the one at the version point at the same key (nearly always)
+        old_left, new_left = self.left_line.around(keys, versions_at)
+        (old_there, old_pointed), (new_there, new_pointed) = pointed_by(old_left), pointed_by(new_left)
+        old_right, new_right = self.right_line.around(new_pointed, versions_at)
+        moved = old_pointed != new_pointed
+        if moved.any():
+            old_right[moved] = self.right_line.asof(old_pointed[moved], versions_at[moved], strict=True)
+        old_left, old_right, old_exists = result(old_left, old_there, old_right)
+        new_left, new_right, new_exists = result(new_left, new_there, new_right)
         both = old_exists & new_exists
         both[both] = self._result_differs(old_left[both], new_left[both], old_right[both], new_right[both])
         inserted, deleted = new_exists & ~old_exists, old_exists & ~new_exists

@@ -42,7 +42,10 @@ def without_preimages(shape, changes: pa.Table) -> pa.Table:
     """An ``update_preimage`` carries nothing the state does not know."""
     if not shape.has_change_type or changes.num_rows == 0:
         return changes
-    return changes.filter(pc.invert(pc.fill_null(pc.equal(changes[CHANGE_TYPE], PREIMAGE), False)))
+    preimages = pc.fill_null(pc.equal(changes[CHANGE_TYPE], PREIMAGE), False)
+    if not pc.any(preimages).as_py():  # none (an upsert feed, a history netted): no copy
+        return changes
+    return changes.filter(pc.invert(preimages))
 
 
 def leaves_row(shape, changes: pa.Table) -> pa.Array:

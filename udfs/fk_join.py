@@ -119,7 +119,8 @@ class _JoinIncrement:
         self.left_state, self.right_state, self.highest = left_state, right_state, highest
 
     def _checked(self, shape, changes):
-        """The changes without preimages, after the checks of the change-row rules."""
+        """The changes without preimages, after the checks of the change-row rules, and the
+        codes of their keys."""
         from sqlext.udfs.column_wise import check_rows, check_ties, ranks, without_preimages
 
         check_rows(shape, changes)
@@ -129,7 +130,7 @@ class _JoinIncrement:
             check_ties(shape, changes, key_codes, order_ranks)
         else:
             _check_ties_and_stamps(shape, changes, key_codes, order_ranks)
-        return changes
+        return changes, key_codes
 
     def _late(self, shape, changes) -> None:
         """``[LATE_CHANGE]``: one order runs across both inputs, so a change at or below the
@@ -191,7 +192,7 @@ class _JoinIncrement:
         from sqlext.udfs.column_wise import Timeline, leaves_row, ranks, together
 
         spec, L, R = self.spec, self.spec.left, self.spec.right
-        left, right = self._checked(L, self.left), self._checked(R, self.right)
+        (left, left_codes), (right, _) = self._checked(L, self.left), self._checked(R, self.right)
         if L.sequence_by is None:
             self._late(L, left)
             self._late(R, right)
@@ -205,7 +206,9 @@ class _JoinIncrement:
         self.lines, self.right_lines = lines, right_lines
         self.left_new = np.arange(lines.num_rows) >= self.left_state.num_rows
         self.right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
-        self.left_codes = _codes([lines[k] for k in L.key])
+        # a first run's timeline is its changes: their key codes are already known
+        self.left_codes = left_codes if self.left_state.num_rows == 0 and L.sequence_by is None \
+            else _codes([lines[k] for k in L.key])
         joinable = _codes([together(right_lines[R.key[0]], lines[self.fk])])
         self.right_codes, self.fk_codes = joinable[:right_lines.num_rows], joinable[right_lines.num_rows:].copy()
         self.fk_codes[np.asarray(pc.is_null(lines[self.fk]), dtype=bool)] = -1
@@ -278,23 +281,28 @@ class _JoinIncrement:
         both = old_exists & new_exists
         both[both] = self._result_differs(old_left[both], new_left[both], old_right[both], new_right[both])
         inserted, deleted = new_exists & ~old_exists, old_exists & ~new_exists
+        # the pairs that forward rows: a preimage and a postimage where both results exist and
+        # differ, an insert or a delete where one does. Each pair's first row is its old result
+        # (the new one for an insert), its second (after a preimage) the new one
+        emits = np.flatnonzero(both | inserted | deleted)
+        first_left = np.where(inserted, new_left, old_left)[emits]
+        first_right = np.where(inserted, new_right, old_right)[emits]
+        keys, versions_at, source, both, inserted, new_left, new_right = \
+            (a[emits] for a in (keys, versions_at, source, both, inserted, new_left, new_right))
         # the output's order: by version, then by key (each pair's rows together)
         span = int(keys.max()) + 1 if len(keys) else 1
         order = np.argsort(versions_at * span + keys) if width * span < (1 << 62) else np.lexsort((keys, versions_at))
-        old_left, new_left, old_right, new_right = old_left[order], new_left[order], old_right[order], new_right[order]
-        both, inserted, deleted, source = both[order], inserted[order], deleted[order], source[order]
-        # each pair's rows: a preimage and a postimage where both results exist and differ, an
-        # insert or a delete where one does
-        count = both.astype(np.int64) * 2 + inserted + deleted
-        pair = np.repeat(np.arange(len(keys)), count)
-        second = np.zeros(len(pair), dtype=bool)
-        second[1:] = pair[1:] == pair[:-1]
-        is_new = inserted[pair] | second
-        left_rows = np.where(is_new, new_left[pair], old_left[pair])
-        right_rows = np.where(is_new, new_right[pair], old_right[pair])
-        kind = np.where(both[pair], second.astype(np.int8), np.where(inserted[pair], 2, 3).astype(np.int8))
+        first_left, first_right, new_left, new_right, both, inserted, source = \
+            (a[order] for a in (first_left, first_right, new_left, new_right, both, inserted, source))
+        count = both.astype(np.int64) + 1
+        seconds = (np.cumsum(count) - 1)[both]  # where each pair's second row lands
+        left_rows, right_rows = np.repeat(first_left, count), np.repeat(first_right, count)
+        left_rows[seconds], right_rows[seconds] = new_left[both], new_right[both]
+        kind = np.repeat(np.where(both, 0, np.where(inserted, 2, 3)).astype(np.int8), count)
+        kind[seconds] = 1
+        source = np.repeat(source, count)
         image = self._images(left_rows, right_rows)
-        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source[pair]))
+        values = together(lines[L.order_by], right_lines[R.order_by]).take(pa.array(source))
         return self._output(image, pa.array([PREIMAGE, POSTIMAGE, INSERT, DELETE], pa.string()).take(pa.array(kind)),
                             values)
 

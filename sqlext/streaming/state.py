@@ -766,9 +766,13 @@ def _match(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns,
 
 def _joined(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns, how: str) -> pa.Table:
     """The rows of ``table`` with (``left semi``) or without (``left anti``) a row of ``keys``
-    equal on every column, in their order: a hash join on the columns encoded NULL-safe."""
+    equal on every column, in their order: by integer codes of the rows where the columns' types
+    allow (:func:`_rows_among`), else a hash join on the columns encoded NULL-safe."""
     if table.num_rows == 0:
         return table
+    among = _rows_among(table, columns, keys, key_columns)
+    if among is not None:
+        return table.filter(pa.array(among if how == "left semi" else ~among))
     mine, theirs = _encoded(table, columns), _encoded(keys, key_columns)
     names = mine.column_names
     row = pa.array(range(table.num_rows), pa.int64())
@@ -776,6 +780,49 @@ def _joined(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns
                                                       join_type=how)
     kept = chosen["__sx_row"]
     return table.take(kept.take(pc.sort_indices(kept)))
+
+
+def _codable(data_type: pa.DataType) -> bool:
+    """A type whose equal values, and only those, get one dictionary code, as they match in a
+    join (floating point's NaN and -0.0 do not; nested values are not dictionary-encoded)."""
+    return pa.types.is_integer(data_type) or pa.types.is_string(data_type) or pa.types.is_large_string(data_type) \
+        or pa.types.is_binary(data_type) or pa.types.is_boolean(data_type) or pa.types.is_temporal(data_type) \
+        or pa.types.is_decimal(data_type)
+
+
+def _rows_among(table: pa.Table, columns: Sequence[str], keys: pa.Table, key_columns) -> np.ndarray | None:
+    """Whether each row of ``table`` equals a row of ``keys`` on every column (NULL equal to
+    NULL), by one integer per row: each column's values and the keys' coded together, the
+    codes of the columns combined. A few hundred thousand rows are matched so in a few
+    milliseconds, where a hash join and the grouping of the keys took some ten times as long.
+    None where a column's type is not :func:`_codable`."""
+    from sqlext.udfs.column_wise import codes, sorted_unique, together
+
+    count = table.num_rows
+    combined = None
+    for column, key_column in zip(columns, key_columns):
+        mine_type, their_type = table.schema.field(column).type, keys.schema.field(key_column).type
+        if not (_codable(mine_type) and (mine_type == their_type or
+                                         pa.types.is_integer(mine_type) and pa.types.is_integer(their_type))):
+            return None
+        code = codes([together(table[column], keys[key_column])])  # NULL: 0
+        width = int(code.max(initial=0)) + 1
+        if combined is not None and int(combined.max(initial=0)) + 1 > (1 << 62) // width:
+            combined = _dense(combined)  # several wide columns: renumber before combining
+        combined = code if combined is None else combined * width + code
+    theirs = sorted_unique(combined[count:])
+    mine = combined[:count]
+    position = np.minimum(np.searchsorted(theirs, mine), max(len(theirs) - 1, 0))
+    return theirs[position] == mine if len(theirs) else np.zeros(count, dtype=bool)
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """Integers renumbered from 0 in their order, equal ones alike."""
+    order = np.argsort(values)
+    ordered = values[order]
+    dense = np.empty(len(values), np.int64)
+    dense[order] = np.cumsum(np.concatenate([[False], ordered[1:] != ordered[:-1]]))
+    return dense
 
 
 def _encoded(table: pa.Table, columns: Sequence[str]) -> pa.Table:

@@ -16,6 +16,7 @@ last run, then stop); :func:`streaming_frame` gives the streaming DataFrame for 
 from __future__ import annotations
 
 import itertools
+from contextlib import ExitStack
 from typing import Mapping
 
 from sqlglot import exp
@@ -222,21 +223,18 @@ def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint=None):
     """The streaming DataFrame of a statement that keeps no state: each ``STREAM(...)`` read as
     a stream, the rest Spark SQL."""
     from sqlext.session import ensure_installed
+    from sqlext.streaming.engine import temporary_view
 
     ensure_installed(spark)
     tree = tree.copy()
-    views: list[str] = []
-    try:
+    with ExitStack() as views:
         for table in list(tree.find_all(exp.Table)):
             if _is_stream(table) and not isinstance(table.parent, TableArgument):
                 source = sources.read(table.this)
                 if checkpoint is not None:
                     check_source_columns(checkpoint, to_sql(table.this), source.schema)
-                _replace(table, _register(spark, source, views))
+                _replace(table, views.enter_context(temporary_view(source)))
         frame = spark.sql(to_sql(tree))
-    finally:
-        for view in views:
-            spark.catalog.dropTempView(view)
     if not frame.isStreaming:
         raise _reads_no_stream()
     return frame
@@ -604,13 +602,6 @@ def _refuse_recursion(tree: exp.Expression) -> None:
                 "query (sqlext.sql).")
 
 
-def _register(spark, frame, views: list[str]) -> str:
-    view = f"__sx_stream_{next(_views)}"
-    frame.createOrReplaceTempView(view)
-    views.append(view)
-    return view
-
-
 def _replace(table: exp.Table, view: str) -> None:
     replacement = exp.Table(this=exp.to_identifier(view))
     if table.args.get("alias"):
@@ -677,19 +668,16 @@ def _result_schema(spark, sql: str):
     ordering column: :func:`_order_by_streams`). sqlext computes a recursion when it is read,
     so a recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
     from sqlext.api import sql as run_sql
+    from sqlext.streaming.engine import temporary_view
 
     tree = parse_one(sql)
     if _is_recursion(tree):
         return _recursion_schema(spark, tree)
     _order_by_streams(tree)
-    views: list[str] = []
-    try:
+    with ExitStack() as views:
         for table in [t for t in tree.find_all(exp.Table) if _is_stream(t) and stream_options(t.this)]:
-            _replace(table, _register(spark, _batch_rows(spark, table.this), views))
+            _replace(table, views.enter_context(temporary_view(_batch_rows(spark, table.this))))
         return run_sql(spark, batch_form(to_sql(tree))).schema
-    finally:
-        for view in views:
-            spark.catalog.dropTempView(view)
 
 
 def _batch_rows(spark, call: exp.Anonymous):
@@ -710,6 +698,7 @@ def _recursion_schema(spark, tree: exp.Expression):
     from pyspark.sql.types import StructField, StringType, StructType
 
     from sqlext.runner import run_statement
+    from sqlext.streaming.engine import temporary_view
     from sqlext.streaming.recursion import RecursionShape, _compiled
     from sqlext.streaming.run import outer_over
     from sqlext.streaming.sources import stream_order
@@ -723,15 +712,10 @@ def _recursion_schema(spark, tree: exp.Expression):
     carry = []
     if CHANGE_TYPE in edges.names:
         carry = [StructField(CHANGE_TYPE, StringType(), True)] + [f for f in edges.fields if f.name == order_by]
-    views: list[str] = []
-    try:
-        view = _register(spark, spark.createDataFrame([], StructType(list(rows.fields) + carry)), views)
+    with temporary_view(spark.createDataFrame([], StructType(list(rows.fields) + carry))) as view:
         # the outer query over the run's rows, as a run writes it (the change columns kept)
         outer = outer_over(shape.main, shape.name, view, [f.name for f in carry])
         return run_statement(spark, to_sql(outer)).schema
-    finally:
-        for view in views:
-            spark.catalog.dropTempView(view)
 
 
 def _columns(columns) -> str:

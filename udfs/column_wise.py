@@ -125,11 +125,18 @@ def codes(columns: Sequence) -> np.ndarray:
         column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         encoded = pc.dictionary_encode(column)
         indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
-        if code is None:
-            code = indices
-        else:
-            code = np.unique(code * (len(encoded.dictionary) + 1) + indices, return_inverse=True)[1].astype(np.int64)
+        code = indices if code is None else renumbered(code * (len(encoded.dictionary) + 1) + indices)
     return code if code is not None else np.zeros(0, np.int64)
+
+
+def renumbered(values: np.ndarray) -> np.ndarray:
+    """Integers renumbered from 0 in their order, equal ones alike: as
+    ``np.unique(values, return_inverse=True)[1]``, by one sort (see :func:`sorted_unique`)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    dense = np.empty(len(values), np.int64)
+    dense[order] = np.cumsum(np.concatenate([[False], ordered[1:] != ordered[:-1]]))
+    return dense
 
 
 def ranks(values) -> np.ndarray:

@@ -58,9 +58,11 @@ def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left
 
 def _combined(parts) -> np.ndarray:
     """Dense codes of the rows of several integer code arrays taken together."""
+    from sqlext.udfs.column_wise import renumbered
+
     code = parts[0]
     for part in parts[1:]:
-        code = np.unique(code * (int(part.max(initial=0)) + 1) + part, return_inverse=True)[1].astype(np.int64)
+        code = renumbered(code * (int(part.max(initial=0)) + 1) + part)
     return code
 
 
@@ -262,11 +264,10 @@ class _JoinIncrement:
             there = flag(self.left_present, left_row)
             return there, np.where(there, at(self.fk_codes, left_row), -1)
 
-        def result(left_row, left_there, right_row):
-            """Per pair, the left and right rows (indices, -1 for none) and whether a result row exists."""
+        def result(left_there, right_row):
+            """Per pair, the right row (an index, -1 for none) and whether a result row exists."""
             right_there = flag(self.right_present, right_row)
-            exists = left_there & (right_there | (spec.join_type == "left"))
-            return left_row, np.where(right_there, right_row, -1), exists
+            return np.where(right_there, right_row, -1), left_there & (right_there | (spec.join_type == "left"))
 
         # the rows before each version and at it; the right rows by one search where the left
         # row before and the one at the version point at the same key (nearly always)
@@ -276,8 +277,8 @@ class _JoinIncrement:
         moved = old_pointed != new_pointed
         if moved.any():
             old_right[moved] = self.right_line.asof(old_pointed[moved], versions_at[moved], strict=True)
-        old_left, old_right, old_exists = result(old_left, old_there, old_right)
-        new_left, new_right, new_exists = result(new_left, new_there, new_right)
+        old_right, old_exists = result(old_there, old_right)
+        new_right, new_exists = result(new_there, new_right)
         both = old_exists & new_exists
         both[both] = self._result_differs(old_left[both], new_left[both], old_right[both], new_right[both])
         inserted, deleted = new_exists & ~old_exists, old_exists & ~new_exists

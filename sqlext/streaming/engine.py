@@ -55,6 +55,7 @@ from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, write_arrow_files)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
+from sqlext.streaming.task_memory import task_memory
 
 BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
@@ -483,19 +484,6 @@ class _Router:
         return pa.array(self.operator.route(table).astype(np.int32), pa.int32())
 
 
-def _task_memory() -> None:
-    """How a task's Python worker takes memory for its arrays: without NumPy's advice to back
-    large arrays with transparent huge pages. A task's step makes many short-lived arrays of a
-    whole history's rows (tens of MB each); each one's huge pages are zeroed when first touched,
-    and two tasks doing so at once spent more in the kernel than in the step itself. Measured
-    on the first run of ``sqlext bench incremental --function fk --left 5000000 --right 500000``
-    (2 tasks on 2 cores): the step 5.7-5.8 s with the advice, 4.8 s without."""
-    setter = getattr(getattr(np, "_core", None), "multiarray", None)
-    setter = getattr(setter, "_set_madvise_hugepage", None)
-    if setter is not None:
-        setter(False)
-
-
 def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float) -> bytes:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the forwarded rows and the state layers written, not committed. Returns what the
@@ -527,19 +515,19 @@ class _RoutedTasks:
     def __call__(self, batches):
         import pyarrow.compute as pc
 
-        _task_memory()
-        started = time.perf_counter()
-        batches = list(batches)
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches)
-        for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
-            STEPS.clear()
-            mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
-            summary = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
-                                  self.operator.rows_of(mine), started)
+        with task_memory():
             started = time.perf_counter()
-            yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
+            batches = list(batches)
+            if not batches:
+                return
+            table = pa.Table.from_batches(batches)
+            for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
+                STEPS.clear()
+                mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
+                summary = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
+                                      self.operator.rows_of(mine), started)
+                started = time.perf_counter()
+                yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
 
 
 class _FileTasks:
@@ -550,16 +538,16 @@ class _FileTasks:
         self.operator, self.batch_id, self.pending, self.files = operator, batch_id, pending, files
 
     def __call__(self, batches):
-        _task_memory()
         op = self.operator
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                started = time.perf_counter()
-                STEPS.clear()
-                with step("read the increment"):
-                    mine = self._rows_of_bucket(int(bucket))
-                summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
-                yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
+        with task_memory():
+            for batch in batches:
+                for bucket in batch.column(0).to_pylist():
+                    started = time.perf_counter()
+                    STEPS.clear()
+                    with step("read the increment"):
+                        mine = self._rows_of_bucket(int(bucket))
+                    summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
+                    yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
 
     def _rows_of_bucket(self, bucket: int):
         """The rows bucket ``bucket`` sees, the files read a slice at a time (each slice turned

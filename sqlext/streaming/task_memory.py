@@ -18,7 +18,9 @@ While a task runs, the worker instead keeps freed memory and reuses it:
 
 The same call measured 2.6 s (0.5 s system) against 4.3 s; the first run of
 ``sqlext bench incremental --function fk --left 5000000 --right 500000`` (two such tasks at
-once) 6.1-6.7 s against 9.0 s, CHANGELOG_FILTER's over 10M changes 5.0 s. When the task ends, the defaults
+once) 6.1-6.7 s against 9.0 s, CHANGELOG_FILTER's over 10M changes 5.0 s. The price is a
+higher peak: one bucket's step (2.5M left changes) peaked 1.82 GB above its inputs against
+1.67-1.71 GB (a freed block does not always fit the next array). When the task ends, the defaults
 come back and the free heap goes back to the system (``malloc_trim``), so a worker Spark
 keeps for later tasks does not hold the peak. Where the C library is not glibc, only NumPy's
 advice changes.

@@ -253,15 +253,20 @@ def _table_changes_arguments(call: exp.Anonymous) -> tuple[str, int, int | None]
 def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str, dict]:
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
+    from sqlext.storage import AZURE
+
     uri = folder.store_uri or folder.uri
     parsed = urlparse(uri)
-    return _location(uri, path, function, _s3_options(spark, parsed.netloc) if parsed.scheme.lower() in _S3 else {})
+    scheme = parsed.scheme.lower()
+    options = _s3_options(spark, parsed.netloc) if scheme in _S3 else \
+        _azure_options(spark, parsed.netloc.rpartition("@")[2]) if scheme in AZURE else {}
+    return _location(uri, path, function, options)
 
 
 _S3 = ("s3", "s3a", "s3n")
 
 
-def _location(uri: str, path: str, function: str, s3_options: dict) -> tuple[str, dict]:
+def _location(uri: str, path: str, function: str, options: dict) -> tuple[str, dict]:
     """A store's URI as deltalake opens it (a local path for a local disk), with its options.
 
     >>> _location("file:///data/my%20t", "/data/my t", "sqlext sql", {})
@@ -274,11 +279,11 @@ def _location(uri: str, path: str, function: str, s3_options: dict) -> tuple[str
     if scheme in ("file", ""):
         return unquote(parsed.path) if scheme else uri, {}
     if scheme in _S3:
-        return f"s3://{parsed.netloc}{parsed.path}", s3_options
+        return f"s3://{parsed.netloc}{parsed.path}", options
     if scheme in ("gs", "gcs"):
         return f"gs://{parsed.netloc}{parsed.path}", {}
     if scheme in ("abfs", "abfss", "az"):
-        return uri, {}
+        return uri, options
     raise SqlextError("DELTA_PATH_UNSUPPORTED", function=function, path=path, store=uri)
 
 
@@ -294,6 +299,21 @@ def _s3_options(spark, bucket: str) -> dict:
     if options.get("AWS_ENDPOINT_URL", "").startswith("http:"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options
+
+
+# pyarrow's names of an Azure account's credentials, and deltalake's
+_AZURE_OPTIONS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
+                  "sas_token": "azure_storage_sas_key", "client_id": "azure_client_id",
+                  "client_secret": "azure_client_secret", "tenant_id": "azure_tenant_id"}
+
+
+def _azure_options(spark, host: str) -> dict:
+    """deltalake's Azure options from Hadoop's ABFS settings for the account at ``host``
+    (:func:`sqlext.storage.azure_account`); none where they name no credential deltalake takes."""
+    from sqlext.storage import azure_account
+
+    account = azure_account(host, spark._jsc.hadoopConfiguration()) or {}
+    return {_AZURE_OPTIONS[name]: value for name, value in account.items() if name in _AZURE_OPTIONS}
 
 
 def _deltalake(path: str, function: str):

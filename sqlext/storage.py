@@ -9,7 +9,8 @@ it, and then does the work where it is quickest:
 
 * through ``pyarrow.fs`` for a store pyarrow opens: the local disk (``file``), and S3, GCS or
   Azure where pyarrow, given the same endpoint and keys as Hadoop, sees the same folder (checked
-  on the folder itself when it is resolved). Arrow data is then read and written without the
+  on the folder's bucket or container when it is resolved; Azure where Hadoop's settings give a
+  credential pyarrow takes, :func:`azure_account`). Arrow data is then read and written without the
   JVM, and the same :class:`Folder` can travel to Spark's Python workers;
 * through the JVM's Hadoop ``FileSystem`` otherwise (HDFS without libhdfs, any scheme only a
   Hadoop connector knows): bytes cross py4j, which is slower but reads and writes exactly what
@@ -398,9 +399,13 @@ def _join(uri: str, name: str) -> str:
 
 
 def _arrow_path(uri: str) -> str:
+    """The path pyarrow's file system for ``uri``'s store takes: a local path, or the bucket
+    (an Azure container) and the key."""
     parsed = urlparse(uri)
     if parsed.scheme in ("file", ""):
         return unquote(parsed.path)
+    if parsed.scheme.lower() in AZURE:  # container@account.dfs.core.windows.net
+        return unquote(parsed.netloc.split("@", 1)[0] + parsed.path)
     return unquote(parsed.netloc + parsed.path)
 
 
@@ -417,6 +422,12 @@ def _arrow_io(uri: str, conf) -> "_IO | None":
             fs = _s3(urlparse(uri).netloc, conf)
         elif scheme in ("gs", "gcs"):
             fs = pafs.GcsFileSystem()
+        elif scheme in AZURE:
+            account = azure_account(urlparse(uri).netloc.rpartition("@")[2], conf)
+            if account is None:
+                return None
+            fs = pafs.AzureFileSystem(**account, dfs_storage_scheme=AZURE[scheme],
+                                      blob_storage_scheme=AZURE[scheme])
         elif scheme == "hdfs":
             parsed = urlparse(uri)
             fs = pafs.HadoopFileSystem(parsed.hostname or "default", parsed.port or 0)
@@ -431,6 +442,61 @@ def _arrow_io(uri: str, conf) -> "_IO | None":
 def s3a_setting(conf, bucket: str, name: str) -> str | None:
     """Hadoop's s3a setting ``name`` for ``bucket`` (its per-bucket value first)."""
     return conf.get(f"fs.s3a.bucket.{bucket}.{name}") or conf.get(f"fs.s3a.{name}")
+
+
+# Azure's schemes in Hadoop (ABFS, and the older WASB) and the protocol each speaks by default
+AZURE = {"abfs": "https", "abfss": "https", "wasb": "http", "wasbs": "https"}
+
+
+def azure_account(host: str, conf) -> dict | None:
+    """The storage account at ``host`` (``<account>.dfs.core.windows.net``, or ``.blob.`` for
+    WASB) and the credential Hadoop's settings give for it, as pyarrow's ``AzureFileSystem``
+    takes them: a shared key, a fixed SAS token, an OAuth client secret, or a managed identity.
+    None where the settings name a credential pyarrow has no form of (a custom token
+    provider): Hadoop's connector keeps that store. A setting for the account's host comes
+    before the one for every account, as in Hadoop.
+
+    >>> azure_account("lake.dfs.core.windows.net", {"fs.azure.account.key.lake.dfs.core.windows.net": "k"})
+    {'account_name': 'lake', 'account_key': 'k', 'dfs_storage_authority': '.dfs.core.windows.net', \
+'blob_storage_authority': '.blob.core.windows.net'}
+    """
+    def setting(name):
+        return conf.get(f"fs.azure.{name}.{host}") or conf.get(f"fs.azure.{name}")
+
+    account, dot, domain = host.partition(".")
+    service, _, cloud = domain.partition(".")
+    if not (account and dot and service in ("dfs", "blob") and cloud):
+        return None
+    found = {"account_name": account}
+    auth = (setting("account.auth.type") or "SharedKey").lower()
+    if auth == "sharedkey" and setting("account.key"):
+        found["account_key"] = setting("account.key")
+    elif auth == "sas" and setting("sas.fixed.token"):
+        found["sas_token"] = setting("sas.fixed.token").lstrip("?")
+    elif auth == "oauth":
+        provider = (setting("account.oauth.provider.type") or "").rpartition(".")[2]
+        client = setting("account.oauth2.client.id")
+        if provider == "ClientCredsTokenProvider":
+            secret = setting("account.oauth2.client.secret")
+            tenant = _azure_tenant(setting("account.oauth2.client.endpoint") or "")
+            if not (client and secret and tenant):
+                return None
+            found.update(client_id=client, client_secret=secret, tenant_id=tenant)
+        elif provider == "MsiTokenProvider":
+            if client:  # a user-assigned identity; else the machine's own
+                found["client_id"] = client
+        else:
+            return None
+    else:
+        return None
+    found.update(dfs_storage_authority=f".dfs.{cloud}", blob_storage_authority=f".blob.{cloud}")
+    return found
+
+
+def _azure_tenant(endpoint: str) -> str | None:
+    """The tenant of an OAuth token endpoint (``https://login.microsoftonline.com/<tenant>/oauth2/token``)."""
+    parts = urlparse(endpoint).path.strip("/").split("/")
+    return parts[0] if len(parts) >= 2 and parts[1] == "oauth2" and parts[0] else None
 
 
 def _s3(bucket: str, conf):

@@ -244,3 +244,89 @@ def test_a_run_on_viewfs_writes_nothing_in_the_working_folder(spark, tmp_path, m
     rows = _filter_runs(spark, tmp_path / "lake", Storage("viewfs"))
     assert rows and os.listdir(cwd) == []
     assert (tmp_path / "lake" / "cp" / "commits").is_dir() and any((tmp_path / "lake" / "out").glob("*.parquet"))
+
+
+# -- Azure: the account and credential pyarrow is given come from Hadoop's ABFS settings
+
+HOST = "lake.dfs.core.windows.net"
+CLOUD = {"dfs_storage_authority": ".dfs.core.windows.net", "blob_storage_authority": ".blob.core.windows.net"}
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({f"fs.azure.account.key.{HOST}": "K1", "fs.azure.account.key": "K0"},
+     {"account_name": "lake", "account_key": "K1"}),  # the account's own setting first
+    ({"fs.azure.account.key": "K0"}, {"account_name": "lake", "account_key": "K0"}),
+    ({f"fs.azure.account.auth.type.{HOST}": "SAS", "fs.azure.sas.fixed.token": "?sv=2022&sig=x"},
+     {"account_name": "lake", "sas_token": "sv=2022&sig=x"}),
+    ({"fs.azure.account.auth.type": "OAuth",
+      "fs.azure.account.oauth.provider.type": "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
+      f"fs.azure.account.oauth2.client.id.{HOST}": "app", "fs.azure.account.oauth2.client.secret": "s3cr'et",
+      "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/tenant-1/oauth2/token"},
+     {"account_name": "lake", "client_id": "app", "client_secret": "s3cr'et", "tenant_id": "tenant-1"}),
+    ({"fs.azure.account.auth.type": "OAuth",
+      "fs.azure.account.oauth.provider.type": "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider"},
+     {"account_name": "lake"}),  # the machine's managed identity
+    ({"fs.azure.account.auth.type": "OAuth",
+      "fs.azure.account.oauth.provider.type": "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider",
+      "fs.azure.account.oauth2.client.id": "identity-2"},
+     {"account_name": "lake", "client_id": "identity-2"}),
+])
+def test_an_azure_accounts_credential_comes_from_hadoops_settings(settings, expected):
+    account = sx.azure_account(HOST, settings)
+    assert account == {**expected, **CLOUD}
+    assert pafs.AzureFileSystem(**account).type_name == "abfs"  # names pyarrow takes (no request is made)
+
+
+@pytest.mark.parametrize("host, settings", [
+    (HOST, {}),  # no credential set: Hadoop's own lookup (e.g. a key provider) keeps the store
+    (HOST, {"fs.azure.account.auth.type": "Custom", "fs.azure.account.key": "K"}),
+    (HOST, {"fs.azure.account.auth.type": "OAuth",
+            "fs.azure.account.oauth.provider.type": "com.example.MyTokenProvider"}),
+    (HOST, {"fs.azure.account.auth.type": "OAuth",  # no tenant in the endpoint
+            "fs.azure.account.oauth.provider.type": "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
+            "fs.azure.account.oauth2.client.id": "app", "fs.azure.account.oauth2.client.secret": "s",
+            "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/"}),
+    ("localhost", {"fs.azure.account.key": "K"}),
+])
+def test_an_azure_credential_pyarrow_has_no_form_of_leaves_the_store_to_hadoop(host, settings):
+    assert sx.azure_account(host, settings) is None
+
+
+def test_an_azure_account_in_another_cloud_keeps_its_domain():
+    account = sx.azure_account("lake.blob.core.chinacloudapi.cn", {"fs.azure.account.key": "K"})
+    assert account["dfs_storage_authority"] == ".dfs.core.chinacloudapi.cn"
+    assert account["blob_storage_authority"] == ".blob.core.chinacloudapi.cn"
+
+
+@pytest.mark.parametrize("uri, path", [
+    ("abfss://data@lake.dfs.core.windows.net/cp/my%20state", "data/cp/my state"),
+    ("wasbs://data@lake.blob.core.windows.net/out", "data/out"),
+    ("s3a://bucket/out", "bucket/out"),
+    ("file:///tmp/a%20b", "/tmp/a b"),
+])
+def test_a_stores_uri_becomes_the_path_pyarrow_takes(uri, path):
+    assert sx._arrow_path(uri) == path
+
+
+def test_an_azure_folder_without_a_credential_pyarrow_takes_goes_through_hadoop():
+    assert sx._arrow_io("abfss://data@lake.dfs.core.windows.net/cp", {}) is None
+
+
+def test_deltalake_is_given_the_azure_credential_hadoop_has(spark):
+    from sqlext.delta import store_location
+
+    class Container:
+        uri = "abfss://data@lake.dfs.core.windows.net/accounts"
+        store_uri = None
+
+    conf = spark._jsc.hadoopConfiguration()
+    settings = {f"fs.azure.account.key.{HOST}": "K1"}
+    try:
+        for key, value in settings.items():
+            conf.set(key, value)
+        uri, options = store_location(spark, Container(), Container.uri, "sqlext sql")
+    finally:
+        for key in settings:
+            conf.unset(key)
+    assert uri == Container.uri
+    assert options == {"azure_storage_account_name": "lake", "azure_storage_account_key": "K1"}

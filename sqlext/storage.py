@@ -471,7 +471,8 @@ def azure_account(host: str, conf) -> dict | None:
     auth = (setting("account.auth.type") or "SharedKey").lower()
     if auth == "sharedkey" and setting("account.key"):
         found["account_key"] = setting("account.key")
-    elif auth == "sas" and setting("sas.fixed.token"):
+    elif auth == "sas" and setting("sas.fixed.token") and not setting("sas.token.provider.type"):
+        # Hadoop prefers a SAS token provider to the fixed token when both are set
         found["sas_token"] = setting("sas.fixed.token").lstrip("?")
     elif auth == "oauth":
         provider = (setting("account.oauth.provider.type") or "").rpartition(".")[2]

@@ -286,6 +286,8 @@ def test_an_azure_accounts_credential_comes_from_hadoops_settings(settings, expe
             "fs.azure.account.oauth.provider.type": "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
             "fs.azure.account.oauth2.client.id": "app", "fs.azure.account.oauth2.client.secret": "s",
             "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/"}),
+    (HOST, {"fs.azure.account.auth.type": "SAS", "fs.azure.sas.fixed.token": "sv=1",  # Hadoop takes the provider's
+            "fs.azure.sas.token.provider.type": "com.example.MySasTokenProvider"}),
     ("localhost", {"fs.azure.account.key": "K"}),
 ])
 def test_an_azure_credential_pyarrow_has_no_form_of_leaves_the_store_to_hadoop(host, settings):

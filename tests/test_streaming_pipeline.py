@@ -172,3 +172,49 @@ def test_a_checkpoint_made_again_in_the_same_process_is_built_anew(spark, tmp_pa
     chain.run(sql)
     assert chain.output() == chain.batch(sql)
     assert list((tmp_path / "cp" / "sqlext-state").rglob("schema.json"))
+
+
+def _steady_history():
+    """Accounts, branches and regions inserted at versions 1-40, then updated (accounts move
+    branch and balance, branches move region, regions are renamed) at versions 41-80."""
+    rows = {name: [] for name in SCHEMAS}
+    for key in range(10):
+        rows["acc"].append({"id": key, "branch": key % 3, "balance": key - 3, "_change_type": "insert",
+                            "_commit_version": 1 + key})
+    for key in range(3):
+        rows["br"].append({"bid": key, "region": key % 2, "bname": f"b{key}", "_change_type": "insert",
+                           "_commit_version": 20 + key})
+    for key in range(2):
+        rows["reg"].append({"rid": key, "rname": f"r{key}", "_change_type": "insert", "_commit_version": 30 + key})
+    for version, key in enumerate(range(0, 10, 2), start=41):
+        old = next(r for r in reversed(rows["acc"]) if r["id"] == key)
+        new = {**old, "branch": (key + 1) % 3, "balance": 5 - key}
+        rows["acc"] += [{**old, "_change_type": "update_preimage", "_commit_version": version},
+                        {**new, "_change_type": "update_postimage", "_commit_version": version}]
+    rows["br"] += [{"bid": 1, "region": 1, "bname": "b1", "_change_type": "update_preimage", "_commit_version": 60},
+                   {"bid": 1, "region": 0, "bname": "B1", "_change_type": "update_postimage", "_commit_version": 60}]
+    rows["reg"] += [{"rid": 0, "rname": "r0", "_change_type": "update_preimage", "_commit_version": 70},
+                    {"rid": 0, "rname": "R0", "_change_type": "update_postimage", "_commit_version": 70}]
+    return rows, 80
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_on_the_executors_a_chain_keyed_alike_is_one_job_a_run(spark, tmp_path, storage, shape):
+    """Each function of these chains takes its rows from the one before by the same key (the
+    account's id) among as many buckets: one task per bucket runs them in turn and hands the
+    rows over in memory, so a run on the executors is one Spark job, and its rows are still the
+    batch chain's."""
+    from feeds import computed_on
+    from sqlext.streaming import jobs_of
+
+    rows, last = _steady_history()
+    chain, sql = Chain(spark, tmp_path, storage, "spark"), SHAPES[shape].format(emit="changes")
+    jobs = []
+    for bound in (40, last):
+        chain.land(rows, 0 if bound == 40 else 40, bound)
+        with computed_on(spark, "spark"):
+            query = run_available_now(spark, sql, checkpoint=chain.uri("cp"), output=chain.uri("out"),
+                                      sources={name: chain.uri(name) for name in SCHEMAS})
+        jobs.append(len(jobs_of(spark, query)))
+        assert chain.output() == chain.batch(sql), (shape, bound)
+    assert jobs == [1, 1], jobs

@@ -114,6 +114,12 @@ class TableStateFilter(KeyedOperator):
     def route(self, table: pa.Table) -> np.ndarray:
         return self.keyed.bucket_of(table)
 
+    def routed_by(self, name: str):
+        return self.keyed, list(self.keyed.bucket_by)
+
+    def forwarded_by(self):
+        return self.keyed, list(self.keyed.bucket_by)  # a forwarded row keeps its key's columns
+
     def step(self, rows: pa.Table, views, batch_id: int) -> Step:
         """The changes applied to the touched keys' state: the rows they forward and the keys'
         new state rows."""

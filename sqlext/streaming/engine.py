@@ -156,6 +156,18 @@ class KeyedOperator:
     def step(self, rows, views: dict[str, StateView], batch_id: int) -> Step:
         raise NotImplementedError
 
+    def routed_by(self, name: str) -> "tuple[KeyedState, list[str]] | None":
+        """How :meth:`route` sends the rows of input ``name``: each to the bucket, in this
+        state, of these columns of the input (in the order of the state's bucket columns); None
+        where a row can go to every bucket, or the operator does not say."""
+        return None
+
+    def forwarded_by(self) -> "tuple[KeyedState, list[str]] | None":
+        """Where the rows a bucket's step forwards come from: the state whose bucket computed
+        them and the columns of the forwarded rows that name that bucket (in the order of the
+        state's bucket columns); None where the operator does not say."""
+        return None
+
     def begin(self, batch_id: int) -> None:
         """What a batch reads on the driver before the step runs anywhere (kept on ``self``)."""
 
@@ -362,28 +374,30 @@ class Pipeline(TableStateRun):
         summary_schema = StructType([StructField("summary", BinaryType())])
         parts: dict[int, list[Folder]] = {}
         facts, pending = {}, []
-        for number, operator in enumerate(self.operators):
-            folder = root / str(number)
-            files = {}
-            for name, source in operator.inputs.items():
-                files[name] = parts[id(source.upstream)] if source.upstream is not None else \
-                    self._source_files(source, batch_id)
-            buckets = operator.buckets
-            if operator.arrow_ready and all(f is not None for f in files.values()):  # tasks read the files
-                job = spark.range(0, buckets, 1, buckets).mapInArrow(
-                    _FileTasks(operator, batch_id, folder, files), summary_schema)
+        for chain in self._chains(batch_id):
+            first = chain[0]
+            if first.files is not None:  # tasks read the files, and run the chain's operators in turn
+                for stage in chain:
+                    stage.files.update({name: parts[id(source.upstream)]
+                                        for name, source in stage.operator.inputs.items()
+                                        if source.upstream is not None and name != stage.carried})
+                job = spark.range(0, first.operator.buckets, 1, first.operator.buckets).mapInArrow(
+                    _FileTasks(chain, batch_id), summary_schema)
             else:  # Spark routes the rows to the buckets
+                operator = first.operator
                 frames = {name: _read_frame(spark, parts[id(source.upstream)], source)
                           if source.upstream is not None else source_frame(batch, source.source)
                           for name, source in operator.inputs.items()}
-                job = _routed(operator, operator.prepare(frames), batch_id, folder, summary_schema)
+                job = _routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
             done = [pickle.loads(row["summary"]) for row in job.collect()]
             for summary in done:  # the slowest task's time of each step
                 for name, seconds in summary["steps"].items():
                     STEPS["task: " + name] = max(STEPS.get("task: " + name, 0.0), seconds)
-            parts[id(operator)] = [folder / s["out"] for s in done if s["out"]]
-            facts[id(operator)] = _combined([s["facts"] for s in done])
-            pending += [(operator.states[name], layers) for s in done for name, layers in s["pending"].items()]
+            for number, stage in enumerate(chain):
+                operator, mine = stage.operator, [s for s in done if s.get("stage", 0) == number]
+                parts[id(operator)] = [stage.pending / s["out"] for s in mine if s["out"]]
+                facts[id(operator)] = _combined([s["facts"] for s in mine])
+                pending += [(operator.states[name], layers) for s in mine for name, layers in s["pending"].items()]
         if self.emit != "final":
             with step("write the output"):
                 self._commit_output(spark, parts[id(self.root)], batch_id)
@@ -392,6 +406,46 @@ class Pipeline(TableStateRun):
                 state.commit(layers)
         root.delete()
         return facts
+
+    def _chains(self, batch_id: int) -> list[list["_Stage"]]:
+        """The operators in the statement's order, in runs that one Spark job computes: where an
+        operator reads its input from the one before it, and bucket b's task of the one before
+        forwards all the rows bucket b's task of this one needs of that input (both send a row
+        to the bucket of the same key columns, as the same types, among as many buckets), the
+        same task runs both, handing the rows over in memory: no files written and read back,
+        no job of its own. Each operator of a run reads its other inputs' files itself."""
+        root = self.state / f"{PENDING}-{batch_id}"
+        chains: list[list[_Stage]] = []
+        for number, operator in enumerate(self.operators):
+            folder = root / str(number)
+            files = self._task_files(operator, batch_id)
+            last = chains[-1][-1] if chains else None
+            carried = None if last is None or last.files is None or files is None \
+                or self._readers(last.operator) != 1 else _carried_input(last.operator, operator)
+            stage = _Stage(operator, folder, files, carried)
+            if carried is not None:
+                last.kept = False  # its rows go on in memory
+                chains[-1].append(stage)
+            else:
+                chains.append([stage])
+        return chains
+
+    def _readers(self, upstream: KeyedOperator) -> int:
+        """How many inputs of the statement's operators read ``upstream``'s rows."""
+        return sum(source.upstream is upstream for op in self.operators for source in op.inputs.values())
+
+    def _task_files(self, operator: KeyedOperator, batch_id: int) -> dict | None:
+        """The files of each source input of ``operator`` (an upstream operator's are filled in
+        when it has run), where its tasks can read them all; None where Spark routes its rows."""
+        if not operator.arrow_ready:
+            return None
+        files = {}
+        for name, source in operator.inputs.items():
+            if source.upstream is None:
+                files[name] = self._source_files(source, batch_id)
+                if files[name] is None:
+                    return None
+        return files
 
     def _commit_output(self, spark, parts: list[Folder], batch_id: int) -> None:
         """The root's forwarded rows (the tasks' parts), through the statement, as the batch's
@@ -484,16 +538,51 @@ class _Router:
         return pa.array(self.operator.route(table).astype(np.int32), pa.int32())
 
 
-def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float) -> bytes:
+def _carried_input(upstream: KeyedOperator, operator: KeyedOperator) -> str | None:
+    """The input of ``operator`` that ``upstream``'s tasks can hand over in memory (see
+    :meth:`Pipeline._chains`), or None."""
+    names = [name for name, source in operator.inputs.items() if source.upstream is upstream]
+    if len(names) != 1:
+        return None
+    theirs, ours = operator.routed_by(names[0]), upstream.forwarded_by()
+    if theirs is None or ours is None:
+        return None
+    (state, columns), (upstream_state, upstream_columns) = theirs, ours
+
+    def key_types(s: KeyedState):
+        return [s.arrow_schema.field(k).type for k in s.bucket_by]
+
+    same = columns == upstream_columns and state.buckets == upstream_state.buckets \
+        and key_types(state) == key_types(upstream_state) \
+        and all(c in upstream.output_arrow.names for c in columns)
+    return names[0] if same else None
+
+
+@dataclass
+class _Stage:
+    """One operator in a Spark job's tasks: where its tasks put what they write, the files of
+    each input they read, the input they take in memory from the operator before (``carried``),
+    and whether its forwarded rows are written (``kept``) or handed on."""
+
+    operator: KeyedOperator
+    pending: Folder
+    files: dict | None
+    carried: str | None = None
+    kept: bool = True
+
+
+def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float,
+                kept: bool = True) -> tuple[dict, pa.Table | None]:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
-    states; the forwarded rows and the state layers written, not committed. Returns what the
-    driver needs to commit them."""
+    states; the state layers written, not committed, and the forwarded rows written (or, not
+    ``kept``, returned for the next operator). Returns what the driver needs to commit them, and
+    the forwarded rows."""
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
     result = op.step(rows, views, batch_id)
     forwarded = op.forwarded(result.out)  # a key's rows are all in its bucket
     out = None
-    if forwarded is not None and forwarded.num_rows:
+    if kept and forwarded is not None and forwarded.num_rows:
         out = f"part-{bucket:05d}.parquet"
         (pending / out).write_parquet(forwarded)
     written = {}
@@ -501,8 +590,12 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
         view = views[name] if name not in op.shared else views[name].owned(bucket)
         written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
     STEPS["the task"] = time.perf_counter() - started
-    return pickle.dumps({"bucket": bucket, "out": out, "pending": written, "facts": result.facts,
-                         "steps": dict(STEPS)})
+    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(STEPS)}, \
+        None if kept else forwarded
+
+
+def _summary_row(summary: dict) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([pickle.dumps(summary)], pa.binary())], names=["summary"])
 
 
 class _RoutedTasks:
@@ -524,40 +617,61 @@ class _RoutedTasks:
             for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
                 STEPS.clear()
                 mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
-                summary = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
-                                      self.operator.rows_of(mine), started)
+                summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
+                                         self.operator.rows_of(mine), started)
                 started = time.perf_counter()
-                yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
+                yield _summary_row(summary)
 
 
 class _FileTasks:
-    """The tasks that read an operator's input files themselves (``mapInArrow`` over the bucket
-    numbers): each reads them once and runs the buckets it is given."""
+    """The tasks that read their operators' input files themselves (``mapInArrow`` over the
+    bucket numbers): for each bucket it is given, a task runs the operators of its chain in
+    turn (:meth:`Pipeline._chains`), each reading its files once and taking the rows the one
+    before forwarded from memory."""
 
-    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, files: dict):
-        self.operator, self.batch_id, self.pending, self.files = operator, batch_id, pending, files
+    def __init__(self, stages: list[_Stage], batch_id: int):
+        self.stages, self.batch_id = stages, batch_id
 
     def __call__(self, batches):
-        op = self.operator
         with task_memory():
             for batch in batches:
                 for bucket in batch.column(0).to_pylist():
-                    started = time.perf_counter()
-                    STEPS.clear()
-                    with step("read the increment"):
-                        mine = self._rows_of_bucket(int(bucket))
-                    summary = _run_bucket(op, self.batch_id, self.pending, int(bucket), mine, started)
-                    yield pa.RecordBatch.from_arrays([pa.array([summary], pa.binary())], names=["summary"])
+                    carried = None
+                    for number, stage in enumerate(self.stages):
+                        started = time.perf_counter()
+                        STEPS.clear()
+                        with step("read the increment"):
+                            mine = self._rows_of_bucket(stage, int(bucket), carried)
+                        summary, carried = _run_bucket(stage.operator, self.batch_id, stage.pending, int(bucket),
+                                                       mine, started, kept=stage.kept)
+                        yield _summary_row({**summary, "stage": number})
 
-    def _rows_of_bucket(self, bucket: int):
+    @staticmethod
+    def _rows_of_bucket(stage: _Stage, bucket: int, carried: pa.Table | None):
         """The rows bucket ``bucket`` sees, the files read a slice at a time (each slice turned
         into the operator's rows, the bucket's share kept), so that a task holds its share of
-        a long history, not all of it."""
-        op = self.operator
-        empty = {name: op.inputs[name].schema.empty_table() for name in self.files}
+        a long history, not all of it; and the rows the operator before forwarded, all of them
+        this bucket's."""
+        op = stage.operator
+        empty = {name: op.inputs[name].schema.empty_table() for name in op.inputs}
         parts = [op.of_bucket(op.rows_from(None, {**empty, name: chunk}), bucket)
-                 for name, files in self.files.items()
+                 for name, files in stage.files.items()
                  for chunk in parquet_slices(files, op.inputs[name].schema)]
+        if stage.carried is not None:
+            schema = op.inputs[stage.carried].schema
+            table = schema.empty_table() if carried is None else \
+                pa.Table.from_arrays([carried[f.name].cast(f.type) for f in schema], schema=schema)
+            rows = op.rows_from(None, {**empty, stage.carried: table})
+            mine = op.of_bucket(rows, bucket)
+            if _count(mine) != _count(rows):  # the chain's rule broken: never leave rows out
+                raise RuntimeError(f"{op.function}: rows handed over in memory from the operator before belong to "
+                                   f"another bucket than {bucket}")
+            parts.append(mine)
         if not parts:
             return op.of_bucket(op.rows_from(None, empty), bucket)
         return _concatenated(parts)
+
+
+def _count(rows) -> int:
+    """The rows of an operator's form (an Arrow table, or a tuple of them)."""
+    return sum(_count(part) for part in rows) if isinstance(rows, tuple) else rows.num_rows

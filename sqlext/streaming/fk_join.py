@@ -175,6 +175,12 @@ class TableStateFkJoin(KeyedOperator):
             owner[is_left] = self.left.bucket_of(keys)
         return owner
 
+    def routed_by(self, name: str):
+        return (self.left, list(self.spec.left.key)) if name == "left" else None
+
+    def forwarded_by(self):
+        return self.left, list(self.spec.left.key)  # a result row keeps its left key's columns
+
     # -- the step
 
     def step(self, rows, views, batch_id: int) -> Step:

@@ -218,3 +218,33 @@ def test_on_the_executors_a_chain_keyed_alike_is_one_job_a_run(spark, tmp_path, 
         jobs.append(len(jobs_of(spark, query)))
         assert chain.output() == chain.batch(sql), (shape, bound)
     assert jobs == [1, 1], jobs
+
+
+def test_a_task_handed_rows_of_another_bucket_fails_rather_than_leave_them_out():
+    """The rule that puts two functions in one task is checked where it matters: a task that
+    is handed, from the function before, rows its function sends to another bucket stops with
+    an internal error (the run commits nothing) rather than dropping them."""
+    import numpy as np
+    import pyarrow as pa
+
+    from sqlext.streaming.engine import Input, KeyedOperator, _FileTasks, _Stage
+
+    schema = pa.schema([("k", pa.int64())])
+
+    class ByParity(KeyedOperator):
+        function = "BY_PARITY"
+
+        def __init__(self):
+            self.inputs = {"input": Input("input", schema, None)}
+
+        def rows_from(self, spark, tables):
+            return tables["input"]
+
+        def route(self, table):
+            return np.asarray(table["k"]) % 2
+
+    stage = _Stage(ByParity(), None, {}, carried="input")
+    mine = _FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 2, 4]}))
+    assert mine.column("k").to_pylist() == [0, 2, 4]
+    with pytest.raises(SqlextError, match=r"\[INTERNAL_ERROR\] BY_PARITY: .*bucket 0's task was handed rows of another"):
+        _FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 1]}))

@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
@@ -664,8 +665,9 @@ class _FileTasks:
             rows = op.rows_from(None, {**empty, stage.carried: table})
             mine = op.of_bucket(rows, bucket)
             if _count(mine) != _count(rows):  # the chain's rule broken: never leave rows out
-                raise RuntimeError(f"{op.function}: rows handed over in memory from the operator before belong to "
-                                   f"another bucket than {bucket}")
+                raise SqlextError("INTERNAL_ERROR", function=op.function,
+                                  reason=f"bucket {bucket}'s task was handed rows of another bucket by the function "
+                                         "before it (nothing of the run was committed)")
             parts.append(mine)
         if not parts:
             return op.of_bucket(op.rows_from(None, empty), bucket)

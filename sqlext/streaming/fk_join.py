@@ -176,10 +176,10 @@ class TableStateFkJoin(KeyedOperator):
         return owner
 
     def routed_by(self, name: str):
-        return (self.left, list(self.spec.left.key)) if name == "left" else None
+        return (self.left, list(self.left.bucket_by)) if name == "left" else None
 
     def forwarded_by(self):
-        return self.left, list(self.spec.left.key)  # a result row keeps its left key's columns
+        return self.left, list(self.left.bucket_by)  # a result row keeps its left key's columns
 
     # -- the step
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from contextlib import contextmanager
 
 import numpy as np
@@ -41,8 +42,10 @@ _DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_TOP_PAD: 128 * 1024, _M_MMAP_MAX:
 _DURING_TASK = {_M_TRIM_THRESHOLD: 1 << 30, _M_TOP_PAD: 64 << 20, _M_MMAP_MAX: 0}
 
 
+@functools.cache
 def _glibc():
-    """glibc, or None where the C library is another one (musl, macOS)."""
+    """glibc, or None where the C library is another one (musl, macOS); looked up once a
+    process (``find_library`` asks the system's linker cache)."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)

@@ -373,23 +373,39 @@ def test_a_streaming_frame_over_a_delta_table_stages_its_commits_in_the_checkpoi
     assert [p.name for p in staged.glob("commit-*.parquet")] == [f"commit-{1:020d}.parquet"]
 
 
-def test_s3_keys_and_endpoint_come_from_sparks_s3a_settings(spark):
-    """deltalake is given the keys and endpoint Spark's s3a connector has for the bucket (its
-    per-bucket settings first); nothing is looked up on S3 itself."""
+def _store_location_under(spark, settings: dict, uri: str, store_uri: str | None):
+    """What deltalake is given for a folder at ``uri`` while Spark's Hadoop settings hold
+    ``settings``."""
     from sqlext.delta import store_location
 
-    class Bucket:
-        uri = store_uri = "s3a://lake/accounts"
+    class Resolved:
+        pass
 
+    folder = Resolved()
+    folder.uri, folder.store_uri = uri, store_uri
     conf = spark._jsc.hadoopConfiguration()
-    settings = {"fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK", "fs.s3a.bucket.lake.endpoint": "http://minio:9000"}
     try:
         for key, value in settings.items():
             conf.set(key, value)
-        uri, options = store_location(spark, Bucket(), Bucket.uri, "sqlext sql")
+        return store_location(spark, folder, uri, "sqlext sql")
     finally:
         for key in settings:
             conf.unset(key)
+
+
+def test_s3_keys_and_endpoint_come_from_sparks_s3a_settings(spark):
+    """deltalake is given the keys and endpoint Spark's s3a connector has for the bucket (its
+    per-bucket settings first); nothing is looked up on S3 itself."""
+    settings = {"fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK", "fs.s3a.bucket.lake.endpoint": "http://minio:9000"}
+    uri, options = _store_location_under(spark, settings, "s3a://lake/accounts", "s3a://lake/accounts")
     assert uri == "s3://lake/accounts"
     assert options == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_ENDPOINT_URL": "http://minio:9000",
                        "AWS_ALLOW_HTTP": "true"}
+
+
+def test_deltalake_is_given_the_azure_credential_hadoop_has(spark):
+    """An Azure account's key from Spark's ``fs.azure.*`` settings (the account's host first),
+    as deltalake names it."""
+    uri = "abfss://data@lake.dfs.core.windows.net/accounts"
+    found = _store_location_under(spark, {"fs.azure.account.key.lake.dfs.core.windows.net": "K1"}, uri, None)
+    assert found == (uri, {"azure_storage_account_name": "lake", "azure_storage_account_key": "K1"})

@@ -313,22 +313,3 @@ def test_a_stores_uri_becomes_the_path_pyarrow_takes(uri, path):
 def test_an_azure_folder_without_a_credential_pyarrow_takes_goes_through_hadoop():
     assert sx._arrow_io("abfss://data@lake.dfs.core.windows.net/cp", {}) is None
 
-
-def test_deltalake_is_given_the_azure_credential_hadoop_has(spark):
-    from sqlext.delta import store_location
-
-    class Container:
-        uri = "abfss://data@lake.dfs.core.windows.net/accounts"
-        store_uri = None
-
-    conf = spark._jsc.hadoopConfiguration()
-    settings = {f"fs.azure.account.key.{HOST}": "K1"}
-    try:
-        for key, value in settings.items():
-            conf.set(key, value)
-        uri, options = store_location(spark, Container(), Container.uri, "sqlext sql")
-    finally:
-        for key in settings:
-            conf.unset(key)
-    assert uri == Container.uri
-    assert options == {"azure_storage_account_name": "lake", "azure_storage_account_key": "K1"}

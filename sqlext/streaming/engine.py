@@ -375,7 +375,7 @@ class Pipeline(TableStateRun):
         summary_schema = StructType([StructField("summary", BinaryType())])
         parts: dict[int, list[Folder]] = {}
         facts, pending = {}, []
-        for chain in self._chains(batch_id):
+        for chain in self._chains(root, batch_id):
             first = chain[0]
             if first.files is not None:  # tasks read the files, and run the chain's operators in turn
                 for stage in chain:
@@ -408,14 +408,14 @@ class Pipeline(TableStateRun):
         root.delete()
         return facts
 
-    def _chains(self, batch_id: int) -> list[list["_Stage"]]:
+    def _chains(self, root: Folder, batch_id: int) -> list[list["_Stage"]]:
         """The operators in the statement's order, in runs that one Spark job computes: where an
         operator reads its input from the one before it, and bucket b's task of the one before
         forwards all the rows bucket b's task of this one needs of that input (both send a row
         to the bucket of the same key columns, as the same types, among as many buckets), the
         same task runs both, handing the rows over in memory: no files written and read back,
-        no job of its own. Each operator of a run reads its other inputs' files itself."""
-        root = self.state / f"{PENDING}-{batch_id}"
+        no job of its own. Each operator of a run reads its other inputs' files itself; its
+        tasks write under ``root``."""
         chains: list[list[_Stage]] = []
         for number, operator in enumerate(self.operators):
             folder = root / str(number)

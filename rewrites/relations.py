@@ -279,8 +279,11 @@ def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relati
             raise _Unknown
         return names
 
+    def types(column: str) -> str | None:
+        return relations.expression_type(found.query, to_sql(exp.column(exp.to_identifier(column, quoted=True))))
+
     try:
-        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by)
+        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by, types=types)
     except _Unknown:  # a struct's fields are unknown here (a schema given as a mapping)
         call.literals["format"] = shape
         return TableInput(found.argument, found.query, None, found.source)

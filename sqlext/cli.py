@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
                              "the folder holds a file; repeatable")
     stream.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
+    stream.add_argument("--source-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                        help="an option of Spark's reader of STREAM(NAME)'s files (accounts.header=true, "
+                             "accounts.delimiter=';'); repeatable")
+    stream.add_argument("--bad-records", action="append", default=[], metavar="NAME=MODE",
+                        help="what a record of STREAM(NAME)'s files that cannot be read does: 'fail' (the default: "
+                             "the run stops, naming it, and writes nothing) or 'quarantine' (it is set aside in "
+                             "CHECKPOINT/quarantine and counted); repeatable")
     stream.add_argument("--output-format", default="parquet", metavar="FORMAT", help="format of the output files")
     stream.add_argument("--engine", default="tables", metavar="ENGINE",
                         help="where the state lives: 'tables', Parquet tables in the checkpoint (the default and "
@@ -527,10 +534,16 @@ def _stream(args) -> int:
         return 1
     sources, schemas = _pairs(args.source, "--source", "NAME=DIR"), _pairs(args.source_schema, "--source-schema",
                                                                            "NAME=COLUMNS")
-    if sources is None or schemas is None:
+    bad_records = _pairs(args.bad_records, "--bad-records", "NAME=MODE")
+    reader_options = _pairs(args.source_option, "--source-option", "NAME.KEY=VALUE", dotted=True)
+    if sources is None or schemas is None or bad_records is None or reader_options is None:
         return 2
+    source_options: dict = {}
+    for (name, key), value in reader_options.items():
+        source_options.setdefault(name, {})[key] = value
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
-                   source_format=args.source_format, output_format=args.output_format, engine=args.engine)
+                   source_format=args.source_format, output_format=args.output_format, engine=args.engine,
+                   source_options=source_options, bad_records=bad_records)
     _say_stream_runs_its_own_spark()
     spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
     statement = statements[0]
@@ -576,11 +589,16 @@ def _say_stream_runs_its_own_spark() -> None:
               "needs the driver's JVM, which a Spark Connect session does not give", file=sys.stderr)
 
 
-def _pairs(items: list[str], option: str, shape: str) -> dict[str, str] | None:
-    """``NAME=VALUE`` options as a dict; None (after saying why) when one is not of that shape."""
-    pairs = {}
+def _pairs(items: list[str], option: str, shape: str, dotted: bool = False) -> dict | None:
+    """``NAME=VALUE`` options as a dict; None (after saying why) when one is not of that shape.
+    ``dotted``: ``NAME.KEY=VALUE``, keyed by ``(NAME, KEY)`` (the last dot parts them: a source
+    name may hold dots, a reader option's name does not)."""
+    pairs: dict = {}
     for item in items:
         name, _, value = item.partition("=")
+        if dotted:
+            source, _, key = name.rpartition(".")
+            name = (source, key) if source and key else ""
         if not name or not value:
             print(f"sqlext stream: {option} {item!r} is not {shape}", file=sys.stderr)
             return None

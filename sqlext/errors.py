@@ -217,6 +217,20 @@ MESSAGES: dict[str, str] = {
     "STREAM_SOURCE_UNREADABLE": (
         "{function}: Spark cannot read the change files of {name}: the file {file} gives {cause}. {fix}"
     ),
+    "BAD_RECORD": (
+        "{function}: {name}: {place} holds a record that {problem}: {record}. Nothing of this run was "
+        "written and the file was not consumed: correct the record (in that file, or in a file that "
+        "replaces it) and run again, or send the bad records of {name} to a quarantine ({quarantine})."
+    ),
+    "SOURCE_FILE_MISSING_COLUMN": (
+        "{function}: the file {file} of {name} has no column {column} (it holds {have}), so each of its "
+        "rows would read NULL there. Nothing of this run was written and the file was not consumed: "
+        "write the file again with the column, or move it out of the folder, and run again."
+    ),
+    "UNKNOWN_SOURCE": (
+        "{function}: {option} names {name}, but the statement reads no STREAM({name}); it reads {read}. "
+        "Check the spelling of the name in {option} and in the statement."
+    ),
     # Delta tables' change data feeds (sqlext.delta)
     "DELTA_NOT_INSTALLED": (
         "{function}: reading the change data feed of the Delta table {path} needs the deltalake package, "

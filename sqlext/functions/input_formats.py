@@ -132,15 +132,17 @@ class ChangeRows:
 
 
 def change_rows(function: str, side: str, shape: str, source: exp.Expression, columns: Sequence[str],
-                fields: Callable[[str], Sequence[str] | None], order_by: Any, keyless: bool = False) -> ChangeRows | None:
+                fields: Callable[[str], Sequence[str] | None], order_by: Any, keyless: bool = False,
+                types: Callable[[str], str | None] | None = None) -> ChangeRows | None:
     """The change rows of an input in ``shape`` (None for ``'delta'``: it is change rows).
 
     ``source`` is the input as a FROM item, ``columns`` its columns, ``fields(column)`` the
-    field names of a struct column (None where the column is no struct), ``order_by`` the
-    call's argument as written (None: the shape's default). ``keyless``: the rows have no key,
-    so an update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`)."""
+    field names of a struct column (None where the column is no struct), ``types(column)`` a
+    column's Spark type (``struct<id:bigint,...>``; None where unknown), ``order_by`` the call's
+    argument as written (None: the shape's default). ``keyless``: the rows have no key, so an
+    update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`)."""
     if shape == DEBEZIUM:
-        return _debezium(function, side, source, list(columns), fields, order_by, keyless)
+        return _debezium(function, side, source, list(columns), fields, order_by, keyless, types)
     if shape == ICEBERG:
         return _iceberg(function, side, source, list(columns), order_by)
     return None
@@ -163,7 +165,7 @@ def _path(parts: Sequence[str]) -> exp.Expression:
     return node
 
 
-def _debezium(function, side, source, columns, fields, order_by, keyless=False) -> ChangeRows:
+def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None) -> ChangeRows:
     fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
     before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
     data = fields(after)
@@ -186,7 +188,8 @@ def _debezium(function, side, source, columns, fields, order_by, keyless=False) 
                                                          columns=[exp.to_identifier(_IS_BEFORE)]))
     is_before = exp.column(_IS_BEFORE, _IMAGES)
     takes_before = exp.or_(exp.EQ(this=col(op, _ENVELOPE), expression=string("d")), is_before.copy())
-    values = [alias(case([(takes_before.copy(), _path([before, f]))], _path([after, f])), f) for f in data]
+    row_before = _row_before(before, after, fields, types)
+    values = [alias(case([(takes_before.copy(), row_before(f))], _path([after, f])), f) for f in data]
     kind = exp.Case(this=col(op, _ENVELOPE), ifs=[exp.If(this=string(code), true=string(kind))
                                                   for code, kind in DEBEZIUM_TYPES.items()],
                     default=col(op, _ENVELOPE))
@@ -198,6 +201,19 @@ def _debezium(function, side, source, columns, fields, order_by, keyless=False) 
         .from_(_envelope(source)).where(exp.not_(col(op, _ENVELOPE).is_(exp.null())))
     query.set("laterals", [images])
     return ChangeRows(query, (*data, CHANGE_TYPE, name), name)
+
+
+def _row_before(before: str, after: str, fields, types) -> Callable[[str], exp.Expression]:
+    """How a field of the row before a change is read. Where ``before`` is no struct but
+    ``after`` is one, the envelopes read so far held no row before (a snapshot: every ``op`` is
+    ``r`` or ``c``, and JSON's reader, meeting only nulls, took ``before`` for text): its text is
+    read as a row of ``after``'s type, so NULL stays NULL and a row that arrives later (as JSON
+    text, the column being text) is read in full; text that is no such row stops the query."""
+    if fields(before) is not None or types is None or not (types(after) or "").lower().startswith("struct<"):
+        return lambda name: _path([before, name])
+    options = exp.func("map", string("mode"), string("FAILFAST"))
+    parsed = exp.Anonymous(this="from_json", expressions=[col(before, _ENVELOPE), string(types(after)), options])
+    return lambda name: exp.Dot(this=exp.paren(parsed.copy(), copy=False), expression=ident(name))
 
 
 def order_column(shape: str, order_by: Any) -> str:

@@ -29,7 +29,7 @@ from sqlext.rewrites.dialect import TableArgument, parse_one, stream_options, to
 from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.sqltree import identifier_list
 from sqlext.streaming.checkpoint import (STATE_FOLDER, STATEMENT_FILE, START_OVER, START_OVER_DBT, Before, check_columns,
-                                         check_source_columns, claim)
+                                         claim)
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.registry import keyed_call, purpose_of
 from sqlext.rewrites.dialect import batch_form  # noqa: F401 - part of this module's face
@@ -64,7 +64,8 @@ def check_engine(engine: str, function: str = FUNCTION) -> None:
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
            source_format: str = "parquet", query_name: str | None = None, engine: str = "tables",
-           schemas: Mapping[str, str] | None = None, start_over: str = START_OVER):
+           schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
+           source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None):
     """Start the statement as a streaming query writing to ``output`` (a folder, in
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
@@ -76,10 +77,17 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     (``SELECT ... FROM STREAM(name) WHERE ...``) runs as Spark's own streaming query.
 
     ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
-    so a run can start before a folder holds its first file. A checkpoint and its output belong
-    to one statement (:mod:`sqlext.streaming.checkpoint`): another statement on them is refused
-    before anything is read or written; ``start_over`` says how to start over, in the
-    caller's words."""
+    so a run can start before a folder holds its first file; ``source_options`` gives Spark's
+    reader options of a folder's files (``{name: {"header": "true"}}``); ``bad_records`` says
+    what happens to a record of a folder that cannot be read: ``'fail'`` (the default: the run
+    stops, naming the file, the line and the column, and writes nothing) or ``'quarantine'``
+    (it goes to ``<checkpoint>/quarantine``; :mod:`sqlext.streaming.bad_records`). A checkpoint
+    and its output belong to one statement (:mod:`sqlext.streaming.checkpoint`): another
+    statement on them is refused before anything is read or written; ``start_over`` says how to
+    start over, in the caller's words.
+
+    The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
+    ``awaitTermination``, where the run failed with one."""
     check_engine(engine)
     from sqlext.storage import resolve
 
@@ -88,17 +96,20 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     output = None if output is None else resolve(spark, output)
     before = Before(checkpoint, output)
     try:
-        return _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name,
-                      schemas, start_over)
+        query = _start(spark, tree, checkpoint, output, trigger, output_format,
+                       Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records),
+                       query_name, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
+    return RunningQuery(query, checkpoint)
 
 
-def _start(spark, tree, checkpoint, output, trigger, output_format, sources, source_format, query_name,
-           schemas, start_over):
+def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
+    from sqlext.streaming.bad_records import Door
+
+    sources.check_used(tree)
     claim(checkpoint, output, purpose_of(tree), start_over)
-    sources = Sources(spark, sources, source_format, schemas, checkpoint)
     try:
         if not _stateless(tree):
             if output is None:
@@ -108,7 +119,8 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources, sou
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
             source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
-            writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint.uri)
+            writer = source.writeStream.foreachBatch(Door(function, checkpoint, sources.records)) \
+                .option("checkpointLocation", checkpoint.uri)
         else:  # nothing to keep between runs: Spark's own streaming query
             frame = _frame(spark, tree, sources)
             check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
@@ -138,14 +150,51 @@ def run_available_now(spark, sql: str, **options):
     query = stream(spark, sql, trigger="available_now", **options)
     try:
         query.awaitTermination()
-    except Exception as error:  # noqa: BLE001 - mapped below, or raised as it is
+    except Exception:
         if before is not None:
             before.undo()  # a first run that fails leaves no records behind
-        ours = find_in(error)
-        if ours is not None:
-            raise ours from None
         raise
     return query
+
+
+class RunningQuery:
+    """Spark's ``StreamingQuery`` of a run, whose ``awaitTermination`` and
+    ``processAllAvailable`` raise sqlext's classed error where the run failed with one (Spark
+    wraps it twice: ``STREAM_FAILED``, ``FOREACH_BATCH_USER_FUNCTION_ERROR``). A run that failed
+    on its input (a bad record, a file whose columns are not the source's, a change that breaks
+    the change-row rules) forgets the batch it had planned
+    (:func:`~sqlext.streaming.sources.forget_batch`), so that the next run reads the folder as it
+    is then: a file corrected under the same name, or replaced by another, is read, and the bad
+    one is not. Everything else is Spark's query."""
+
+    def __init__(self, query, checkpoint):
+        self._query, self._checkpoint = query, checkpoint
+
+    def __getattr__(self, name: str):
+        return getattr(self._query, name)
+
+    def __repr__(self) -> str:
+        return repr(self._query)
+
+    def awaitTermination(self, timeout: int | None = None):
+        return self._classed(lambda: self._query.awaitTermination(timeout) if timeout is not None
+                             else self._query.awaitTermination())
+
+    def processAllAvailable(self) -> None:
+        return self._classed(self._query.processAllAvailable)
+
+    def _classed(self, call):
+        from sqlext.streaming.sources import INPUT_ERRORS, forget_batch
+
+        try:
+            return call()
+        except Exception as error:
+            ours = find_in(error)
+            if ours is None:
+                raise
+            if ours.error_class in INPUT_ERRORS:
+                forget_batch(self._checkpoint)
+            raise ours from None
 
 
 def jobs_of(spark, query) -> list[int]:
@@ -156,7 +205,9 @@ def jobs_of(spark, query) -> list[int]:
 
 def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
-                    output: str | None = None, trigger: str = "available_now", query_name: str | None = None):
+                    output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
+                    source_options: Mapping[str, Mapping[str, str]] | None = None,
+                    bad_records: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
 
     A statement whose functions keep state runs on the 'tables' engine, as :func:`stream`
@@ -171,13 +222,16 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     checkpoint, unless a source is a Delta table, whose commits are staged there.
 
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
-    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run."""
+    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
+    ``source_options`` and ``bad_records`` are :func:`stream`'s."""
     from sqlext.storage import resolve
 
     tree = one_statement(sql)
     if _stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)
-        return _frame(spark, tree, Sources(spark, sources, source_format, schemas, folder), folder)
+        sources = Sources(spark, sources, source_format, schemas, folder, source_options, bad_records)
+        sources.check_used(tree)
+        return _frame(spark, tree, sources)
     if checkpoint is None:
         raise SqlextError("UNSUPPORTED_STREAM", function="streaming_frame", what="this statement without a checkpoint",
                           reason="its function keeps its state, and the rows of each run, in a checkpoint folder "
@@ -192,7 +246,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     folder = resolve(spark, checkpoint)
     output = folder / OUTPUT_IN_CHECKPOINT if output is None else resolve(spark, output)
     options = dict(checkpoint=folder.uri, output=output.uri, sources=sources, source_format=source_format,
-                   schemas=schemas, query_name=query_name)
+                   schemas=schemas, query_name=query_name, source_options=source_options, bad_records=bad_records)
     if trigger == "available_now":
         run_available_now(spark, sql, **options)
     else:
@@ -219,20 +273,28 @@ def _stateless(tree: exp.Expression) -> bool:
         and not is_self_join(tree)
 
 
-def _frame(spark, tree: exp.Expression, sources: "Sources", checkpoint=None):
+def _frame(spark, tree: exp.Expression, sources: "Sources"):
     """The streaming DataFrame of a statement that keeps no state: each ``STREAM(...)`` read as
-    a stream, the rest Spark SQL."""
+    a stream, the rest Spark SQL. Its rows are Spark's own stream, with no place to set bad
+    records aside, so a quarantine is refused."""
     from sqlext.session import ensure_installed
+    from sqlext.streaming.bad_records import QUARANTINE
     from sqlext.streaming.engine import temporary_view
 
+    quarantined = [name for name, mode in sources.bad_records.items() if mode == QUARANTINE]
+    if quarantined:
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
+                          what=f"a quarantine of {', '.join(quarantined)} in a statement that keeps no state",
+                          reason="such a statement is Spark's own streaming query, which has no place to set bad "
+                                 "records aside exactly once",
+                          fix="Leave bad_records out (a bad record then stops the run, named), or read the stream "
+                              "through CHANGELOG_FILTER(..., predicate => 'true').")
     ensure_installed(spark)
     tree = tree.copy()
     with ExitStack() as views:
         for table in list(tree.find_all(exp.Table)):
             if _is_stream(table) and not isinstance(table.parent, TableArgument):
                 source = sources.read(table.this)
-                if checkpoint is not None:
-                    check_source_columns(checkpoint, to_sql(table.this), source.schema)
                 _replace(table, views.enter_context(temporary_view(source)))
         frame = spark.sql(to_sql(tree))
     if not frame.isStreaming:
@@ -281,7 +343,6 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
-        check_source_columns(checkpoint, to_sql(shape.stream.this), source.schema)
         return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema,
                                            folder=sources.parquet_folder(shape.stream.this))
     _refuse_recursion(tree)
@@ -289,7 +350,6 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 
     if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
-        check_source_columns(checkpoint, to_sql(streams[0].this), source.schema)
         shape = SelfJoinShape(spark, tree, source.schema)
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
                                           source.schema, sources.parquet_folder(streams[0].this))
@@ -301,7 +361,6 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     frames = []
     for table in numbered:
         frames.append(sources.read(table.this))
-        check_source_columns(checkpoint, to_sql(table.this), frames[-1].schema)
     converted = _as_change_rows(spark, root, numbered, frames)
     from sqlext.streaming.engine import inputs_stream
 

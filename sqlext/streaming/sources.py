@@ -98,7 +98,7 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     frame.createOrReplaceTempView(view)
     try:
         rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
-                           order_by, keyless=keyless)
+                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString())
         return spark.sql(to_sql(rows.query)), rows.order_by
     finally:
         spark.catalog.dropTempView(view)
@@ -107,25 +107,51 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
 class Sources:
     """How a run reads its streams: ``folders`` maps a name to a folder of change files in
     ``file_format``; ``schemas`` declares the columns of a folder (DDL such as
-    ``"id BIGINT, v STRING"``), so that a run can start before the folder holds a file; any
-    other name is a streaming view or a table."""
+    ``"id BIGINT, v STRING"``), so that a run can start before the folder holds a file;
+    ``options`` gives a folder's files reader options of Spark's (``{"header": "true"}``), and
+    ``bad_records`` what happens to a record that cannot be read (``'fail'``, the default, or
+    ``'quarantine'``: :mod:`sqlext.streaming.bad_records`); any other name is a streaming view
+    or a table. :attr:`records` says, for each folder read, how its records are read."""
 
     def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
-                 schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None):
+                 schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None,
+                 options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None):
+        from sqlext.streaming.bad_records import check_options
+
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
+        self.options = {name: {str(k): str(v) for k, v in given.items()} for name, given in (options or {}).items()}
+        self.bad_records = dict(bad_records or {})
+        self.records: list = []  # SourceRecords of each folder read, with its place among the query's sources
+        self._read_count = 0
+        self._unrecorded: list = []  # the columns learned of Parquet folders, recorded once they are checked
         # the columns as Spark reads them (a schema's JSON), of folders whose files hold
         # nanosecond timestamps: read so, then cast to Spark's microsecond timestamps
         self._nanos: dict[str, dict] = {}
         self._nanos_before: list = []  # the session's nanos setting before a read turned it on
         self._delta: dict[str, tuple] = {}  # a Delta source's name: its staged commits' folder, its columns
-        unknown = sorted(set(self.schemas) - set(self.folders))
-        if unknown:
-            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument="schemas",
-                              expected="the columns of sources read from folders", value=", ".join(unknown),
-                              fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
-                                  "table or view has its own columns.")
+        for argument, given in (("schemas", self.schemas), ("source_options", self.options),
+                                ("bad_records", self.bad_records)):
+            unknown = sorted(set(given) - set(self.folders))
+            if unknown:
+                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=argument,
+                                  expected="settings of sources read from folders", value=", ".join(unknown),
+                                  fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
+                                      "table or view is read as it is.")
+        check_options(self.options, self.bad_records)
+
+    def check_used(self, tree: exp.Expression) -> None:
+        """Every folder given is read by a ``STREAM(...)`` of the statement (a misspelt name would
+        leave the folder unread and the statement reading a table of that name, if any)."""
+        from sqlext.rewrites.dialect import is_stream
+
+        read = [to_sql(t.this) for t in tree.find_all(exp.Table) if is_stream(t)]
+        spellings = {n for t in tree.find_all(exp.Table) if is_stream(t) for n in stream_names(t.this)}
+        for name in self.folders:
+            if name not in spellings:
+                raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
+                                  read=", ".join(read) or "no STREAM(...) at all")
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a
@@ -142,7 +168,10 @@ class Sources:
 
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names, as change rows where it names a shape
-        (``format => ...``)."""
+        (``format => ...``). Its columns are compared with those the checkpoint's first run
+        recorded (:func:`~sqlext.streaming.checkpoint.check_source_columns`), and recorded then."""
+        from sqlext.streaming.checkpoint import check_source_columns
+
         frame = self._read(call)
         options = stream_options(call)
         if stream_shape(call) == DELTA_SHAPE:
@@ -151,11 +180,21 @@ class Sources:
 
                 resolve_column("STREAM", to_sql(call), frame.columns, stream_order(call),
                                "Name a column of the stream with order_by => '...'.")
-            return frame
-        return as_change_rows(self.spark, call, frame)
+        else:
+            frame = as_change_rows(self.spark, call, frame)
+        if self.checkpoint is not None:
+            check_source_columns(self.checkpoint, to_sql(call), frame.schema)
+        while self._unrecorded:  # only columns that passed the check are kept for the next run
+            known, schema = self._unrecorded.pop()
+            known.record(schema)
+        return frame
 
     def _read(self, call: exp.Anonymous):
         """The streaming DataFrame of the source ``STREAM(name)`` names, as it is."""
+        from sqlext.streaming.bad_records import EVERY_FILE_AGE, FAIL, SourceRecords
+
+        index = self._read_count  # Spark numbers a query's sources in the order the plan reads them
+        self._read_count += 1
         delta = self._delta_source(call)
         if delta is not None:
             folder, schema, path = delta
@@ -164,16 +203,22 @@ class Sources:
 
                 return self.spark.readStream.format("delta").option("readChangeFeed", "true") \
                     .option("startingVersion", "0").load(resolve(self.spark, path).uri).drop(COMMIT_TIMESTAMP)
-            return self.spark.readStream.format("parquet").schema(schema).load(folder.uri)
+            return self.spark.readStream.format("parquet").option("maxFileAge", EVERY_FILE_AGE).schema(schema) \
+                .load(folder.uri)
         names = stream_names(call)
         name = next((n for n in names if n in self.folders), None)
         if name is not None:
             folder = self.folders[name]
             self._check_build(name, resolve(self.spark, folder))
             schema = self._declared(name, folder) if name in self.schemas else self._found(name, folder)
+            records = SourceRecords(name, self.file_format, self.options.get(name, {}), schema,
+                                    self.bad_records.get(name, FAIL), index, resolve(self.spark, folder))
+            self.records.append(records)
             if name in self._nanos:
-                return self._read_nanos(name, folder, schema)
-            return self.spark.readStream.format(self.file_format).schema(schema).load(folder)
+                return self._read_nanos(name, folder, schema, records.reader_options())
+            frame = self.spark.readStream.format(self.file_format).options(**records.reader_options()) \
+                .schema(records.read_schema()).load(folder)
+            return records.checked(frame)
         name = names[0]
         frame = self.spark.table(name)
         if frame.isStreaming:
@@ -234,7 +279,7 @@ class Sources:
         feed.stage(staging, arrow_schema(schema))
         return staging, schema, path
 
-    def _read_nanos(self, name: str, folder: str, schema):
+    def _read_nanos(self, name: str, folder: str, schema, options: dict):
         """The stream of a folder whose files hold nanosecond timestamps: read as Spark 4 reads
         them, each column then cast to ``schema``'s type (nanosecond timestamps to microseconds,
         Spark's unit: what lies below a microsecond is dropped)."""
@@ -249,7 +294,7 @@ class Sources:
                               cause="nanosecond timestamps, which a Spark Connect session does not read",
                               fix=NANOS_FIX)
         self._allow_nanos()
-        reader = spark.readStream.format(self.file_format)
+        reader = spark.readStream.format(self.file_format).options(**options)
         types = spark._jvm.org.apache.spark.sql.types
         reader._jreader.schema(types.DataType.fromJson(json.dumps(self._nanos[name])))
         frame = reader.load(folder)
@@ -324,7 +369,7 @@ class Sources:
             return self._as_read(name, known.schema)
         schema = self._inferred(name, folder, missing_ok)
         if known is not None and schema is not None:
-            known.record(schema)
+            self._unrecorded.append((known, schema))
         return None if schema is None else self._as_read(name, schema)
 
     def _as_read(self, name: str, schema: dict):
@@ -341,13 +386,18 @@ class Sources:
         """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
         folder that is missing or holds no file. Any other failure to read them is an error
         naming the file and the cause, never an empty source."""
-        reader = self.spark.read.format(self.file_format)
+        from sqlext.streaming.bad_records import CORRUPT, SourceRecords
+
+        options = SourceRecords(name, self.file_format, self.options.get(name, {}), None).reader_options()
+        reader = self.spark.read.format(self.file_format).options(**options)
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
             schema = _schema_json(reader.load(folder))
         except Exception as error:  # noqa: BLE001 - sorted out below
             schema = self._unread(name, folder, error)
+        if schema is not None:  # a record inference could not read: no column of the source's
+            schema["fields"] = [f for f in schema.get("fields", []) if f["name"] != CORRUPT]
         if schema is None or not schema.get("fields"):
             if missing_ok:
                 return None
@@ -597,6 +647,72 @@ def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] 
         return entries
     except (OSError, ValueError, KeyError, TypeError, SqlextError):
         return None
+
+
+# the errors of a run's input (what a file holds, not the statement or the store): the batch that
+# met one is forgotten (forget_batch), so that the next run reads the folders as they are then
+INPUT_ERRORS = frozenset({
+    "BAD_RECORD", "SOURCE_FILE_MISSING_COLUMN", "STREAM_SCHEMA_CHANGED", "STREAM_SOURCE_UNREADABLE",
+    "UNKNOWN_CHANGE_TYPE", "AMBIGUOUS_ORDER", "NULL_ORDER_VALUE", "NULL_SEQUENCE_VALUE", "LATE_CHANGE",
+    "DELETE_OF_ABSENT_ROW",
+})
+
+
+def forget_batch(checkpoint: Folder) -> None:
+    """Forget the micro-batch Spark planned and did not commit, after it failed on its input.
+
+    Spark plans a batch before it runs it: the offset log's entry for the batch, and, for each
+    file source, the entries of the source's file log that name the files it takes. A batch that
+    failed is run again with the same files, so a bad file that was moved out of the folder would
+    fail every later run, and a corrected file under another name would wait behind it. Here the
+    batch's offset entry is deleted first, then every file log entry past the offsets of the last
+    committed batch: Spark then plans the batch again from the folders as they are (were the
+    process to stop between the two, the next run would meet the bad file again and say so; it
+    never skips one). Nothing else of the batch exists: a run that fails writes nothing it
+    commits, and its quarantine file (named by the batch) goes with it."""
+    from sqlext.streaming.bad_records import Quarantine
+
+    offsets = checkpoint / "offsets"
+    planned = _numbers(offsets)
+    committed = _numbers(checkpoint / "commits")
+    if not planned or (committed and max(committed) >= max(planned)):
+        return
+    batch = max(planned)
+    previous = max((n for n in planned if n < batch), default=None)
+    files_sources = _file_offsets(offsets / str(batch))
+    kept = _file_offsets(offsets / str(previous)) if previous is not None else {}
+    _delete_log_file(offsets, str(batch))
+    for source in files_sources:
+        log = checkpoint / "sources" / str(source)
+        for entry in log.entries():
+            number = entry.name.split(".")[0]
+            if not entry.name.startswith(".") and number.isdigit() and int(number) > kept.get(source, -1):
+                _delete_log_file(log, entry.name)
+    Quarantine(checkpoint).file(batch).delete()
+
+
+def _numbers(folder: Folder) -> list[int]:
+    return [int(e.name) for e in folder.entries() if e.name.isdigit()]
+
+
+def _file_offsets(path: Folder) -> dict[int, int]:
+    """The log offsets of the file sources in one entry of Spark's offset log, by source."""
+    lines = path.read_bytes().decode().splitlines()
+    found = {}
+    for index, line in enumerate(lines[2:]):
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
+            found[index] = offset["logOffset"]
+    return found
+
+
+def _delete_log_file(folder: Folder, name: str) -> None:
+    """One file of Spark's logs, and the checksum Hadoop's local file system keeps beside it."""
+    (folder / name).delete()
+    (folder / f".{name}.crc").delete()
 
 
 def _place(uri: str) -> tuple[str, str, str]:

@@ -24,6 +24,7 @@ class Counts:
     rows_read: int | None = 0
     files_written: int = 0
     rows_written: int | None = 0
+    quarantined: int = 0  # bad records the run set aside (sqlext.streaming.bad_records)
 
     def describe(self) -> str:
         """The counts in words.
@@ -34,10 +35,14 @@ class Counts:
         'nothing new: read 0 files, 0 rows; wrote 0 files, 0 rows'
         >>> Counts(1, None, 7, 1, None).describe()
         'read 7 rows; wrote 1 file'
+        >>> Counts(1, 1, 3, 1, 2, quarantined=1).describe()
+        'read 1 file, 3 rows; wrote 1 file, 2 rows; quarantined 1 bad record'
         """
         read = [_count(self.files_read, "file"), _count(self.rows_read, "row")]
         wrote = [_count(self.files_written, "file"), _count(self.rows_written, "row")]
         said = f"read {', '.join(r for r in read if r)}; wrote {', '.join(w for w in wrote if w)}"
+        if self.quarantined:
+            said += f"; quarantined {_count(self.quarantined, 'bad record')}"
         return said if self.batches else f"nothing new: {said}"
 
 
@@ -59,10 +64,11 @@ class RunCounter:
         self.files = _data_files(self.output)
 
     def counts(self, query=None) -> Counts:
+        from sqlext.streaming.bad_records import Quarantine
         from sqlext.streaming.sources import batch_entries
 
         batches = sorted(_committed(self.checkpoint) - self.committed)
-        counts = Counts(batches=len(batches))
+        counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches))
         spark_rows = 0  # the rows Spark counted, for sources that are not folders of files
         for progress in (query.recentProgress if query is not None else []):
             if progress.get("batchId") in batches:

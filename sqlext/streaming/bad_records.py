@@ -1,0 +1,475 @@
+"""Records a run cannot read as they are: refused by name by default, quarantined on request.
+
+A folder of change files is read strictly. In JSON and CSV files (whose text holds no types)
+Spark's reader marks a record that does not parse, or whose value does not fit its column, in a
+column of its own (:data:`CORRUPT`) instead of turning the value into NULL: the stream of such
+a source refuses a marked record (``[BAD_RECORD]``, raised inside Spark as soon as the record is
+read), or, for a source whose bad records go to a quarantine (``bad_records={name:
+'quarantine'}``), leaves it out of the rows the statement reads. Parquet files hold their types;
+there a file whose columns are not the source's (one missing, one added, one of another type)
+is refused before the batch runs.
+
+What a refusal costs: nothing of the run is written, and the batch is forgotten (its files are
+not marked read, :func:`~sqlext.streaming.sources.forget_batch`), so that a corrected file, under
+the same name or another, is read by the next run as if the bad one had never been there.
+
+The quarantine (``<checkpoint>/quarantine``) holds one Parquet file per micro-batch that met bad
+records, named by the batch: the source, the file, the line the record starts on, its text, the
+error class, the column and what is wrong. A batch that is run again (after a crash) writes the
+same file again, so each bad record is there once; a batch that is forgotten loses its file with
+it. The run's summary counts them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from sqlext.errors import SqlextError, find_in, sql_value
+from sqlext.storage import Folder
+
+FUNCTION = "sqlext stream"
+CORRUPT = "__sx_bad_record"  # the column Spark's JSON and CSV readers put a record they cannot read in
+FILE_PATH = "_metadata.file_path"
+FILE = "__sx_file"
+FAIL, QUARANTINE = "fail", "quarantine"
+MODES = (FAIL, QUARANTINE)
+QUARANTINE_FOLDER = "quarantine"
+# the formats whose readers mark the records they cannot read (their files hold text, not types)
+PARSED_FORMATS = ("json", "csv")
+# reader options sqlext sets itself, or that would lose records or files without a word
+RESERVED_OPTIONS = {
+    "mode": "sqlext reads every record or refuses it",
+    "columnnameofcorruptrecord": "sqlext keeps the records it cannot read in a column of its own",
+    "ignorecorruptfiles": "a file Spark cannot read would be skipped without a word",
+    "ignoremissingfiles": "a file that goes missing would be skipped without a word",
+    "maxfileage": "a file older than the newest ones by more than this would never be read",
+}
+# Spark's file stream skips a file whose modification time is older than the newest file it has
+# seen by more than maxFileAge (7 days by default): a file copied in with its old time kept would
+# never be read. sqlext reads every file that lands.
+EVERY_FILE_AGE = "36500d"
+
+QUARANTINE_SCHEMA = pa.schema([
+    ("batch", pa.int64()), ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()),
+    ("record", pa.string()), ("error_class", pa.string()), ("column", pa.string()), ("problem", pa.string()),
+])
+
+
+@dataclass
+class SourceRecords:
+    """How the records of one folder source are read: its ``name`` in ``STREAM(name)``, its
+    files' ``file_format``, the reader ``options`` the user gave, its columns (a Spark
+    ``StructType``, without :data:`CORRUPT`), what happens to a bad record (``mode``), and the
+    position of the source among the query's sources (Spark's numbering in its offset log)."""
+
+    name: str
+    file_format: str
+    options: dict
+    schema: object
+    mode: str = FAIL
+    index: int = 0
+    folder: Folder | None = None
+
+    @property
+    def parsed(self) -> bool:
+        """Whether its reader marks the records it cannot read (JSON, CSV)."""
+        return self.file_format.lower() in PARSED_FORMATS
+
+    def reader_options(self) -> dict:
+        """The options of Spark's reader of its files: the user's, then sqlext's own."""
+        options = {**self.options, "maxFileAge": EVERY_FILE_AGE}
+        if self.parsed:
+            options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
+        return options
+
+    def read_schema(self):
+        """Its columns as Spark's reader is given them: with :data:`CORRUPT` where it marks bad records."""
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        if not self.parsed:
+            return self.schema
+        return StructType(list(self.schema.fields) + [StructField(CORRUPT, StringType(), True)])
+
+    def checked(self, frame):
+        """``frame`` (read with :meth:`read_schema`) as the statement reads it: a bad record
+        refused where it is met (strict), or left out (quarantined by :class:`Door`)."""
+        from pyspark.sql import functions as F
+
+        if not self.parsed:
+            return frame
+        bad = F.col(CORRUPT).isNotNull()
+        if self.mode == QUARANTINE:
+            return frame.where(~bad).drop(CORRUPT)
+        # the text Spark raises carries sqlext's class; the door says more (line, column) where it can
+        message = F.concat(F.lit(f"[BAD_RECORD] {FUNCTION}: {self.name}: the file "),
+                           F.col(FILE_PATH), F.lit(" holds a record that does not fit the columns "
+                                                   f"({_columns(self.schema)}): "),
+                           F.substring(F.col(CORRUPT), 1, 300),
+                           F.lit(". Nothing of this run was written; correct the record and run again."))
+        return frame.where(F.when(bad, F.raise_error(message)).otherwise(F.lit(True))).drop(CORRUPT)
+
+    def bad_records(self, spark, files: list[str], batch_id: int) -> pa.Table:
+        """The records of ``files`` (URIs) that its reader cannot read, as quarantine rows."""
+        from pyspark.sql import functions as F
+
+        if not self.parsed or not files:
+            return QUARANTINE_SCHEMA.empty_table()
+        frame = spark.read.format(self.file_format).options(**self.reader_options()) \
+            .schema(self.read_schema()).load(files)
+        # every column is read (Spark refuses a query of its files that reads only CORRUPT)
+        found = frame.where(F.col(CORRUPT).isNotNull()).select("*", F.col(FILE_PATH).alias(FILE)).collect()
+        rows = []
+        lines = _Lines(spark)
+        for row in found:
+            file, record = unquote(row[FILE]), row[CORRUPT]
+            column, problem = self.problem(record)
+            rows.append({"batch": batch_id, "source": self.name, "file": file, "line": lines.of(file, record),
+                         "record": record, "error_class": "BAD_RECORD", "column": column, "problem": problem})
+        return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
+
+    def problem(self, record: str) -> tuple[str | None, str]:
+        """What is wrong with a record its reader cannot read: the column (None where the record
+        as a whole is wrong) and the words for it."""
+        if self.file_format.lower() == "json":
+            return _json_problem(record, self.schema)
+        return _csv_problem(record, self.schema, self.options)
+
+
+def refusal(source: SourceRecords, record: dict) -> SqlextError:
+    """``[BAD_RECORD]`` for one quarantine row of ``source``."""
+    place = f"line {record['line']} of {record['file']}" if record.get("line") else f"the file {record['file']}"
+    return SqlextError("BAD_RECORD", function=FUNCTION, name=source.name, place=place, problem=record["problem"],
+                       record=_shown(record["record"]), quarantine=_quarantine_hint(source.name))
+
+
+def _quarantine_hint(name: str) -> str:
+    return f"--bad-records {name}=quarantine on the command line, bad_records={{{name!r}: 'quarantine'}} in Python"
+
+
+def _shown(record: str, limit: int = 200) -> str:
+    return repr(record if len(record) <= limit else record[:limit] + "...")
+
+
+def _columns(schema) -> str:
+    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+
+
+class _Lines:
+    """The line each bad record starts on, in its file (read once, through the storage module):
+    the n-th bad record of a file with a given text is the n-th place that text starts at."""
+
+    def __init__(self, spark):
+        self.spark, self.texts, self.after = spark, {}, {}
+
+    def of(self, file: str, record: str) -> int | None:
+        from sqlext.storage import resolve
+
+        if file not in self.texts:
+            try:
+                self.texts[file] = resolve(self.spark, file).read_bytes().decode("utf-8", errors="replace")
+            except (SqlextError, OSError):
+                self.texts[file] = None
+        text = self.texts[file]
+        if text is None:
+            return None
+        start = self.after.get((file, record), 0)
+        at = text.find(record, start)
+        while at > 0 and text[at - 1] not in "\r\n":  # a record starts a line
+            at = text.find(record, at + 1)
+        if at < 0:
+            return None
+        self.after[(file, record)] = at + max(len(record), 1)
+        return text.count("\n", 0, at) + 1
+
+
+# -- what is wrong with a record (for the message and the quarantine; Spark only marks it)
+
+def _json_problem(record: str, schema) -> tuple[str | None, str]:
+    """
+    >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
+    >>> schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    >>> _json_problem('{"id": 1, "name": "Ada"', schema)
+    (None, "does not parse as JSON (Expecting ',' delimiter at character 23)")
+    >>> _json_problem('{"id": "one", "name": "Ada"}', schema)
+    ('id', "has 'one' in column id, which is not a BIGINT")
+    """
+    try:
+        value = json.loads(record)
+    except ValueError as error:
+        reason = getattr(error, "msg", str(error))
+        position = getattr(error, "pos", None)
+        return None, f"does not parse as JSON ({reason}" + (f" at character {position})" if position is not None else ")")
+    if not isinstance(value, dict):
+        return None, f"is a JSON {type(value).__name__}, not an object of the columns"
+    found = _json_misfit(value, schema, "")
+    if found is not None:
+        return found
+    return None, f"does not fit the columns ({_columns(schema)})"
+
+
+def _json_misfit(value: dict, schema, prefix: str) -> tuple[str, str] | None:
+    from pyspark.sql.types import StructType
+
+    for column in schema.fields:
+        if column.name not in value or value[column.name] is None:
+            continue
+        name, item = prefix + column.name, value[column.name]
+        if isinstance(column.dataType, StructType):
+            if not isinstance(item, dict):
+                return name, f"has {_json_text(item)} in column {name}, which is not a struct"
+            inner = _json_misfit(item, column.dataType, name + ".")
+            if inner is not None:
+                return inner
+            continue
+        if not _json_fits(item, column.dataType):
+            return name, f"has {_json_text(item)} in column {name}, which is not a {column.dataType.simpleString().upper()}"
+    return None
+
+
+def _json_text(value) -> str:
+    return sql_value(value) if isinstance(value, (str, bool)) or value is None else json.dumps(value)
+
+
+def _json_fits(value, kind) -> bool:
+    """Whether Spark's JSON reader reads ``value`` (as json.loads gives it) as ``kind``."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.StringType):
+        return True
+    if isinstance(kind, T.BooleanType):
+        return isinstance(value, bool)
+    if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return isinstance(value, int) and not isinstance(value, bool) and _in_range(value, kind)
+    if isinstance(kind, (T.FloatType, T.DoubleType)):
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value in ("NaN", "Infinity", "-Infinity")
+    if isinstance(kind, T.DecimalType):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _fits_decimal(Decimal(str(value)), kind)
+    if isinstance(kind, T.ArrayType):
+        return isinstance(value, list) and all(v is None or _json_fits(v, kind.elementType) for v in value)
+    if isinstance(kind, (T.MapType, T.StructType)):
+        return isinstance(value, dict)
+    return True  # dates, timestamps and the rest: Spark's own parsing of their text decides
+
+
+def _in_range(value: int, kind) -> bool:
+    from pyspark.sql import types as T
+
+    bits = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}[type(kind)]
+    return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
+
+
+def _fits_decimal(value: Decimal, kind) -> bool:
+    if not value.is_finite():
+        return False
+    digits = value.as_tuple()
+    whole = len(digits.digits) + digits.exponent if digits.exponent < 0 else len(digits.digits) + digits.exponent
+    return whole <= kind.precision - kind.scale
+
+
+def _csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
+    """
+    >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
+    >>> schema = StructType([StructField("id", LongType()), StructField("balance", LongType())])
+    >>> _csv_problem("1,abc", schema, {})
+    ('balance', "has 'abc' in column balance, which is not a BIGINT")
+    >>> _csv_problem("1,2,3", schema, {})
+    (None, 'has 3 fields, where the source has 2 columns (id BIGINT, balance BIGINT)')
+    """
+    lowered = {k.lower(): v for k, v in options.items()}
+    delimiter = lowered.get("sep", lowered.get("delimiter", ","))
+    quote = lowered.get("quote", '"')
+    null = lowered.get("nullvalue", "")
+    try:
+        fields = next(csv.reader([record], delimiter=delimiter[:1] or ",", quotechar=quote[:1] or '"',
+                                 escapechar=lowered.get("escape", "\\")[:1] or None))
+    except (csv.Error, StopIteration) as error:
+        return None, f"does not parse as CSV ({error})"
+    if [f.strip().lower() for f in fields] == [c.name.lower() for c in schema.fields]:
+        return None, "is a header line (the column names); files with one are read with the reader option header=true"
+    if len(fields) != len(schema.fields):
+        return None, (f"has {len(fields)} field{'s' if len(fields) != 1 else ''}, where the source has "
+                      f"{len(schema.fields)} columns ({_columns(schema)})")
+    for column, text in zip(schema.fields, fields):
+        if text == null or text == "":
+            continue
+        if not _csv_fits(text.strip(), column.dataType):
+            return column.name, (f"has {sql_value(text)} in column {column.name}, which is not a "
+                                 f"{column.dataType.simpleString().upper()}")
+    return None, f"does not fit the columns ({_columns(schema)})"
+
+
+def _csv_fits(text: str, kind) -> bool:
+    """Whether Spark's CSV reader reads ``text`` as ``kind``."""
+    from pyspark.sql import types as T
+
+    try:
+        if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+            return _in_range(int(text), kind)
+        if isinstance(kind, (T.FloatType, T.DoubleType)):
+            float(text)
+            return True
+        if isinstance(kind, T.DecimalType):
+            return _fits_decimal(Decimal(text), kind)
+        if isinstance(kind, T.BooleanType):
+            return text.lower() in ("true", "false")
+    except (ValueError, InvalidOperation, OverflowError):
+        return False
+    return True
+
+
+# -- the files of a batch: their columns, their bad records, and the quarantine
+
+class Quarantine:
+    """The quarantine of a checkpoint: one Parquet file per batch that met bad records."""
+
+    def __init__(self, checkpoint: Folder):
+        self.folder = checkpoint / QUARANTINE_FOLDER
+
+    def file(self, batch_id: int) -> Folder:
+        return self.folder / f"batch-{batch_id:010d}.parquet"
+
+    def write(self, batch_id: int, records: pa.Table) -> None:
+        """The batch's bad records (replacing what an earlier attempt of the batch wrote)."""
+        if records.num_rows:
+            self.file(batch_id).write_parquet(records)
+        else:
+            self.file(batch_id).delete()
+
+    def count(self, batch_ids) -> int:
+        """The records quarantined by these batches."""
+        total = 0
+        for batch_id in batch_ids:
+            file = self.file(batch_id)
+            if file.exists():
+                total += file.parquet_rows()
+        return total
+
+
+@dataclass
+class Door:
+    """The ``foreachBatch`` function of a run around the statement's own (``function``): before
+    the batch runs, each folder source's files of the batch are checked (a Parquet file's
+    columns) and their bad records quarantined where the source asks for it; a record refused
+    inside the batch is named with its line and column."""
+
+    function: object
+    checkpoint: Folder
+    sources: list[SourceRecords] = field(default_factory=list)
+
+    def __call__(self, batch, batch_id: int) -> None:
+        spark = batch.sparkSession
+        quarantined = []
+        for source in self.sources:
+            files = self._files(source, batch_id)
+            if source.file_format.lower() == "parquet":
+                check_parquet_files(source, files)
+            elif source.parsed and source.mode == QUARANTINE:
+                quarantined.append(source.bad_records(spark, [f.uri for f in files], batch_id))
+        if any(s.mode == QUARANTINE for s in self.sources):
+            Quarantine(self.checkpoint).write(batch_id, pa.concat_tables(quarantined) if quarantined
+                                              else QUARANTINE_SCHEMA.empty_table())
+        try:
+            self.function(batch, batch_id)
+        except Exception as error:
+            ours = find_in(error)
+            if ours is not None and ours.error_class == "BAD_RECORD":
+                named = self._named(spark, batch_id)
+                if named is not None:
+                    raise named from None
+            raise
+
+    def _files(self, source: SourceRecords, batch_id: int) -> list[Folder]:
+        from sqlext.streaming.sources import batch_files
+
+        files = batch_files(self.checkpoint, batch_id, source.index, source.folder)
+        if files is None:
+            raise SqlextError("INTERNAL_ERROR", function=FUNCTION,
+                              reason=f"the files of {source.name} in batch {batch_id} are not in Spark's records of it")
+        return files
+
+    def _named(self, spark, batch_id: int) -> SqlextError | None:
+        """The first bad record of the batch, with its line and column: ``[BAD_RECORD]``."""
+        for source in self.sources:
+            if source.parsed and source.mode == FAIL:
+                found = source.bad_records(spark, [f.uri for f in self._files(source, batch_id)], batch_id)
+                if found.num_rows:
+                    return refusal(source, found.slice(0, 1).to_pylist()[0])
+        return None
+
+
+def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
+    """Each Parquet file of the batch holds the source's columns, as their types: a file without
+    one (which Spark would read as NULL in every row), with one more, or with another type is
+    refused, naming the file and the column."""
+    from sqlext.streaming.run import arrow_schema
+
+    want = arrow_schema(source.schema)
+    for file in files:
+        try:
+            have = file.parquet_schema(as_read=True)
+        except Exception as error:  # noqa: BLE001 - the file is no Parquet file Arrow reads
+            raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=source.name, file=file.uri,
+                              cause=_reason(error), fix="Write it again as a Parquet file of the source's columns, "
+                                                        "or move it out of the folder, and run again; nothing of this "
+                                                        "run was written.") from None
+        names = {n.lower(): n for n in have.names}
+        missing = [f.name for f in want if f.name.lower() not in names]
+        if missing:
+            raise SqlextError("SOURCE_FILE_MISSING_COLUMN", function=FUNCTION, file=file.uri, name=source.name,
+                              column=", ".join(missing), have=", ".join(have.names))
+        wanted = {f.name.lower() for f in want}
+        changes = [f"{n} was added, in {file.uri}" for n in have.names if n.lower() not in wanted]
+        for column in want:
+            found = have.field(names[column.name.lower()]).type
+            if not _same_type(found, column.type):
+                changes.append(f"{column.name} is {found} in {file.uri}, not {column.type}")
+        if changes:
+            raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=source.name, change="; ".join(changes))
+
+
+def _same_type(found: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a Parquet column of type ``found`` reads as ``want`` (Spark's type as Arrow's):
+    text and bytes of either width, timestamps of any unit (Spark reads each as its own), and
+    the rest alike."""
+    def plain(kind):
+        if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+            return pa.string()
+        if pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+            return pa.binary()
+        if pa.types.is_dictionary(kind):
+            return plain(kind.value_type)
+        return kind
+
+    found, want = plain(found), plain(want)
+    if pa.types.is_timestamp(found) and pa.types.is_timestamp(want):
+        return True
+    if pa.types.is_struct(found) or pa.types.is_list(found) or pa.types.is_map(found):
+        return found.num_fields == want.num_fields if type(found) is type(want) else False
+    return found == want
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def check_options(options: dict, bad_records: dict) -> None:
+    """The per-source settings: reader options that keep every record, known modes."""
+    for name, given in options.items():
+        for key in given:
+            if key.lower() in RESERVED_OPTIONS:
+                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"the reader option {key} of {name}",
+                                  expected="an option of Spark's reader that keeps every record",
+                                  value=sql_value(str(given[key])),
+                                  fix=f"Leave it out: {RESERVED_OPTIONS[key.lower()]}. Bad records are refused, or "
+                                      f"quarantined with {_quarantine_hint(name)}.")
+    for name, mode in bad_records.items():
+        if mode not in MODES:
+            raise SqlextError("INVALID_OPTION_VALUE", function=FUNCTION, argument=f"bad_records of {name}",
+                              value=sql_value(mode), allowed=", ".join(repr(m) for m in MODES))

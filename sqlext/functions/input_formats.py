@@ -211,7 +211,7 @@ def _row_before(before: str, after: str, fields, types) -> Callable[[str], exp.E
     text, the column being text) is read in full; text that is no such row stops the query."""
     if fields(before) is not None or types is None or not (types(after) or "").lower().startswith("struct<"):
         return lambda name: _path([before, name])
-    options = exp.func("map", string("mode"), string("FAILFAST"))
+    options = exp.Anonymous(this="map", expressions=[string("mode"), string("FAILFAST")])
     parsed = exp.Anonymous(this="from_json", expressions=[col(before, _ENVELOPE), string(types(after)), options])
     return lambda name: exp.Dot(this=exp.paren(parsed.copy(), copy=False), expression=ident(name))
 

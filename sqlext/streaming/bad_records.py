@@ -366,7 +366,7 @@ class Door:
         spark = batch.sparkSession
         quarantined = []
         for source in self.sources:
-            files = self._files(source, batch_id)
+            files = self._files(spark, source, batch_id)
             if source.file_format.lower() == "parquet":
                 check_parquet_files(source, files)
             elif source.parsed and source.mode == QUARANTINE:
@@ -378,28 +378,63 @@ class Door:
             self.function(batch, batch_id)
         except Exception as error:
             ours = find_in(error)
+            named = None
             if ours is not None and ours.error_class == "BAD_RECORD":
                 named = self._named(spark, batch_id)
-                if named is not None:
-                    raise named from None
+            elif ours is not None and ours.error_class == "UNKNOWN_CHANGE_TYPE":
+                named = self._located(spark, batch_id, ours)
+            if named is not None:
+                raise named from None
             raise
 
-    def _files(self, source: SourceRecords, batch_id: int) -> list[Folder]:
-        from sqlext.streaming.sources import batch_files
+    def _files(self, spark, source: SourceRecords, batch_id: int) -> list[Folder]:
+        """The source's files in the batch, from Spark's records of it (named as Spark named them,
+        through a mount table where the folder was given through one)."""
+        from sqlext.storage import resolve
+        from sqlext.streaming.sources import batch_entries, batch_files
 
         files = batch_files(self.checkpoint, batch_id, source.index, source.folder)
-        if files is None:
+        if files is not None:
+            return files
+        entries = batch_entries(self.checkpoint, batch_id, source.index)
+        if entries is None:
             raise SqlextError("INTERNAL_ERROR", function=FUNCTION,
                               reason=f"the files of {source.name} in batch {batch_id} are not in Spark's records of it")
-        return files
+        return [resolve(spark, unquote(entry["path"])) for entry in entries]
 
     def _named(self, spark, batch_id: int) -> SqlextError | None:
         """The first bad record of the batch, with its line and column: ``[BAD_RECORD]``."""
         for source in self.sources:
             if source.parsed and source.mode == FAIL:
-                found = source.bad_records(spark, [f.uri for f in self._files(source, batch_id)], batch_id)
+                found = source.bad_records(spark, [f.uri for f in self._files(spark, source, batch_id)], batch_id)
                 if found.num_rows:
                     return refusal(source, found.slice(0, 1).to_pylist()[0])
+        return None
+
+
+    def _located(self, spark, batch_id: int, error: SqlextError) -> SqlextError | None:
+        """``error`` (a change type no change row has) with the file that holds the change, and its
+        row in a Parquet file (the kernels that find it see rows, not files)."""
+        from pyspark.sql import functions as F
+
+        from sqlext.errors import SqlextSparkError
+        from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES
+
+        for source in self.sources:
+            if CHANGE_TYPE not in source.schema.names:
+                continue
+            files = [f.uri for f in self._files(spark, source, batch_id)]
+            if not files:
+                continue
+            frame = spark.read.format(source.file_format).options(**source.reader_options()) \
+                .schema(source.read_schema()).load(files)
+            known = F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) & F.col(CHANGE_TYPE).isNotNull()
+            row_index = source.file_format.lower() == "parquet"
+            columns = [F.col(FILE_PATH).alias(FILE)] + ([F.col("_metadata.row_index").alias("row")] if row_index else [])
+            found = frame.where(~known).select("*", *columns).limit(1).collect()
+            if found:
+                place = unquote(found[0][FILE]) + (f", row {found[0]['row'] + 1}" if row_index else "")
+                return SqlextSparkError(error.error_class, f"{str(error).rstrip('.')}. The change is in {place}.")
         return None
 
 

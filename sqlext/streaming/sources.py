@@ -147,11 +147,13 @@ class Sources:
         from sqlext.rewrites.dialect import is_stream
 
         read = [to_sql(t.this) for t in tree.find_all(exp.Table) if is_stream(t)]
+        if not read:  # a statement that reads no stream at all is refused for that, saying so
+            return
         spellings = {n for t in tree.find_all(exp.Table) if is_stream(t) for n in stream_names(t.this)}
         for name in self.folders:
             if name not in spellings:
                 raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
-                                  read=", ".join(read) or "no STREAM(...) at all")
+                                  read=", ".join(read))
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a
@@ -413,8 +415,8 @@ class Sources:
         said = [line.strip() for line in str(error).splitlines()
                 if ("merge" in line.lower() or "incompatible" in line.lower()) and not line.strip().startswith("at ")]
         if said:
-            raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name,
-                              change=f"its files disagree ({said[0][:300]})") from None
+            change = _disagreement(self.spark, folder) or f"its files disagree ({said[0][:300]})"
+            raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change=change) from None
         if condition == "PARQUET_TYPE_ILLEGAL" and "NANOS" in str(error):
             return self._nanos_schema(name, folder, error)
         raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
@@ -510,6 +512,25 @@ def _first_file(spark, folder: str, test=None) -> str | None:
                 return file.uri
         except Exception:  # noqa: BLE001 - Arrow cannot read it either: that is the file
             return file.uri
+    return None
+
+
+def _disagreement(spark, folder: str) -> str | None:
+    """Where a folder's Parquet files disagree on a column's type: the column, and a file of each
+    type (from the files' footers); None where the footers do not tell."""
+    seen: dict[str, tuple[str, str]] = {}
+    try:
+        files = sorted((f for f in walk_files(resolve(spark, folder)) if not f.name.startswith((".", "_"))),
+                       key=lambda f: f.uri)
+        for file in files:
+            for field in file.parquet_schema():
+                kind = str(field.type)
+                first = seen.setdefault(field.name.lower(), (kind, file.uri))
+                if first[0] != kind:
+                    return (f"its files disagree on the type of {field.name}: {kind} in {file.uri}, "
+                            f"{first[0]} in {first[1]}")
+    except Exception:  # noqa: BLE001 - a footer Arrow cannot read: Spark's own words then
+        return None
     return None
 
 

@@ -1,0 +1,233 @@
+"""Bad input at the door of an incremental run, as a new user meets it: every record of a folder
+source is read exactly, quarantined on request, or refused by a classed error naming the file,
+the record and the column, with nothing written and the file not consumed (docs/bad-input.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now, stream
+
+FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(accounts)), key => 'id', "
+          "predicate => 'balance >= 0')")
+ACCOUNTS = "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT"
+DEBEZIUM_FINAL = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(customers, format => 'debezium')), "
+                  "key => 'id', predicate => 'true', emit => 'final')")
+
+
+def write(path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def rows(spark, folder, *columns) -> list[tuple]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(tuple(r) for r in spark.read.parquet(str(folder)).select(*columns).collect())
+
+
+def refused(run) -> SqlextError:
+    with pytest.raises(SqlextError) as raised:
+        run()
+    return raised.value
+
+
+def test_a_truncated_debezium_line_is_refused_by_line_not_read_as_a_tombstone(spark, tmp_path, storage):
+    topic = tmp_path / "topic"
+    lines = ['{"before":null,"after":{"id":1,"name":"Ada"},"op":"c","ts_ms":1,"source":{"lsn":100}}',
+             '{"before":{"id":2,"name":"Bo"},"after":{"id":2,"name":"Bo"},"op":"u","ts_ms":2,"source":{"lsn":110}}',
+             '{"before":{"id":1,"name":"Ada"},"after":null,"op":"d","ts_ms":3,"source":{"lsn":200}']
+    write(topic / "part-1.json", "\n".join(lines) + "\n")
+    options = dict(sources={"customers": storage.uri(topic)}, source_format="json",
+                   checkpoint=storage.uri(tmp_path / "cp"), output=storage.uri(tmp_path / "out"))
+    error = refused(lambda: run_available_now(spark, DEBEZIUM_FINAL, **options))
+    assert error.error_class == "BAD_RECORD"
+    assert "line 3 of" in str(error) and "part-1.json" in str(error)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cp").exists()  # nothing written
+    # the record corrected in the same file: the delete of Ada is read, not lost
+    write(topic / "part-1.json", "\n".join(lines[:2] + [lines[2] + "}"]) + "\n")
+    run_available_now(spark, DEBEZIUM_FINAL, **options)
+    assert rows(spark, tmp_path / "out", "id", "name") == [(2, "Bo")]
+
+
+def test_a_csv_value_that_does_not_parse_is_refused_or_quarantined_never_null(spark, tmp_path, storage):
+    changes = tmp_path / "changes"
+    write(changes / "part-1.csv", "1,abc,insert,1\n2,5,insert,1\n")
+    options = dict(sources={"accounts": storage.uri(changes)}, source_format="csv", schemas={"accounts": ACCOUNTS},
+                   checkpoint=storage.uri(tmp_path / "cp"), output=storage.uri(tmp_path / "out"))
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "BAD_RECORD"
+    assert "column balance" in str(error) and "'abc'" in str(error) and "line 1 of" in str(error)
+    run_available_now(spark, FILTER, bad_records={"accounts": "quarantine"}, **options)
+    assert rows(spark, tmp_path / "out", "id", "balance", "_change_type") == [(2, 5, "insert")]
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
+    assert quarantine[["source", "line", "record", "error_class", "column"]].values.tolist() == \
+        [["accounts", 1, "1,abc,insert,1", "BAD_RECORD", "balance"]]
+    assert quarantine["file"].tolist()[0].endswith("changes/part-1.csv")
+
+
+def test_reader_options_go_with_their_source_and_a_header_line_says_so(spark, tmp_path):
+    changes = tmp_path / "changes"
+    write(changes / "part-1.csv", "id;balance;_change_type;_commit_version\n1;10;insert;1\n")
+    options = dict(sources={"accounts": str(changes)}, source_format="csv", schemas={"accounts": ACCOUNTS},
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    error = refused(lambda: run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";"}}, **options))
+    assert error.error_class == "BAD_RECORD" and "header" in str(error)
+    run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";", "header": "true"}}, **options)
+    assert rows(spark, tmp_path / "out", "id", "balance") == [(1, 10)]
+    # options that would drop records or files are refused, naming why
+    for key in ("mode", "ignoreCorruptFiles", "columnNameOfCorruptRecord", "maxFileAge"):
+        error = refused(lambda: run_available_now(spark, FILTER, source_options={"accounts": {key: "x"}}, **options))
+        assert error.error_class == "INVALID_ARGUMENT_TYPE" and key in str(error)
+
+
+def test_a_debezium_snapshot_whose_before_is_always_null_is_read(spark, tmp_path):
+    topic = tmp_path / "topic"
+    snapshot = ['{"before":null,"after":{"id":1,"name":"Ada"},"op":"r","ts_ms":1,"source":{"lsn":100}}',
+                '{"before":null,"after":{"id":2,"name":"Bo"},"op":"r","ts_ms":1,"source":{"lsn":110}}']
+    write(topic / "part-1.json", "\n".join(snapshot) + "\n")
+    options = dict(sources={"customers": str(topic)}, source_format="json",
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    run_available_now(spark, DEBEZIUM_FINAL, **options)
+    assert rows(spark, tmp_path / "out", "id", "name") == [(1, "Ada"), (2, "Bo")]
+    # an update with its row before lands later: its before (text, as the stream's columns have
+    # it) is read as a row
+    write(topic / "part-2.json", '{"before":{"id":1,"name":"Ada"},"after":{"id":1,"name":"Ada L."},"op":"u",'
+                                 '"ts_ms":2,"source":{"lsn":120}}\n')
+    run_available_now(spark, DEBEZIUM_FINAL, **options)
+    assert rows(spark, tmp_path / "out", "id", "name") == [(1, "Ada L."), (2, "Bo")]
+    # in a batch query too
+    spark.read.json(str(topic / "part-1.json")).createOrReplaceTempView("snapshot_events")
+    batch = spark.sql("SELECT 1")  # the session works; sqlext's batch path:
+    import sqlext
+
+    batch = sqlext.sql(spark, "SELECT * FROM CHANGELOG_FILTER(input => TABLE(snapshot_events), key => 'id', "
+                              "predicate => 'true', format => 'debezium', emit => 'final')")
+    assert sorted((r.id, r.name) for r in batch.collect()) == [(1, "Ada"), (2, "Bo")]
+
+
+def land(folder, name, data: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(data).to_parquet(folder / name)
+
+
+def test_a_refused_schema_change_ends_with_the_file_that_brought_it(spark, tmp_path, storage):
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": storage.uri(changes)}, checkpoint=storage.uri(tmp_path / "cp"),
+                   output=storage.uri(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    run_available_now(spark, FILTER, **options)
+    land(changes, "p2.parquet", {"id": [2], "balance": [5], "currency": ["EUR"], "_change_type": ["insert"],
+                                 "_commit_version": [2]})
+    assert refused(lambda: run_available_now(spark, FILTER, **options)).error_class == "STREAM_SCHEMA_CHANGED"
+    (changes / "p2.parquet").unlink()
+    land(changes, "p3.parquet", {"id": [3], "balance": [7], "_change_type": ["insert"], "_commit_version": [3]})
+    run_available_now(spark, FILTER, **options)
+    assert rows(spark, tmp_path / "out", "id", "_commit_version") == [(1, 1), (3, 3)]
+
+
+def test_a_changed_column_type_names_the_column_and_the_file(spark, tmp_path):
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    run_available_now(spark, FILTER, **options)
+    land(changes, "p2.parquet", {"id": [2], "balance": [5.5], "_change_type": ["insert"], "_commit_version": [2]})
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "STREAM_SCHEMA_CHANGED"
+    assert "balance" in str(error) and "p2.parquet" in str(error)
+
+
+def test_a_misspelt_source_name_is_refused(spark, tmp_path):
+    changes = tmp_path / "changes"
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    error = refused(lambda: run_available_now(spark, FILTER, sources={"acounts": str(changes)},
+                                              checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
+    assert error.error_class == "UNKNOWN_SOURCE" and "acounts" in str(error) and "STREAM(accounts)" in str(error)
+
+
+FK = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+      "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id')")
+
+
+def test_a_file_without_a_column_the_statement_needs_is_refused(spark, tmp_path, storage):
+    orders, customers = tmp_path / "orders", tmp_path / "customers"
+    options = dict(sources={"orders": storage.uri(orders), "customers": storage.uri(customers)},
+                   checkpoint=storage.uri(tmp_path / "cp"), output=storage.uri(tmp_path / "out"))
+    land(customers, "c1.parquet", {"id": [7], "city": ["Paris"], "_commit_version": [1]})
+    land(orders, "o1.parquet", {"order_id": [100], "customer_id": [7], "_commit_version": [2]})
+    run_available_now(spark, FK, **options)
+    before = rows(spark, tmp_path / "out", "order_id", "_change_type", "_commit_version")
+    land(orders, "o2.parquet", {"order_id": [100], "_commit_version": [3]})  # no foreign key
+    error = refused(lambda: run_available_now(spark, FK, **options))
+    assert error.error_class == "SOURCE_FILE_MISSING_COLUMN"
+    assert "customer_id" in str(error) and "o2.parquet" in str(error)
+    assert rows(spark, tmp_path / "out", "order_id", "_change_type", "_commit_version") == before
+    # a zero-byte Parquet file is not an empty one
+    (orders / "o2.parquet").unlink()
+    (orders / "o3.parquet").write_bytes(b"")
+    error = refused(lambda: run_available_now(spark, FK, **options))
+    assert error.error_class == "STREAM_SOURCE_UNREADABLE" and "o3.parquet" in str(error)
+    (orders / "o3.parquet").unlink()
+    land(orders, "o4.parquet", {"order_id": [100], "customer_id": [7], "_commit_version": [4]})
+    run_available_now(spark, FK, **options)  # the refusals left nothing behind
+    assert rows(spark, tmp_path / "out", "order_id", "_change_type", "_commit_version") == before
+
+
+def test_a_data_error_in_a_later_run_lets_a_replacing_file_run(spark, tmp_path):
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    run_available_now(spark, FILTER, **options)
+    land(changes, "p2.parquet", {"id": [2], "balance": [5], "_change_type": ["insrt"], "_commit_version": [2]})
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "UNKNOWN_CHANGE_TYPE" and "p2.parquet, row 1" in str(error)
+    (changes / "p2.parquet").unlink()
+    land(changes, "p2-fixed.parquet", {"id": [2], "balance": [5], "_change_type": ["insert"], "_commit_version": [2]})
+    run_available_now(spark, FILTER, **options)
+    assert rows(spark, tmp_path / "out", "id", "_commit_version") == [(1, 1), (2, 2)]
+
+
+def test_a_file_landing_with_an_old_modification_time_is_read(spark, tmp_path):
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    run_available_now(spark, FILTER, **options)
+    land(changes, "p2.parquet", {"id": [2], "balance": [5], "_change_type": ["insert"], "_commit_version": [2]})
+    old = os.path.getmtime(changes / "p1.parquet") - 30 * 24 * 3600  # copied with a month-old time kept
+    os.utime(changes / "p2.parquet", (old, old))
+    run_available_now(spark, FILTER, **options)
+    assert rows(spark, tmp_path / "out", "id") == [(1,), (2,)]
+
+
+def test_await_termination_raises_sqlexts_class(spark, tmp_path):
+    changes = tmp_path / "changes"
+    land(changes, "p1.parquet", {"id": [1, 1], "balance": [10, 11], "_change_type": ["insert", "insert"],
+                                 "_commit_version": [1, 1]})
+    query = stream(spark, FILTER, sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"))
+    error = refused(query.awaitTermination)
+    assert error.error_class == "AMBIGUOUS_ORDER"
+    assert "STREAM_FAILED" not in str(error) and "FOREACH_BATCH" not in str(error)
+
+
+def test_the_summary_counts_quarantined_records(spark, tmp_path):
+    from sqlext.streaming.summary import RunCounter
+
+    changes = tmp_path / "changes"
+    write(changes / "a.json", '{"id": 1, "balance": 3, "_change_type": "insert", "_commit_version": 1}\n'
+                              '{"id": 2, "balance": 4.5, "_change_type": "insert", "_commit_version": 1}\n'
+                              'not json at all\n')
+    options = dict(sources={"accounts": str(changes)}, source_format="json", schemas={"accounts": ACCOUNTS},
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"), bad_records={"accounts": "quarantine"})
+    counter = RunCounter(spark, options["checkpoint"], options["output"])
+    query = run_available_now(spark, FILTER, **options)
+    counts = counter.counts(query)
+    assert counts.quarantined == 2 and "quarantined 2 bad records" in counts.describe()
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine").sort_values("line")
+    assert quarantine[["line", "column"]].values.tolist() == [[2, "balance"], [3, None]]
+    assert json.loads(json.dumps(quarantine["problem"].tolist()))[1].startswith("does not parse as JSON")

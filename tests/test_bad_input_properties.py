@@ -1,0 +1,267 @@
+"""Random change files with one thing wrong, run by run: JSON, CSV and Parquet, read by a
+CHANGELOG_FILTER or as the left input of an FK_JOIN.
+
+Strict (the default): the run that meets the bad file stops with a classed error naming the file,
+the output and the state are byte for byte as before it, and once the file is corrected (in
+place, or replaced by a file of another name) the runs' outputs add up to the batch statement
+over the corrected feed. Tolerant (a quarantine): the outputs add up to the batch statement over
+the records that could be read, and each bad record is in the quarantine once, also when the
+batch that met it is redone after losing its commit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from profiles import examples
+
+import sqlext
+from rows import multiset
+from sqlext.errors import SqlextError
+from sqlext.streaming import run_available_now
+
+COLUMNS = ("id", "balance", "_change_type", "_commit_version")
+SCHEMA = "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT"
+FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(accounts)), key => 'id', "
+          "predicate => 'balance >= 0')")
+FK = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(accounts)), right => TABLE(STREAM(branches)), "
+      "left_key => 'id', foreign_key => 'balance % 3', right_key => 'branch')")
+# what can be wrong with a file, by format; the first ones are records, which a quarantine takes
+RECORD_FAULTS = {"json": ("truncated", "bad_value", "wrong_type", "garbage_line"),
+                 "csv": ("bad_value", "wrong_type", "extra_field", "missing_field", "garbage_line")}
+FILE_FAULTS = {"json": ("unknown_type",), "csv": ("unknown_type",),
+               "parquet": ("missing_column", "extra_column", "wrong_type", "zero_bytes", "garbage", "unknown_type")}
+# the classes a fault may be refused with
+CLASSES = {"missing_column": {"SOURCE_FILE_MISSING_COLUMN"}, "extra_column": {"STREAM_SCHEMA_CHANGED"},
+           "zero_bytes": {"STREAM_SOURCE_UNREADABLE"}, "garbage": {"STREAM_SOURCE_UNREADABLE"},
+           "unknown_type": {"UNKNOWN_CHANGE_TYPE"}}
+
+
+@st.composite
+def feeds(draw):
+    """Runs of valid changes of a few accounts (versions rising across runs)."""
+    present: dict[int, int] = {}
+    version, runs = 0, []
+    for _ in range(draw(st.integers(2, 3))):
+        changes = []
+        for key in draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)):
+            version += 1
+            balance = draw(st.integers(-5, 9))
+            if key not in present:
+                changes.append((key, balance, "insert", version))
+                present[key] = balance
+            elif draw(st.booleans()):
+                changes.append((key, present.pop(key), "delete", version))
+            else:
+                changes += [(key, present[key], "update_preimage", version), (key, balance, "update_postimage", version)]
+                present[key] = balance
+        runs.append(changes)
+    return runs
+
+
+def text_of(file_format: str, changes) -> list[str]:
+    if file_format == "json":
+        return [json.dumps(dict(zip(COLUMNS, c))) for c in changes]
+    return [",".join(str(v) for v in c) for c in changes]
+
+
+def bad_line(file_format: str, fault: str, change) -> str:
+    """One change written wrong."""
+    row = dict(zip(COLUMNS, change))
+    if file_format == "json":
+        if fault == "truncated":
+            return json.dumps(row)[:-1]
+        if fault == "bad_value":
+            return json.dumps({**row, "balance": "abc"})
+        if fault == "wrong_type":
+            return json.dumps({**row, "balance": row["balance"] + 0.5})
+        return json.dumps({**row, "_change_type": "insrt"})
+    values = [str(v) for v in change]
+    if fault == "bad_value":
+        values[1] = "abc"
+    elif fault == "wrong_type":
+        values[1] += ".5"
+    elif fault == "extra_field":
+        values.append("7")
+    elif fault == "missing_field":
+        values = values[:3]
+    else:
+        values[2] = "insrt"
+    return ",".join(values)
+
+
+def write_file(path, file_format: str, changes, fault: str | None = None, at: int = 0) -> list[str]:
+    """The run's file, with ``fault`` in its ``at``-th change; the bad records' texts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if file_format == "parquet":
+        frame = pd.DataFrame(list(changes), columns=list(COLUMNS))
+        if fault == "missing_column":
+            frame = frame.drop(columns=["balance"])
+        elif fault == "extra_column":
+            frame["note"] = "x"
+        elif fault == "wrong_type":
+            frame["balance"] = frame["balance"].astype(str)
+        elif fault == "unknown_type":
+            frame.loc[at % len(frame), "_change_type"] = "insrt"
+        if fault == "zero_bytes":
+            path.write_bytes(b"")
+        elif fault == "garbage":
+            path.write_bytes(b"PAR1 not really\n")
+        else:
+            frame.to_parquet(path)
+        return []
+    lines = text_of(file_format, changes)
+    bad = []
+    if fault == "garbage_line":
+        bad = ["@@ not a record @@"]
+        lines.insert(at % (len(lines) + 1), bad[0])
+    elif fault is not None:
+        index = at % len(lines)
+        lines[index] = bad_line(file_format, fault, changes[index])
+        bad = [lines[index]]
+    path.write_text("\n".join(lines) + "\n")
+    return bad
+
+
+@dataclass
+class Case:
+    statement: str
+    file_format: str
+    runs: list
+    fault_run: int
+    fault: str
+    at: int
+    rename: bool
+
+
+def _suffix(file_format: str) -> str:
+    return {"json": ".json", "csv": ".csv", "parquet": ".parquet"}[file_format]
+
+
+class Folders:
+    def __init__(self, spark, root, case: Case, tolerant: bool = False):
+        self.spark, self.root, self.case = spark, root, case
+        self.source, self.out, self.cp = root / "accounts", root / "out", root / "cp"
+        self.options = dict(sources={"accounts": str(self.source)}, source_format=case.file_format,
+                            checkpoint=str(self.cp), output=str(self.out))
+        if case.file_format != "parquet":
+            self.options["schemas"] = {"accounts": SCHEMA}
+        if tolerant:
+            self.options["bad_records"] = {"accounts": "quarantine"}
+        if case.statement == FK:  # the right input: a folder of its own, one Parquet file
+            branches = root / "branches"
+            branches.mkdir()
+            pd.DataFrame({"branch": [0, 1, 2], "city": ["Oslo", "Rome", "Lima"],
+                          "_commit_version": [0, 0, 0]}).to_parquet(branches / "b.parquet")
+            self.options["sources"]["branches"] = str(branches)
+            self.options["source_format"] = case.file_format
+            if case.file_format != "parquet":
+                self.options["schemas"]["branches"] = "branch BIGINT, city STRING, _commit_version BIGINT"
+                (branches / "b.parquet").unlink()
+                lines = ([json.dumps({"branch": b, "city": c, "_commit_version": 0}) for b, c in
+                          ((0, "Oslo"), (1, "Rome"), (2, "Lima"))] if case.file_format == "json"
+                         else ["0,Oslo,0", "1,Rome,0", "2,Lima,0"])
+                (branches / f"b{_suffix(case.file_format)}").write_text("\n".join(lines) + "\n")
+
+    def run(self):
+        return run_available_now(self.spark, self.case.statement, **self.options)
+
+    def written(self) -> dict[str, str]:
+        """A digest of every file of the output and of the state."""
+        found = {}
+        for top in (self.out, self.cp / "sqlext-state"):
+            for folder, _, names in os.walk(top):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    with open(path, "rb") as handle:
+                        found[path] = hashlib.sha256(handle.read()).hexdigest()
+        return found
+
+    def output(self):
+        return multiset(self.spark.read.parquet(str(self.out)).collect()) if self.out.exists() else multiset([])
+
+    def batch(self, changes) -> object:
+        """The batch statement over ``changes`` (and the same right input)."""
+        view = f"accounts_batch_{abs(hash(str(self.root))) % 10_000_000}"
+        self.spark.createDataFrame(changes or [], SCHEMA).createOrReplaceTempView(view)
+        statement = self.case.statement.replace("STREAM(accounts)", view)
+        if self.case.statement == FK:
+            self.spark.createDataFrame([(0, "Oslo", 0), (1, "Rome", 0), (2, "Lima", 0)],
+                                       "branch BIGINT, city STRING, _commit_version BIGINT") \
+                .createOrReplaceTempView(view + "_b")
+            statement = statement.replace("STREAM(branches)", view + "_b")
+        return multiset(sqlext.sql(self.spark, statement).collect())
+
+
+@st.composite
+def cases(draw, tolerant: bool):
+    statement = draw(st.sampled_from([FILTER, FK]))
+    file_format = draw(st.sampled_from(["json", "csv"] if tolerant else ["json", "csv", "parquet"]))
+    runs = draw(feeds())
+    faults = RECORD_FAULTS[file_format] if tolerant else RECORD_FAULTS.get(file_format, ()) + FILE_FAULTS[file_format]
+    return Case(statement, file_format, runs, draw(st.integers(0, len(runs) - 1)), draw(st.sampled_from(faults)),
+                draw(st.integers(0, 20)), draw(st.booleans()))
+
+
+@pytest.mark.spark
+@settings(max_examples=examples(6, 60), suppress_health_check=list(HealthCheck))
+@given(case=cases(tolerant=False))
+def test_a_bad_file_is_refused_by_name_and_its_correction_gives_the_batch_result(spark, tmp_path_factory, case):
+    folders = Folders(spark, tmp_path_factory.mktemp("strict"), case)
+    suffix = _suffix(case.file_format)
+    for number, changes in enumerate(case.runs):
+        name = folders.source / f"run-{number}{suffix}"
+        if number != case.fault_run:
+            write_file(name, case.file_format, changes)
+            folders.run()
+            continue
+        write_file(name, case.file_format, changes, case.fault, case.at)
+        before = folders.written()
+        with pytest.raises(SqlextError) as raised:
+            folders.run()
+        expected = CLASSES.get(case.fault, {"BAD_RECORD"})
+        if case.file_format == "parquet" and case.fault == "wrong_type":
+            expected = {"STREAM_SCHEMA_CHANGED"}
+        assert raised.value.error_class in expected, str(raised.value)
+        assert name.name in str(raised.value), str(raised.value)
+        assert folders.written() == before  # nothing written, the state untouched
+        if case.rename:  # corrected under another name, the bad file moved out
+            name.unlink()
+            name = folders.source / f"run-{number}-fixed{suffix}"
+        write_file(name, case.file_format, changes)
+        folders.run()
+    every = [c for run in case.runs for c in run]
+    assert folders.output() == folders.batch(every)
+
+
+@pytest.mark.spark
+@settings(max_examples=examples(5, 50), suppress_health_check=list(HealthCheck))
+@given(case=cases(tolerant=True))
+def test_bad_records_are_quarantined_once_and_the_good_ones_give_the_batch_result(spark, tmp_path_factory, case):
+    folders = Folders(spark, tmp_path_factory.mktemp("tolerant"), case, tolerant=True)
+    suffix = _suffix(case.file_format)
+    good, bad = [], []
+    for number, changes in enumerate(case.runs):
+        fault = case.fault if number == case.fault_run else None
+        bad += write_file(folders.source / f"run-{number}{suffix}", case.file_format, changes, fault, case.at)
+        if fault is not None and fault != "garbage_line":
+            changes = [c for i, c in enumerate(changes) if i != case.at % len(changes)]
+        good += changes
+        folders.run()
+        if number == case.fault_run:  # the batch's commit is lost: it is redone
+            commits = folders.cp / "commits"
+            last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+            (commits / str(last)).unlink()
+            (commits / f".{last}.crc").unlink(missing_ok=True)
+            folders.run()
+    quarantine = pd.read_parquet(folders.cp / "quarantine")
+    assert sorted(quarantine["record"]) == sorted(bad)
+    assert set(quarantine["error_class"]) == {"BAD_RECORD"}
+    assert all(f.endswith(f"run-{case.fault_run}{suffix}") for f in quarantine["file"])
+    assert folders.output() == folders.batch(good)

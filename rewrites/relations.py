@@ -14,7 +14,7 @@ from typing import Mapping, Protocol
 from sqlglot import exp
 
 from sqlext.functions.arguments import Call, check_table_arguments, relation_source
-from sqlext.functions.input_formats import DELTA, change_rows, take_format
+from sqlext.functions.input_formats import DELTA, change_rows, connect_payload, payload_rows, take_format
 from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
 from sqlext.rewrites.sqltree import identifier_list
 
@@ -281,6 +281,18 @@ def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relati
 
     def types(column: str) -> str | None:
         return relations.expression_type(found.query, to_sql(exp.column(exp.to_identifier(column, quoted=True))))
+
+    try:
+        payload = connect_payload(shape, found.columns, fields)
+    except _Unknown:
+        payload = None
+    if payload is not None:  # Kafka Connect's JSON form: the envelopes are its payloads
+        query = to_sql(payload_rows(parse_one(found.query), payload))
+        columns = relations.columns(query, parse_one(query))
+        if columns is None:
+            call.literals["format"] = shape
+            return TableInput(found.argument, found.query, None, found.source)
+        found = TableInput(found.argument, query, columns, exp.Subquery(this=payload_rows(found.source, payload)))
 
     try:
         rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by, types=types)

@@ -231,3 +231,33 @@ def test_the_summary_counts_quarantined_records(spark, tmp_path):
     quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine").sort_values("line")
     assert quarantine[["line", "column"]].values.tolist() == [[2, "balance"], [3, None]]
     assert json.loads(json.dumps(quarantine["problem"].tolist()))[1].startswith("does not parse as JSON")
+
+
+def test_debezium_as_kafka_connect_writes_it_with_schemas_and_with_declared_row_columns(spark, tmp_path):
+    import sqlext
+
+    events = [{"before": None, "after": {"id": 1, "name": "Ada"}, "op": "r", "ts_ms": 1, "source": {"lsn": 100}},
+              {"before": {"id": 1, "name": "Ada"}, "after": {"id": 1, "name": "Ada L."}, "op": "u", "ts_ms": 2,
+               "source": {"lsn": 120}},
+              {"before": None, "after": {"id": 2, "name": "Bo"}, "op": "c", "ts_ms": 3, "source": {"lsn": 130}}]
+    schema = {"type": "struct", "name": "dbserver1.public.customers.Envelope", "fields": []}  # abridged
+    # Kafka Connect's JSON converter with schemas: {"schema": ..., "payload": <envelope>}
+    write(tmp_path / "connect" / "part-1.json", "\n".join(json.dumps({"schema": schema, "payload": e})
+                                                         for e in events) + "\n")
+    options = dict(sources={"customers": str(tmp_path / "connect")}, source_format="json",
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    run_available_now(spark, DEBEZIUM_FINAL, **options)
+    assert rows(spark, tmp_path / "out", "id", "name") == [(1, "Ada L."), (2, "Bo")]
+    spark.read.json(str(tmp_path / "connect")).createOrReplaceTempView("connect_events")
+    batch = sqlext.sql(spark, "SELECT * FROM CHANGELOG_FILTER(input => TABLE(connect_events), key => 'id', "
+                              "predicate => 'true', format => 'debezium', emit => 'final')")
+    assert sorted((r.id, r.name) for r in batch.collect()) == [(1, "Ada L."), (2, "Bo")]
+    # the row's columns declared once: the envelope is built around them (types as declared)
+    write(tmp_path / "plain" / "part-1.json", "\n".join(json.dumps(e) for e in events) + "\n")
+    options = dict(sources={"customers": str(tmp_path / "plain")}, source_format="json",
+                   schemas={"customers": "id INT, name STRING"},
+                   checkpoint=str(tmp_path / "cp2"), output=str(tmp_path / "out2"))
+    run_available_now(spark, DEBEZIUM_FINAL, **options)
+    out = spark.read.parquet(str(tmp_path / "out2"))
+    assert out.schema["id"].dataType.simpleString() == "int"
+    assert sorted((r.id, r.name) for r in out.collect()) == [(1, "Ada L."), (2, "Bo")]

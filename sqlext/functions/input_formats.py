@@ -148,6 +148,24 @@ def change_rows(function: str, side: str, shape: str, source: exp.Expression, co
     return None
 
 
+def connect_payload(shape: str, columns: Sequence[str], fields: Callable[[str], Sequence[str] | None]) -> str | None:
+    """The column holding the Debezium envelope where the input is in Kafka Connect's JSON form
+    with schemas (each event ``{"schema": ..., "payload": {"before": ..., "op": ...}}``, what a
+    JSON converter with ``schemas.enable`` writes): ``payload``; None for any other input."""
+    names = {c.lower(): c for c in columns}
+    if shape != DEBEZIUM or OP in names or "payload" not in names:
+        return None
+    return names["payload"] if any(f.lower() == OP for f in fields(names["payload"]) or []) else None
+
+
+def payload_rows(source: exp.Expression, payload: str) -> exp.Select:
+    """``SELECT payload.* FROM source``: the envelopes of Kafka Connect's JSON form."""
+    source = source.copy()
+    if isinstance(source, exp.Select):
+        source = exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier(helper("connect"))))
+    return exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(payload, quoted=True))).from_(source)
+
+
 def _envelope(source: exp.Expression) -> exp.Expression:
     """``source AS __sx_env`` (a copy), so that an envelope column is never read as a table name."""
     source = source.copy()

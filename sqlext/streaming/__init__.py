@@ -184,7 +184,8 @@ class RunningQuery:
         return self._classed(self._query.processAllAvailable)
 
     def _classed(self, call):
-        from sqlext.streaming.sources import INPUT_ERRORS, forget_batch
+        from sqlext.streaming.bad_records import Quarantine
+        from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
 
         try:
             return call()
@@ -193,7 +194,9 @@ class RunningQuery:
             if ours is None:
                 raise
             if ours.error_class in INPUT_ERRORS:
-                forget_batch(self._checkpoint)
+                forgotten = forget_batch(self._checkpoint)
+                if forgotten is not None:  # its quarantine file goes with it
+                    Quarantine(self._checkpoint).file(forgotten).delete()
             raise ours from None
 
 

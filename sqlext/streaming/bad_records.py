@@ -157,7 +157,7 @@ def _shown(record: str, limit: int = 200) -> str:
 
 
 def _columns(schema) -> str:
-    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+    return ", ".join(f"{f.name} {f.dataType.simpleString().upper()}" for f in schema.fields)
 
 
 class _Lines:
@@ -391,7 +391,7 @@ class Door:
         """The source's files in the batch, from Spark's records of it (named as Spark named them,
         through a mount table where the folder was given through one)."""
         from sqlext.storage import resolve
-        from sqlext.streaming.sources import batch_entries, batch_files
+        from sqlext.streaming.batches import batch_entries, batch_files
 
         files = batch_files(self.checkpoint, batch_id, source.index, source.folder)
         if files is not None:
@@ -462,16 +462,18 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
         changes = [f"{n} was added, in {file.uri}" for n in have.names if n.lower() not in wanted]
         for column in want:
             found = have.field(names[column.name.lower()]).type
-            if not _same_type(found, column.type):
+            if not _reads_as(found, column.type):
                 changes.append(f"{column.name} is {found} in {file.uri}, not {column.type}")
         if changes:
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=source.name, change="; ".join(changes))
 
 
-def _same_type(found: pa.DataType, want: pa.DataType) -> bool:
-    """Whether a Parquet column of type ``found`` reads as ``want`` (Spark's type as Arrow's):
-    text and bytes of either width, timestamps of any unit (Spark reads each as its own), and
-    the rest alike."""
+def _reads_as(found: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a Parquet column of type ``found`` reads exactly as ``want`` (Spark's type as
+    Arrow's): the same type; text and bytes of either width; timestamps of any unit (Spark reads
+    each as its own); a column of NULLs only (pandas writes one so); and the widenings Spark's
+    reader makes without changing a value (a narrower integer, FLOAT as DOUBLE, a DECIMAL of
+    fewer digits at the same scale)."""
     def plain(kind):
         if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
             return pa.string()
@@ -482,8 +484,14 @@ def _same_type(found: pa.DataType, want: pa.DataType) -> bool:
         return kind
 
     found, want = plain(found), plain(want)
-    if pa.types.is_timestamp(found) and pa.types.is_timestamp(want):
+    if pa.types.is_null(found) or (pa.types.is_timestamp(found) and pa.types.is_timestamp(want)):
         return True
+    if pa.types.is_integer(found) and pa.types.is_integer(want):
+        return pa.types.is_signed_integer(found) and found.bit_width <= want.bit_width
+    if pa.types.is_floating(found) and pa.types.is_floating(want):
+        return found.bit_width <= want.bit_width
+    if pa.types.is_decimal(found) and pa.types.is_decimal(want):
+        return found.scale == want.scale and found.precision <= want.precision
     if pa.types.is_struct(found) or pa.types.is_list(found) or pa.types.is_map(found):
         return found.num_fields == want.num_fields if type(found) is type(want) else False
     return found == want

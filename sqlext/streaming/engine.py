@@ -311,7 +311,8 @@ class Pipeline(TableStateRun):
     def _source_files(self, source: Input, batch_id: int) -> list | None:
         """A source's files in this batch, where it is a folder of Parquet files whose columns
         Arrow reads as Spark does; None otherwise (Spark reads it)."""
-        from sqlext.streaming.sources import batch_files, readable_files
+        from sqlext.streaming.batches import batch_files
+        from sqlext.streaming.sources import readable_files
 
         if source.source not in self._files:
             files = None if source.folder is None else \

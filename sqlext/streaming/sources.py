@@ -22,6 +22,7 @@ from sqlglot import exp
 from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.rewrites.dialect import stream_argument, stream_options, to_sql
 from sqlext.storage import Folder, resolve, walk_files
+from sqlext.streaming.batches import batch_files
 
 FUNCTION = "sqlext stream"
 _shape_views = itertools.count(1)
@@ -38,7 +39,34 @@ def stream_names(call: exp.Anonymous) -> tuple[str, ...]:
     return (to_sql(argument), ".".join(part.name for part in argument.parts))
 
 
-DELTA_SHAPE = "delta"
+DELTA_SHAPE, DEBEZIUM_SHAPE = "delta", "debezium"
+# the fields of a Debezium event's source block a declared envelope reads (the connectors' order
+# columns among them: Postgres's lsn, MySQL's file and pos); the block's other fields are not read
+DEBEZIUM_SOURCE = (("lsn", "long"), ("ts_ms", "long"), ("txId", "long"), ("file", "string"), ("pos", "long"),
+                   ("row", "integer"), ("db", "string"), ("table", "string"))
+
+
+def debezium_envelope(schema):
+    """Declared columns of a Debezium topic's files: as declared where they are an envelope
+    (they name ``op``), else the row's columns, around which the envelope is built: ``before``
+    and ``after`` rows of those columns, ``op``, ``ts_ms`` and a ``source`` block.
+
+    >>> from pyspark.sql.types import StructType, StructField, LongType
+    >>> debezium_envelope(StructType([StructField("id", LongType())])).simpleString()[:70]
+    'struct<before:struct<id:bigint>,after:struct<id:bigint>,op:string,ts_m'
+    """
+    from pyspark.sql.types import StructType
+
+    if any(f.name.lower() == "op" for f in schema.fields):
+        return schema
+
+    def field(name, kind):
+        return {"name": name, "type": kind, "nullable": True, "metadata": {}}
+
+    source = {"type": "struct", "fields": [field(name, kind) for name, kind in DEBEZIUM_SOURCE]}
+    return StructType.fromJson({"type": "struct", "fields": [
+        field("before", schema.jsonValue()), field("after", schema.jsonValue()), field("op", "string"),
+        field("ts_ms", "long"), field("source", source)]})
 
 
 def stream_shape(call: exp.Anonymous) -> str:
@@ -88,11 +116,16 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     :mod:`sqlext.functions.input_formats` over it), and the name of their ordering column."""
     from pyspark.sql.types import StructType
 
-    from sqlext.functions.input_formats import change_rows
+    from sqlext.functions.arguments import quote
+    from sqlext.functions.input_formats import change_rows, connect_payload
 
     def fields(column: str):
         kind = frame.schema[column].dataType if column in frame.columns else None
         return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
+
+    payload = connect_payload(shape, frame.columns, fields)
+    if payload is not None:  # Kafka Connect's JSON form: the envelopes are its payloads
+        frame = frame.select(f"{quote(payload)}.*")
 
     view = f"__sx_shape_{next(_shape_views)}"
     frame.createOrReplaceTempView(view)
@@ -212,7 +245,8 @@ class Sources:
         if name is not None:
             folder = self.folders[name]
             self._check_build(name, resolve(self.spark, folder))
-            schema = self._declared(name, folder) if name in self.schemas else self._found(name, folder)
+            schema = self._declared(name, folder, stream_shape(call) == DEBEZIUM_SHAPE) if name in self.schemas \
+                else self._found(name, folder)
             records = SourceRecords(name, self.file_format, self.options.get(name, {}), schema,
                                     self.bad_records.get(name, FAIL), index, resolve(self.spark, folder))
             self.records.append(records)
@@ -334,8 +368,10 @@ class Sources:
                               file=_first_file(self.spark, folder, _has_nanos) or folder,
                               cause=_cause(error), fix=NANOS_FIX) from None
 
-    def _declared(self, name: str, folder: str):
-        """The declared columns; the folder's files, if any, must hold the same."""
+    def _declared(self, name: str, folder: str, debezium: bool = False):
+        """The declared columns; the folder's files, if any, must hold the same. For a Debezium
+        topic, the row's columns may be declared alone: the envelope is built around them
+        (:func:`debezium_envelope`)."""
         from pyspark.sql.types import StructType, _parse_datatype_string
 
         try:
@@ -348,6 +384,8 @@ class Sources:
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"the schema of {name}",
                               expected="a column list such as 'id BIGINT, name STRING'",
                               value=repr(self.schemas[name]), fix="Name each column and its type.")
+        if debezium:
+            schema = debezium_envelope(schema)
         resolve(self.spark, folder).mkdirs()
         if self.file_format.lower() in TEXT_FORMATS:
             return schema  # text has no types of its own: the declared ones are how Spark reads it
@@ -610,148 +648,7 @@ def _footer(schema) -> str:
     return str(pa.schema([field.with_nullable(True) for field in schema]))
 
 
-# -- the files of one micro-batch, read without Spark
-
-def batch_files(checkpoint: Folder, batch_id: int, source: int, folder: Folder) -> list[Folder] | None:
-    """The files micro-batch ``batch_id`` of the query checkpointed in ``checkpoint`` reads from
-    its ``source``-th source, a Parquet folder: from Spark's own records of the batch (the
-    query's offset log names the source's log offsets a batch covers; the source's file log, the
-    files each log offset added). None where these records are not as read here or name files
-    outside ``folder``: the caller then lets Spark read the batch."""
-    entries = batch_entries(checkpoint, batch_id, source)
-    if entries is None:
-        return None
-    try:
-        files = []
-        inside = _place(folder.uri)
-        for entry in entries:
-            place = _place(entry["path"])
-            parent, _, name = place[2].rpartition("/")
-            if (place[0], place[1], parent) != (inside[0], inside[1], inside[2].rstrip("/")):
-                return None
-            files.append(folder / name)
-        return files
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] | None:
-    """The entries (``{"path": ...}``) of the files micro-batch ``batch_id`` read from its
-    ``source``-th source, a file source, from Spark's offset and file logs (see
-    :func:`batch_files`); None where the records are not as read here."""
-    from sqlext.errors import SqlextError
-
-    def log_offset(batch: int):
-        lines = (checkpoint / "offsets" / str(batch)).read_bytes().decode().splitlines()
-        if not lines or lines[0] != "v1" or len(lines) < 3 + source:
-            raise ValueError("an offset log entry in another form")
-        entry = lines[2 + source].strip()
-        return -1 if entry in ("-", "null") else int(json.loads(entry)["logOffset"])
-
-    try:
-        current = log_offset(batch_id)
-        previous = log_offset(batch_id - 1) if batch_id > 0 else -1
-        log = checkpoint / "sources" / str(source)
-        names = None
-        entries = []
-        for offset in range(previous + 1, current + 1):
-            if names is None:
-                names = {e.name for e in log.entries()}
-            if str(offset) in names:
-                entries += _log_entries(log / str(offset))
-                continue
-            compacted = sorted(int(n.split(".")[0]) for n in names
-                               if n.endswith(".compact") and n.split(".")[0].isdigit() and int(n.split(".")[0]) >= offset)
-            if not compacted:
-                return None
-            entries += [e for e in _log_entries(log / f"{compacted[0]}.compact") if e.get("batchId") == offset]
-        return entries
-    except (OSError, ValueError, KeyError, TypeError, SqlextError):
-        return None
-
-
-# the errors of a run's input (what a file holds, not the statement or the store): the batch that
-# met one is forgotten (forget_batch), so that the next run reads the folders as they are then
-INPUT_ERRORS = frozenset({
-    "BAD_RECORD", "SOURCE_FILE_MISSING_COLUMN", "STREAM_SCHEMA_CHANGED", "STREAM_SOURCE_UNREADABLE",
-    "UNKNOWN_CHANGE_TYPE", "AMBIGUOUS_ORDER", "NULL_ORDER_VALUE", "NULL_SEQUENCE_VALUE", "LATE_CHANGE",
-    "DELETE_OF_ABSENT_ROW",
-})
-
-
-def forget_batch(checkpoint: Folder) -> None:
-    """Forget the micro-batch Spark planned and did not commit, after it failed on its input.
-
-    Spark plans a batch before it runs it: the offset log's entry for the batch, and, for each
-    file source, the entries of the source's file log that name the files it takes. A batch that
-    failed is run again with the same files, so a bad file that was moved out of the folder would
-    fail every later run, and a corrected file under another name would wait behind it. Here the
-    batch's offset entry is deleted first, then every file log entry past the offsets of the last
-    committed batch: Spark then plans the batch again from the folders as they are (were the
-    process to stop between the two, the next run would meet the bad file again and say so; it
-    never skips one). Nothing else of the batch exists: a run that fails writes nothing it
-    commits, and its quarantine file (named by the batch) goes with it."""
-    from sqlext.streaming.bad_records import Quarantine
-
-    offsets = checkpoint / "offsets"
-    planned = _numbers(offsets)
-    committed = _numbers(checkpoint / "commits")
-    if not planned or (committed and max(committed) >= max(planned)):
-        return
-    batch = max(planned)
-    previous = max((n for n in planned if n < batch), default=None)
-    files_sources = _file_offsets(offsets / str(batch))
-    kept = _file_offsets(offsets / str(previous)) if previous is not None else {}
-    _delete_log_file(offsets, str(batch))
-    for source in files_sources:
-        log = checkpoint / "sources" / str(source)
-        for entry in log.entries():
-            number = entry.name.split(".")[0]
-            if not entry.name.startswith(".") and number.isdigit() and int(number) > kept.get(source, -1):
-                _delete_log_file(log, entry.name)
-    Quarantine(checkpoint).file(batch).delete()
-
-
-def _numbers(folder: Folder) -> list[int]:
-    return [int(e.name) for e in folder.entries() if e.name.isdigit()]
-
-
-def _file_offsets(path: Folder) -> dict[int, int]:
-    """The log offsets of the file sources in one entry of Spark's offset log, by source."""
-    lines = path.read_bytes().decode().splitlines()
-    found = {}
-    for index, line in enumerate(lines[2:]):
-        try:
-            offset = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
-            found[index] = offset["logOffset"]
-    return found
-
-
-def _delete_log_file(folder: Folder, name: str) -> None:
-    """One file of Spark's logs, and the checksum Hadoop's local file system keeps beside it."""
-    (folder / name).delete()
-    (folder / f".{name}.crc").delete()
-
-
-def _place(uri: str) -> tuple[str, str, str]:
-    """A URI as (scheme, authority, path), a plain path as a local file's."""
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(uri)
-    return (parsed.scheme or "file").lower(), parsed.netloc, unquote(parsed.path)
-
-
-def _log_entries(path: Folder) -> list[dict]:
-    import json
-
-    lines = path.read_bytes().decode().splitlines()
-    if not lines or lines[0] != "v1":
-        raise ValueError("a file log in another form")
-    return [json.loads(line) for line in lines[1:] if line.strip()]
-
+# -- the rows of one micro-batch, read without Spark
 
 def batch_rows(batch, batch_id: int, checkpoint: Folder, folder: Folder | None, schema):
     """Micro-batch ``batch_id``'s rows of a query reading one stream, as Arrow data of

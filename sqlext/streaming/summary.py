@@ -2,7 +2,7 @@
 print after every run (also a run with nothing new).
 
 Read: the files each micro-batch of the run took from a folder source (Spark's own offset and
-file logs, :func:`sqlext.streaming.sources.batch_entries`) and, for Parquet, their rows (from
+file logs, :func:`sqlext.streaming.batches.batch_entries`) and, for Parquet, their rows (from
 the files' footers). A source that is not a folder of files gives the rows Spark counted.
 Written: the data files that appeared in the output folder during the run and, for Parquet,
 their rows.
@@ -65,7 +65,7 @@ class RunCounter:
 
     def counts(self, query=None) -> Counts:
         from sqlext.streaming.bad_records import Quarantine
-        from sqlext.streaming.sources import batch_entries
+        from sqlext.streaming.batches import batch_entries
 
         batches = sorted(_committed(self.checkpoint) - self.committed)
         counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches))

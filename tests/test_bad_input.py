@@ -4,6 +4,7 @@ the record and the column, with nothing written and the file not consumed (docs/
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
@@ -261,3 +262,13 @@ def test_debezium_as_kafka_connect_writes_it_with_schemas_and_with_declared_row_
     out = spark.read.parquet(str(tmp_path / "out2"))
     assert out.schema["id"].dataType.simpleString() == "int"
     assert sorted((r.id, r.name) for r in out.collect()) == [(1, "Ada L."), (2, "Bo")]
+
+
+def test_a_partitioned_folder_is_read_with_its_partition_columns(spark, tmp_path):
+    changes = tmp_path / "changes"
+    frame = pd.DataFrame({"id": [1, 2], "balance": [10, -1], "_change_type": ["insert", "insert"],
+                          "_commit_version": [1, 1], "day": ["2026-11-28", "2026-11-29"]})
+    frame.to_parquet(changes, partition_cols=["day"])  # day=.../<file>.parquet, no day column in the files
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    run_available_now(spark, FILTER, **options)
+    assert rows(spark, tmp_path / "out", "id", "day") == [(1, datetime.date(2026, 11, 28))]  # as Spark infers it

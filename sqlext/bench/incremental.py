@@ -348,7 +348,7 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
     try:
         workload.make_history(spark, directory)
         copies = {name: dict(checkpoint=f"{directory}/copy-checkpoint-{name}", output=f"{directory}/copy-{name}",
-                             sources=options["sources"]) for name in workload.feeds}
+                             sources={name: options["sources"][name]}) for name in workload.feeds}
         for name, copy in copies.items():  # the floor's queries read the history first, untimed
             run_available_now(spark, _copy_sql(name), **copy)
         started = time.perf_counter()

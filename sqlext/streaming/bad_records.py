@@ -454,18 +454,35 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
                                                         "or move it out of the folder, and run again; nothing of this "
                                                         "run was written.") from None
         names = {n.lower(): n for n in have.names}
-        missing = [f.name for f in want if f.name.lower() not in names]
+        partitions = _partition_columns(source.folder, file)  # in the file's path, not in the file
+        missing = [f.name for f in want if f.name.lower() not in names and f.name.lower() not in partitions]
         if missing:
             raise SqlextError("SOURCE_FILE_MISSING_COLUMN", function=FUNCTION, file=file.uri, name=source.name,
                               column=", ".join(missing), have=", ".join(have.names))
         wanted = {f.name.lower() for f in want}
         changes = [f"{n} was added, in {file.uri}" for n in have.names if n.lower() not in wanted]
         for column in want:
+            if column.name.lower() not in names:
+                continue  # a partition column
             found = have.field(names[column.name.lower()]).type
             if not _reads_as(found, column.type):
                 changes.append(f"{column.name} is {found} in {file.uri}, not {column.type}")
         if changes:
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=source.name, change="; ".join(changes))
+
+
+def _partition_columns(folder: Folder | None, file: Folder) -> set[str]:
+    """The partition columns a file's path names below the source's folder (``date=2026-11-29/``),
+    in lower case, as Spark reads them into the rows.
+
+    >>> from sqlext.storage import local
+    >>> sorted(_partition_columns(local("/data/a"), local("/data/a/Day=1/hour=2/part-0.parquet")))
+    ['day', 'hour']
+    """
+    if folder is None or not file.uri.startswith(folder.uri.rstrip("/") + "/"):
+        return set()
+    inside = file.uri[len(folder.uri.rstrip("/")) + 1:].split("/")[:-1]
+    return {unquote(part.split("=", 1)[0]).lower() for part in inside if "=" in part}
 
 
 def _reads_as(found: pa.DataType, want: pa.DataType) -> bool:

@@ -137,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "  sqlext stream filter.sql --source accounts=/data/changes \\\n"
                       "      --checkpoint /data/cp/filter --output /data/filtered\n"
                       "  sqlext stream filter.sql --source accounts=/data/changes --checkpoint CP --output OUT "
-                      "--every '10 seconds'")
+                      "--every '10 seconds'\n"
+                      "  sqlext stream filter.sql --source accounts=/data/csv --source-format csv \\\n"
+                      "      --source-option accounts.header=true --bad-records accounts=quarantine \\\n"
+                      "      --checkpoint CP --output OUT")
     stream.add_argument("file", type=Path, metavar="FILE.sql", help="a file holding one statement that reads STREAM(name)")
     stream.add_argument("--checkpoint", required=True, metavar="DIR",
                         help="the query's progress and state (keep it between runs)")

@@ -272,3 +272,17 @@ def test_a_partitioned_folder_is_read_with_its_partition_columns(spark, tmp_path
     options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
     run_available_now(spark, FILTER, **options)
     assert rows(spark, tmp_path / "out", "id", "day") == [(1, datetime.date(2026, 11, 28))]  # as Spark infers it
+
+
+def test_a_statement_that_keeps_no_state_refuses_a_bad_record_too(spark, tmp_path):
+    changes = tmp_path / "changes"
+    write(changes / "a.json", '{"id": 1, "balance": 3, "_change_type": "insert", "_commit_version": 1}\n'
+                              '{"id": 2, "balance": "lots", "_change_type": "insert", "_commit_version": 1}\n')
+    options = dict(sources={"accounts": str(changes)}, source_format="json", schemas={"accounts": ACCOUNTS},
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    plain = "SELECT id, balance FROM STREAM(accounts) WHERE balance > 0"
+    error = refused(lambda: run_available_now(spark, plain, **options))
+    assert error.error_class == "BAD_RECORD" and "a.json" in str(error) and "lots" in str(error)
+    assert rows(spark, tmp_path / "out", "id") == []
+    error = refused(lambda: run_available_now(spark, plain, bad_records={"accounts": "quarantine"}, **options))
+    assert error.error_class == "UNSUPPORTED_STREAM" and "quarantine" in str(error)

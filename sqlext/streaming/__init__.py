@@ -163,7 +163,7 @@ class RunningQuery:
     wraps it twice: ``STREAM_FAILED``, ``FOREACH_BATCH_USER_FUNCTION_ERROR``). A run that failed
     on its input (a bad record, a file whose columns are not the source's, a change that breaks
     the change-row rules) forgets the batch it had planned
-    (:func:`~sqlext.streaming.sources.forget_batch`), so that the next run reads the folder as it
+    (:func:`~sqlext.streaming.batches.forget_batch`), so that the next run reads the folder as it
     is then: a file corrected under the same name, or replaced by another, is read, and the bad
     one is not. Everything else is Spark's query."""
 

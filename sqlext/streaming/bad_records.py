@@ -10,7 +10,7 @@ there a file whose columns are not the source's (one missing, one added, one of 
 is refused before the batch runs.
 
 What a refusal costs: nothing of the run is written, and the batch is forgotten (its files are
-not marked read, :func:`~sqlext.streaming.sources.forget_batch`), so that a corrected file, under
+not marked read, :func:`~sqlext.streaming.batches.forget_batch`), so that a corrected file, under
 the same name or another, is read by the next run as if the bad one had never been there.
 
 The quarantine (``<checkpoint>/quarantine``) holds one Parquet file per micro-batch that met bad
@@ -30,13 +30,14 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from sqlext.errors import SqlextError, find_in, sql_value
+from sqlext.errors import SqlextError, find_in, message_text, sql_value
 from sqlext.storage import Folder
 
 FUNCTION = "sqlext stream"
 CORRUPT = "__sx_bad_record"  # the column Spark's JSON and CSV readers put a record they cannot read in
 FILE_PATH = "_metadata.file_path"
 FILE = "__sx_file"
+_FILLED = "\x00"  # where Spark fills a value into a message of sqlext's
 FAIL, QUARANTINE = "fail", "quarantine"
 MODES = (FAIL, QUARANTINE)
 QUARANTINE_FOLDER = "quarantine"
@@ -106,12 +107,14 @@ class SourceRecords:
         bad = F.col(CORRUPT).isNotNull()
         if self.mode == QUARANTINE:
             return frame.where(~bad).drop(CORRUPT)
-        # the text Spark raises carries sqlext's class; the door says more (line, column) where it can
-        message = F.concat(F.lit(f"[BAD_RECORD] {FUNCTION}: {self.name}: the file "),
-                           F.col(FILE_PATH), F.lit(" holds a record that does not fit the columns "
-                                                   f"({_columns(self.schema)}): "),
-                           F.substring(F.col(CORRUPT), 1, 300),
-                           F.lit(". Nothing of this run was written; correct the record and run again."))
+        # sqlext's message, the file and the record filled in by Spark; the door names the line
+        # and the column where it can (Door._named)
+        text = message_text("BAD_RECORD", function=FUNCTION, name=self.name, place=f"the file {_FILLED}",
+                            problem=f"does not fit the columns ({_columns(self.schema)})", record=_FILLED,
+                            quarantine=_quarantine_hint(self.name))
+        before, between, after = text.split(_FILLED)
+        message = F.concat(F.lit(before), F.col(FILE_PATH), F.lit(between), F.substring(F.col(CORRUPT), 1, 300),
+                           F.lit(after))
         return frame.where(F.when(bad, F.raise_error(message)).otherwise(F.lit(True))).drop(CORRUPT)
 
     def bad_records(self, spark, files: list[str], batch_id: int) -> pa.Table:

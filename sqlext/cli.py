@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
                              "the folder holds a file; repeatable")
     stream.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
-    stream.add_argument("--output-format", default="parquet", metavar="FORMAT", help="format of the output files")
+    stream.add_argument("--output-format", default="parquet", metavar="FORMAT",
+                        help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
+                             "Delta table, one commit a run")
     stream.add_argument("--engine", default="tables", metavar="ENGINE",
                         help="where the state lives: 'tables', Parquet tables in the checkpoint (the default and "
                              "only engine; 'state_store' was retired)")

@@ -22,7 +22,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import to_sql
-from sqlext.streaming.checkpoint import LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns
+from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
 from sqlext.storage import Folder
 
 # the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
@@ -150,6 +150,24 @@ class TableStateRun:
         record_in(self.state, name, batch_id, value)
 
 
+class FramesRun:
+    """The ``foreachBatch`` function of a statement that keeps no state, where Spark's own file
+    sink does not write the output (a Delta table): each micro-batch's rows are the batch's
+    output, written and committed as a keyed run's are (:class:`BatchOutput`)."""
+
+    def __init__(self, checkpoint: Folder, output: Folder, output_format: str):
+        self.checkpoint, self.output = checkpoint, output
+        self.sink = batch_output(output, checkpoint, output_format)
+
+    def __call__(self, batch, batch_id: int) -> None:
+        def write():
+            check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
+                                                         for f in batch.schema.fields])
+            self.sink.write_frame(batch, batch_id)
+
+        self.sink.around(batch.sparkSession, batch_id, write)
+
+
 def outer_over(outer: exp.Expression, name: str, view: str, carry: Sequence[str] = ()) -> exp.Expression:
     """The statement around a call (``outer``, where the table ``name`` stands for the call's
     rows) over the rows of ``view``; the columns ``carry`` names are kept in its rows (added to
@@ -269,7 +287,9 @@ OUTPUT_COMMITTED = "sqlext-output-commit.json"
 
 
 def batch_output(output: Folder, checkpoint: Folder, output_format: str) -> "BatchOutput":
-    """The output of a run's batches: a folder of files of ``output_format``."""
+    """The output of a run's batches: a folder of files of ``output_format``, or a Delta table."""
+    if output_format == "delta":
+        return DeltaBatchOutput(output, checkpoint)
     return BatchOutput(output, checkpoint, output_format)
 
 
@@ -378,4 +398,62 @@ class BatchOutput:
         if any(name.startswith("base-") for name in names):  # the final table: the older files go
             forget_batch_files(self.folder, batch_id + 1)
         (self.checkpoint / OUTPUT_COMMITTED).write_json({"batch": batch_id})
+        pending.delete()
+
+
+class DeltaBatchOutput(BatchOutput):
+    """A run's output as a Delta table (:class:`sqlext.delta.DeltaOutput`): a batch's files are
+    written as for a folder, moved into the table's folder, where a Delta reader does not see
+    them, and added by one commit, which records the batch (an application transaction of the
+    checkpoint), so a redo adds nothing a commit already added. ``emit => 'final'`` replaces
+    the table's files in that one commit."""
+
+    def __init__(self, folder: Folder, checkpoint: Folder):
+        from sqlext.delta import DeltaOutput
+
+        super().__init__(folder, checkpoint, "parquet")
+        self.table = DeltaOutput(folder, FUNCTION)
+
+    def begin(self, spark, batch_id: int) -> None:
+        self.table.open(spark)
+        self.spark = spark
+        self.pending(batch_id).delete()  # a commit is one step: an earlier attempt left nothing to finish
+
+    def write_frame(self, frame, batch_id: int, kind: str = "batch") -> None:
+        """As Spark writes them, with timestamps as Delta keeps them (microseconds, not INT96)."""
+        conf = self.spark.conf
+        key = "spark.sql.parquet.outputTimestampType"
+        before = conf.get(key, None)
+        conf.set(key, "TIMESTAMP_MICROS")
+        try:
+            super().write_frame(frame, batch_id, kind)
+        finally:
+            conf.unset(key) if before is None else conf.set(key, before)
+
+    @property
+    def app_id(self) -> str:
+        """The checkpoint's application id in the table's log: the id Spark gave the checkpoint
+        when it was made, so that a new checkpoint (starting over) is another application."""
+        made = (self.checkpoint / "metadata").read_json() or {}
+        return f"sqlext-{made.get('id') or self.checkpoint.uri}"
+
+    def commit(self, batch_id: int) -> None:
+        pending = self.pending(batch_id)
+        made, done = self.table.committed(self.app_id)
+        entries = [e for e in pending.entries() if not e.is_dir and not e.name.startswith(("_", "."))]
+        columns = output_columns(self.checkpoint)
+        if (done is not None and done >= batch_id) or columns is None:  # committed, or nothing was ever written
+            pending.delete()
+            return
+        whole = any(e.name.startswith("base-") for e in entries)
+        if made and not entries:  # no rows: no commit (the first batch makes the table, rows or none)
+            pending.delete()
+            return
+        files = []
+        for entry in sorted(entries, key=lambda e: e.name):
+            (pending / entry.name).rename_to(self.folder / entry.name)
+            files.append((entry.name, entry.size, entry.mtime_ns // 1_000_000,
+                          (self.folder / entry.name).parquet_rows()))
+        schema = pa.schema([f.with_nullable(True) for f in arrow_schema(columns)])
+        self.table.commit(files, schema, self.app_id, batch_id, overwrite=whole)
         pending.delete()

@@ -6,8 +6,9 @@ file logs, :func:`sqlext.streaming.sources.batch_entries`) and, for Parquet, the
 the files' footers). A source that is not a folder of files gives the rows Spark counted.
 Written: the data files of the batches the run committed (named by their batch) and any other
 that appeared in the output folder during the run (Spark's own sink names its files otherwise)
-and, for Parquet, their rows. A batch redone after its files were committed (a run killed
-before Spark recorded it) counts them: the run committed that batch.
+and, for Parquet, their rows; for a Delta table, the files its log added, with the rows the log
+counts. A batch redone after its files were committed (a run killed before Spark recorded it)
+counts them: the run committed that batch.
 """
 
 from __future__ import annotations
@@ -84,14 +85,21 @@ class RunCounter:
         now = self._data_files()
         written = sorted(name for name in now if name not in self.files or _batch_of(name) in batches)
         counts.files_written = len(written)
-        counts.rows_written = None if self.output_format != "parquet" else \
+        counts.rows_written = None if self.output_format not in ("parquet", "delta") else \
             _add(sum(now[name] for name in written if now[name] is not None),
                  _rows([(self.output / name).uri for name in written if now[name] is None], self.spark))
         return counts
 
     def _data_files(self) -> dict[str, int | None]:
-        """The output's data files (not Spark's or sqlext's records), with their rows where
-        they are known without reading the files."""
+        """The output's data files, with their rows where they are known without reading the
+        files: a folder's files (not Spark's or sqlext's records), or a Delta table's."""
+        if self.output_format == "delta":
+            from sqlext.delta import DeltaOutput
+            from sqlext.streaming.checkpoint import FUNCTION
+
+            table = DeltaOutput(self.output, FUNCTION)
+            table.open(self.spark)
+            return table.files()
         return dict.fromkeys(_data_files(self.output))
 
 

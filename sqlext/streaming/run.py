@@ -304,9 +304,10 @@ class BatchOutput:
     rename each, the ``base`` of a final table first and then the older files deleted. A batch
     that fails, or is killed, before that leaves nothing a reader sees, and its redo writes its
     files again. The move is recorded first in the pending folder (:data:`COMMITTING`), so that
-    a redo of a batch killed while moving finishes the move (:meth:`begin`) rather than writing
-    the rows again, and last in the checkpoint (:data:`OUTPUT_COMMITTED`), so that a batch
-    redone after its files were moved in (killed before Spark recorded it) writes none again."""
+    the redo of a batch killed while moving finishes that move (:meth:`begin`), and last in the
+    checkpoint (:data:`OUTPUT_COMMITTED`), so that the redo of a batch whose files were moved in
+    (killed before Spark recorded it) moves none of its own: it computes the same rows again
+    with its state, and drops them."""
 
     def __init__(self, folder: Folder, checkpoint: Folder, file_format: str):
         self.folder, self.checkpoint, self.file_format = folder, checkpoint, file_format

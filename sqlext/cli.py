@@ -159,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what a record of STREAM(NAME)'s files that cannot be read does: 'fail' (the default: "
                              "the run stops, naming it, and writes nothing) or 'quarantine' (it is set aside in "
                              "CHECKPOINT/quarantine and counted); repeatable")
-    stream.add_argument("--output-format", default="parquet", metavar="FORMAT", help="format of the output files")
+    stream.add_argument("--output-format", default="parquet", metavar="FORMAT",
+                        help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
+                             "Delta table, one commit a run")
     stream.add_argument("--engine", default="tables", metavar="ENGINE",
                         help="where the state lives: 'tables', Parquet tables in the checkpoint (the default and "
                              "only engine; 'state_store' was retired)")

@@ -250,6 +250,66 @@ def _table_changes_arguments(call: exp.Anonymous) -> tuple[str, int, int | None]
     return path, versions[0], versions[1] if len(versions) > 1 else None
 
 
+class DeltaOutput:
+    """A Delta table that an incremental run writes its output to, through ``deltalake``: each
+    micro-batch adds its Parquet files (already in the table's folder, where a Delta reader
+    does not see them until a commit names them) in one commit, which records the batch as the
+    version of an application transaction (``app_id``, one per checkpoint), so that a batch
+    redone after its commit adds nothing again. ``overwrite``: the files replace the table's
+    (``emit => 'final'``), in the same one commit."""
+
+    def __init__(self, folder: Folder, function: str):
+        self.folder, self.function = folder, function
+        self._module = _deltalake(folder.uri, function, "writing the output to")
+        _location(folder.store_uri or folder.uri, folder.uri, function, {})  # a store deltalake opens
+        self.uri, self.options = None, None
+
+    def open(self, spark) -> None:
+        """Where deltalake finds the table, with the store's settings (the session's credentials)."""
+        self.uri, self.options = store_location(spark, self.folder, self.folder.uri, self.function)
+
+    def _table(self):
+        """The table as deltalake reads it now; None before its first commit."""
+        if not is_delta_table(self.folder):
+            return None
+        return self._module.DeltaTable(self.uri, storage_options=self.options or None)
+
+    def committed(self, app_id: str) -> tuple[bool, int | None]:
+        """Whether the table was made, and the last batch of ``app_id`` a commit recorded (None
+        before any)."""
+        table = self._table()
+        return (False, None) if table is None else (True, table.transaction_version(app_id))
+
+    def commit(self, files: list[tuple[str, int, int, int]], schema: pa.Schema, app_id: str, batch_id: int,
+               overwrite: bool) -> None:
+        """One commit adding ``files`` (name in the table's folder, bytes, modification time in
+        milliseconds, rows) in ``schema``'s columns, recorded as batch ``batch_id`` of ``app_id``.
+        The first commit makes the table."""
+        import json
+
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        actions = [AddAction(name, size, {}, mtime, True, json.dumps({"numRecords": rows}))
+                   for name, size, mtime, rows in files]
+        properties = self._module.CommitProperties(app_transactions=[self._module.Transaction(app_id, batch_id)])
+        table = self._table()
+        if table is None:
+            create_table_with_add_actions(self.uri, self._module.Schema.from_arrow(schema), actions, mode="append",
+                                          storage_options=self.options or None, commit_properties=properties)
+        else:
+            table.create_write_transaction(actions, "overwrite" if overwrite else "append", table.schema(),
+                                           commit_properties=properties)
+
+    def files(self) -> dict[str, int | None]:
+        """The table's data files now (their names in its folder) with their rows, as its log
+        names them; none before its first commit."""
+        table = self._table()
+        if table is None:
+            return {}
+        actions = pa.table(table.get_add_actions())
+        return dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist()))
+
+
 def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str, dict]:
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
@@ -316,11 +376,11 @@ def _azure_options(spark, host: str) -> dict:
     return {_AZURE_OPTIONS[name]: value for name, value in account.items() if name in _AZURE_OPTIONS}
 
 
-def _deltalake(path: str, function: str):
+def _deltalake(path: str, function: str, what: str = "reading the change data feed of"):
     try:
         import deltalake
     except ImportError:
-        raise SqlextError("DELTA_NOT_INSTALLED", function=function, path=path) from None
+        raise SqlextError("DELTA_NOT_INSTALLED", function=function, what=what, path=path) from None
     return deltalake
 
 

@@ -233,7 +233,7 @@ MESSAGES: dict[str, str] = {
     ),
     # Delta tables' change data feeds (sqlext.delta)
     "DELTA_NOT_INSTALLED": (
-        "{function}: reading the change data feed of the Delta table {path} needs the deltalake package, "
+        "{function}: {what} the Delta table {path} needs the deltalake package, "
         "which is not installed here. Install sqlext with its delta extra: pip install \"sqlext[delta]\"."
     ),
     "DELTA_PATH_UNSUPPORTED": (

@@ -48,5 +48,24 @@ class Storage:
         env["PYSPARK_SUBMIT_ARGS"] = settings + " " + env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
         return env
 
+    def run_until_killed(self, script: str, *args: str) -> None:
+        """``python -c script args``, a ``sqlext stream`` over these folders that SIGKILLs its own
+        process group (itself and its JVM) at a point the script sets, in a session of its own;
+        it must end so (it is killed after five minutes otherwise, and the test fails)."""
+        import signal
+        import subprocess
+        import sys
+
+        child = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True,
+                                 env=self.child_env(dict(os.environ, PYSPARK_PYTHON=sys.executable)))
+        try:
+            child.wait(timeout=300)
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        assert child.returncode == -signal.SIGKILL, "the run was not killed inside its batch"
+
     def __repr__(self) -> str:
         return self.form

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import sqlext
@@ -409,3 +410,138 @@ def test_deltalake_is_given_the_azure_credential_hadoop_has(spark):
     uri = "abfss://data@lake.dfs.core.windows.net/accounts"
     found = _store_location_under(spark, {"fs.azure.account.key.lake.dfs.core.windows.net": "K1"}, uri, None)
     assert found == (uri, {"azure_storage_account_name": "lake", "azure_storage_account_key": "K1"})
+
+
+# -- the output of incremental runs as a Delta table (output_format="delta")
+
+def _land(spark, storage, folder: Path, version: int) -> None:
+    """The change rows of one version of FIVE_COMMITS as a new Parquet file of a folder source."""
+    events = [e for e in FIVE_COMMITS if e[0] == version]
+    spark.createDataFrame(cdf_rows(events), CDF_SCHEMA).coalesce(1).write.mode("append").parquet(storage.uri(folder))
+
+
+def _delta_rows(folder: Path) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(folder)).to_pyarrow_table().to_pylist()
+
+
+def _lose_the_last_commit(checkpoint: Path) -> int:
+    """Spark's record of the last batch taken away, as a crash after the batch's function
+    returned leaves it: the next run redoes that batch. Returns its id."""
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    return last
+
+
+@pytest.mark.parametrize("emit", ["changes", "final"])
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_delta_output_holds_the_batch_rows_after_every_run_in_one_commit_a_run(spark, root, storage, path, emit):
+    """output_format='delta': after every run the table deltalake reads holds the batch
+    statement's rows over the changes so far (the runs' change rows, or the final table,
+    replaced in the same commit), each run one commit. A batch redone after its commit (Spark's
+    record of it lost) commits nothing: the table's version does not move, and the run's
+    summary counts the files and rows of the batch it committed."""
+    from deltalake import DeltaTable
+
+    from sqlext.streaming.summary import RunCounter
+
+    out = root / "out"
+    options = dict(checkpoint=storage.uri(root / "checkpoint"), output=storage.uri(out),
+                   sources={"changes": storage.uri(root / "changes")}, output_format="delta")
+    sql = filter_sql("STREAM(changes)", emit)
+    versions = []
+    for version in range(1, 6):
+        _land(spark, storage, root / "changes", version)
+        with computed_on(spark, path):
+            run_available_now(spark, sql, **options)
+        versions.append(DeltaTable(str(out)).version())
+        expected = run_filter("native", spark, "cdf", [e for e in FIVE_COMMITS if e[0] <= version], emit=emit)
+        assert multiset(_delta_rows(out)) == multiset(expected), version
+    assert versions == [0, 1, 2, 3, 4]
+
+    rows = _delta_rows(out)
+    redone = _lose_the_last_commit(root / "checkpoint")
+    counter = RunCounter(spark, options["checkpoint"], options["output"], "delta")
+    with computed_on(spark, path):
+        run_available_now(spark, sql, **options)
+    assert DeltaTable(str(out)).version() == 4 and multiset(_delta_rows(out)) == multiset(rows)
+    counts = counter.counts()
+    files = pa.table(DeltaTable(str(out)).get_add_actions())
+    mine = [n for n, name in zip(files["num_records"].to_pylist(), files["path"].to_pylist())
+            if name.split("-")[1] == f"{redone:010d}"]
+    assert counts.batches == 1 and mine
+    assert (counts.files_written, counts.rows_written) == (len(mine), sum(mine))
+
+
+def test_a_delta_output_shows_nothing_of_a_batch_whose_commit_failed(spark, root, storage, monkeypatch):
+    """A batch that fails after its files are written and its state committed, before its
+    Delta commit: the table stays as the batch before left it, and the next run commits the
+    batch once."""
+    from deltalake import DeltaTable
+
+    from sqlext.delta import DeltaOutput
+
+    out = root / "out"
+    options = dict(checkpoint=storage.uri(root / "checkpoint"), output=storage.uri(out),
+                   sources={"changes": storage.uri(root / "changes")}, output_format="delta")
+    sql = filter_sql("STREAM(changes)")
+    _land(spark, storage, root / "changes", 1)
+    run_available_now(spark, sql, **options)
+    before = _delta_rows(out)
+    _land(spark, storage, root / "changes", 2)
+    commit_ = DeltaOutput.commit
+
+    def fail(self, files, *args, **kwargs):
+        assert files  # the batch's files are written
+        raise OSError("the store went away")
+
+    monkeypatch.setattr(DeltaOutput, "commit", fail)
+    with pytest.raises(Exception, match="the store went away"):
+        run_available_now(spark, sql, **options)
+    assert DeltaTable(str(out)).version() == 0 and multiset(_delta_rows(out)) == multiset(before)
+    monkeypatch.setattr(DeltaOutput, "commit", commit_)
+    run_available_now(spark, sql, **options)
+    assert DeltaTable(str(out)).version() == 1
+    assert multiset(_delta_rows(out)) == multiset(run_filter("native", spark, "cdf",
+                                                             [e for e in FIVE_COMMITS if e[0] <= 2]))
+
+
+def test_the_cli_streams_a_statement_without_state_into_a_delta_table(spark, root, storage, capsys):
+    """``sqlext stream --output-format delta`` of a filter that keeps no state: each run one
+    commit of its rows, and the summary counts the files and rows the commit added."""
+    import re
+
+    from deltalake import DeltaTable
+
+    from sqlext.cli import main
+
+    query = root / "positive.sql"
+    query.write_text("SELECT id, v, _commit_version FROM STREAM(changes) WHERE v >= 0\n")
+    argv = ["stream", str(query), "--source", f"changes={storage.uri(root / 'changes')}", "--checkpoint",
+            storage.uri(root / "checkpoint"), "--output", storage.uri(root / "out"), "--output-format", "delta"]
+    for version in (1, 2):
+        _land(spark, storage, root / "changes", version)
+        capsys.readouterr()
+        assert main(argv) == 0
+        said = re.search(r"wrote (\d+) files?, (\d+) rows?", capsys.readouterr().out)
+        new = [e for e in FIVE_COMMITS if e[0] == version and e[2] is not None and e[2] >= 0]
+        assert said is not None and int(said[1]) >= 1 and int(said[2]) == len(new)
+        assert DeltaTable(str(root / "out")).version() == version - 1
+    assert multiset(_delta_rows(root / "out")) == multiset(
+        {"id": key, "v": v, "_commit_version": version} for version, key, v in FIVE_COMMITS
+        if version <= 2 and v is not None and v >= 0)
+
+
+def test_a_delta_output_without_deltalake_is_a_classed_error(spark, root, monkeypatch):
+    """Where deltalake is not installed, a run into a Delta table is refused before it starts."""
+    from sqlext.streaming import stream
+
+    spark.createDataFrame(cdf_rows(FIVE_COMMITS[:3]), CDF_SCHEMA).write.parquet(str(root / "changes"))
+    monkeypatch.setitem(sys.modules, "deltalake", None)
+    with pytest.raises(SqlextError) as error:
+        stream(spark, filter_sql("STREAM(changes)"), checkpoint=str(root / "checkpoint"), output=str(root / "out"),
+               sources={"changes": str(root / "changes")}, output_format="delta")
+    assert error.value.error_class == "DELTA_NOT_INSTALLED" and "writing the output to" in str(error.value)
+    assert not (root / "out").exists() and not (root / "checkpoint").exists()

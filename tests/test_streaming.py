@@ -397,6 +397,101 @@ def test_a_crash_after_the_output_before_the_commit_writes_nothing_twice(spark, 
     _run_and_compare(spark, current)
 
 
+# ``sqlext stream`` that kills its own process group (itself and its JVM) with SIGKILL inside
+# micro-batch 1 once its state is committed: its output files are written, the batch's function
+# has not returned, and Spark has not recorded the batch
+KILLED_AFTER_THE_STATE = """
+import os, signal, sys
+from sqlext.cli import main
+from sqlext.streaming.state import KeyedState
+
+commit = KeyedState.commit
+def commit_then_die(self, pending):
+    commit(self, pending)
+    if pending and pending[0].batch_id == 1:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+KeyedState.commit = commit_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
+def test_readers_outside_spark_see_only_committed_output_and_the_redo_counts_its_files(spark, feed, tmp_path,
+                                                                                        storage, path, capsys):
+    """SIGKILL ``sqlext stream`` inside micro-batch 1 after its output is written and its state
+    committed, before the batch commits. pyarrow and pandas, which read every Parquet file of a
+    folder (not Spark's records of it), see the rows of batch 0 alone; the redo's summary
+    counts the files and rows it committed, and the folder then holds the batch output once."""
+    import re
+
+    import pandas as pd
+    import pyarrow.dataset as ds
+
+    from sqlext.cli import main
+
+    current = feed("cdf")
+    current.path = path
+    current.add(_many_events(1, 300, 2))
+    first = current.run(filter_sql())
+    current.add(_many_events(3, 300, 2))
+    query = tmp_path / "filter.sql"
+    query.write_text(filter_sql())
+    storage.run_until_killed(KILLED_AFTER_THE_STATE, "stream", str(query), *current.cli_options())
+    assert (current.checkpoint / "offsets" / "1").exists() and not (current.checkpoint / "commits" / "1").exists()
+    committed = multiset(first)
+    assert multiset(ds.dataset(str(current.output), format="parquet").to_table().to_pylist()) == committed
+    seen_by_pandas = pd.read_parquet(current.output)[["id", "_change_type", "_commit_version"]]
+    assert multiset(seen_by_pandas.itertuples(index=False, name=None)) == \
+        multiset((r["id"], r["_change_type"], r["_commit_version"]) for r in first)
+
+    options = ["--checkpoint", current.uri(current.checkpoint), "--output", current.uri(current.output),
+               "--source", f"changes={current.uri(current.source)}"]
+    capsys.readouterr()
+    with computed_on(spark, path):
+        assert main(["stream", str(query), *options]) == 0
+    said = re.search(r"wrote (\d+) files?, (\d+) rows?", capsys.readouterr().out)
+    expected = _batch_rows(spark, current)
+    files = list(current.output.glob("batch-0000000001-*"))
+    assert said is not None and files
+    assert (int(said[1]), int(said[2])) == (len(files), sum(expected.values()) - len(first))
+    assert multiset(ds.dataset(str(current.output), format="parquet").to_table().to_pylist()) == expected
+
+
+def test_the_redo_of_a_batch_killed_while_moving_its_output_in_finishes_the_move(spark, tmp_path, storage):
+    """A batch killed while its files were moved into the output folder (the move recorded, one
+    file moved, one not): its redo finishes that move before it runs, and moves none of the rows
+    it computes again. A batch killed before its move leaves nothing its redo keeps."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from sqlext.storage import resolve
+    from sqlext.streaming.run import COMMITTING, BatchOutput
+
+    out = resolve(spark, storage.uri(tmp_path / "out"))
+    sink = BatchOutput(out, resolve(spark, storage.uri(tmp_path / "checkpoint")), "parquet")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    names = [f"batch-0000000003-part-0000{n}.parquet" for n in (0, 1)]
+    for name in names:
+        (sink.pending(3) / name).write_parquet(rows)
+    (sink.pending(3) / COMMITTING).write_bytes(b"")
+    (sink.pending(3) / names[0]).rename_to(out / names[0])  # killed after the first rename
+    assert sorted(ds.dataset(str(tmp_path / "out"), format="parquet").to_table()["id"].to_pylist()) == [1, 2]
+
+    sink.begin(spark, 3)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names
+    sink.write_arrow(pa.table({"id": pa.array([9], pa.int64())}), 3)  # the redo computes its rows again
+    sink.commit(3)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names
+    assert sorted(ds.dataset(str(tmp_path / "out"), format="parquet").to_table()["id"].to_pylist()) == [1, 1, 2, 2]
+
+    sink.write_arrow(pa.table({"id": pa.array([7], pa.int64())}), 4)  # batch 4, killed before its move
+    sink.begin(spark, 4)
+    sink.write_arrow(pa.table({"id": pa.array([8], pa.int64())}), 4)
+    sink.commit(4)
+    assert sorted(ds.dataset(str(tmp_path / "out"), format="parquet").to_table()["id"].to_pylist()) == [1, 1, 2, 2, 8]
+    assert not any(p.name.startswith("_sqlext_pending") for p in (tmp_path / "out").iterdir())
+
+
 def test_bench_incremental_checks_rows_and_reports_the_tables_engine(spark, capsys):
     from sqlext.bench.incremental import bench_incremental
 

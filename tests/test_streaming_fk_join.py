@@ -336,11 +336,6 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds, storage):
     """SIGKILL the process inside its second micro-batch (offsets logged, one of its two state
     layers written but not committed, no output, no commit); the next run redoes it, and the
     output holds every row of the batch result exactly once."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     events = _many_fk_events(1, 6)
     current = feeds("cdf", events)
     current.release(0, 3)
@@ -349,18 +344,10 @@ def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feeds, storage):
     query = current.root / "fk.sql"
     query.write_text(join_sql("left", "changes"))
     options = current.options()
-    command = [sys.executable, "-c", KILLED_BETWEEN_THE_STATES, "stream", str(query),
-               "--checkpoint", options["checkpoint"], "--output", options["output"],
-               *[part for name, folder in options["sources"].items() for part in ("--source", f"{name}={folder}")]]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                             env=storage.child_env(dict(os.environ, PYSPARK_PYTHON=sys.executable)))
-    try:
-        child.wait(timeout=300)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    assert child.returncode == -signal.SIGKILL, "the run was not killed inside its batch"
+    storage.run_until_killed(KILLED_BETWEEN_THE_STATES, "stream", str(query),
+                             "--checkpoint", options["checkpoint"], "--output", options["output"],
+                             *[part for name, folder in options["sources"].items()
+                               for part in ("--source", f"{name}={folder}")])
     assert (current.checkpoint / "offsets" / "1").exists() and not (current.checkpoint / "commits" / "1").exists()
     state = current.checkpoint / "sqlext-state"
     written = {side: any(p.name in ("_tmp-base-1", "_tmp-delta-1") for p in (state / side).rglob("*"))

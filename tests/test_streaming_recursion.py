@@ -603,7 +603,8 @@ def _kill_around_output(current, point: str) -> None:
     """Run ``sqlext stream`` in a child that SIGKILLs itself at ``point`` of micro-batch 1:
     before its output (and its states, committed after it; a state's layer may be written
     and not yet committed), between its two state commits, or after all of them, before the
-    batch's commit."""
+    batch's commit. The batch's output files are in the output folder only in the last case:
+    they are moved there when the batch's function ends, after its states are committed."""
     import signal
 
     from sqlext.storage import PENDING_PREFIX
@@ -621,7 +622,9 @@ def _kill_around_output(current, point: str) -> None:
         layers = [p.name for p in (current.checkpoint / "sqlext-state" / state).glob("*-1")
                   if not p.name.startswith(PENDING_PREFIX)]  # committed: a replay may read them
         assert bool(layers) == (state in written), (state, layers)
-    assert any(current.output.glob("batch-0000000001-*")) == (point != "before the output")
+    assert any(current.output.glob("batch-0000000001-*")) == (point == "after the output")
+    pending = current.output / "_sqlext_pending-1"
+    assert any(pending.glob("batch-0000000001-*")) == (point == "between the states")  # written, not committed
 
 
 @pytest.mark.storage("viewfs")

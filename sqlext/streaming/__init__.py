@@ -124,10 +124,16 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
         else:  # nothing to keep between runs: Spark's own streaming query
             frame = _frame(spark, tree, sources)
             check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-            writer = frame.writeStream.format(output_format).outputMode("append") \
-                .option("checkpointLocation", checkpoint.uri)
-            if output is not None:
-                writer = writer.option("path", output.uri)
+            if output_format == "delta" and output is not None:  # a table Spark's file sink does not write
+                from sqlext.streaming.run import FramesRun
+
+                writer = frame.writeStream.foreachBatch(FramesRun(checkpoint, output, output_format)) \
+                    .option("checkpointLocation", checkpoint.uri)
+            else:
+                writer = frame.writeStream.format(output_format).outputMode("append") \
+                    .option("checkpointLocation", checkpoint.uri)
+                if output is not None:
+                    writer = writer.option("path", output.uri)
         if query_name:
             writer = writer.queryName(query_name)
         if trigger == "available_now":
@@ -259,12 +265,9 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
 def _output_schema(spark, checkpoint, output):
     """The columns the runs write into ``output``: those the checkpoint recorded, else the files'."""
-    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+    from sqlext.streaming.checkpoint import output_columns
 
-    recorded = (checkpoint / STATEMENT_FILE).read_json() or {}
-    if recorded.get("columns"):
-        return StructType([StructField(name, _parse_datatype_string(kind)) for name, kind in recorded["columns"]])
-    return spark.read.parquet(output.uri).schema
+    return output_columns(checkpoint) or spark.read.parquet(output.uri).schema
 
 
 def _stateless(tree: exp.Expression) -> bool:

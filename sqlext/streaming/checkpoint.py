@@ -167,6 +167,16 @@ def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple
                           fix=_fix(START_OVER))
 
 
+def output_columns(checkpoint: Folder):
+    """The output's columns the first write recorded (Spark columns); None before it."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    columns = ((checkpoint / STATEMENT_FILE).read_json() or {}).get("columns")
+    if not columns:
+        return None
+    return StructType([StructField(name, _parse_datatype_string(kind)) for name, kind in columns])
+
+
 def differences(before: Purpose, now: Purpose) -> str:
     """What differs between two purposes, in words (the statement's texts when nothing else does)."""
     said = []

@@ -54,7 +54,7 @@ from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
 from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
-                                  recorded_in, spark_columns, spark_schema, step, write_arrow_files)
+                                  recorded_in, spark_columns, spark_schema, step)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.task_memory import task_memory
 
@@ -271,7 +271,7 @@ class Pipeline(TableStateRun):
 
     # -- one micro-batch
 
-    def __call__(self, batch, batch_id: int) -> None:
+    def run(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
         STEPS.clear()
         self._files: dict[int, list | None] = {}
@@ -452,11 +452,9 @@ class Pipeline(TableStateRun):
     def _commit_output(self, spark, parts: list[Folder], batch_id: int) -> None:
         """The root's forwarded rows (the tasks' parts), through the statement, as the batch's
         output files."""
-        if self.outer_is_all and self.output_format == "parquet":
+        if self.outer_is_all and self.sink.file_format == "parquet":
             check_columns(self.checkpoint, self.output, spark_columns(self.output_arrow))
-            write_arrow_files(self.output_arrow.empty_table(), self.output, batch_id)  # clears an earlier attempt
-            for part in sorted(parts, key=lambda p: p.name):
-                part.rename_to(self.output / f"batch-{batch_id:010d}-{part.name}")
+            self.sink.add_parts(parts, batch_id)
             return
         schema = spark_schema(self.output_arrow)
         frame = spark.read.schema(schema).parquet(*[p.uri for p in parts]) if parts else \

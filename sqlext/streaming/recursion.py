@@ -205,7 +205,7 @@ class TableStateRecursion(TableStateRun):
         self.found = KeyedState(self.state / "result", self.columns)
         self.found.record_schema(StructType(list(self.row_schema.fields) + [StructField(FOUND, BooleanType(), True)]))
 
-    def __call__(self, batch, batch_id: int) -> None:
+    def run(self, batch, batch_id: int) -> None:
         self._views: list[str] = []
         STEPS.clear()
         try:

@@ -8,8 +8,9 @@ as Spark plans on the executors when it is large (``spark.sqlext.streaming.drive
 increment's estimated size). ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark``.
 
 Output files are named by batch id (``batch-<id>-*``, or ``base-<id>-*`` for a run that
-rewrites the whole output), and a replayed batch replaces the files of its earlier attempt,
-so the output never holds a row twice.
+rewrites the whole output). A batch writes them where no reader of the folder looks and they
+appear when the batch commits (:class:`BatchOutput`), so the output never holds a row twice,
+nor a row of a batch that did not commit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.rewrites.dialect import to_sql
-from sqlext.streaming.checkpoint import LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns
+from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
 from sqlext.storage import Folder
 
 # the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
@@ -90,7 +91,16 @@ class TableStateRun:
         if not (self.state / LAYOUT_FILE).exists():  # the layout this engine writes (see checkpoint.claim)
             (self.state / LAYOUT_FILE).write_bytes((LAYOUT + "\n").encode())
         self.output, self.output_format = output, output_format
+        self.sink = batch_output(output, checkpoint, output_format)
         self.function, self.arguments = function, arguments
+
+    def __call__(self, batch, batch_id: int) -> None:
+        """The ``foreachBatch`` function: the batch (:meth:`run`), its output committed last."""
+        self.sink.around(batch.sparkSession, batch_id, lambda: self.run(batch, batch_id))
+
+    def run(self, batch, batch_id: int) -> None:
+        """One micro-batch: its output written to :attr:`sink`, its state committed."""
+        raise NotImplementedError
 
     @property
     def outer_is_all(self) -> bool:
@@ -108,11 +118,9 @@ class TableStateRun:
         """The call's rows of this batch (Arrow data in the call's output columns) through the
         statement, as the batch's output files. Rows the statement passes on as they are, into
         Parquet, are written straight from the driver; anything else runs the statement in Spark."""
-        if self.outer_is_all and self.output_format == "parquet":
+        if self.outer_is_all and self.sink.file_format == "parquet":
             check_columns(self.checkpoint, self.output, spark_columns(rows.schema))
-            write_arrow_files(rows, self.output, batch_id, kind="base" if whole else "batch")
-            if whole:
-                forget_batch_files(self.output, batch_id + 1)
+            self.sink.write_arrow(rows, batch_id, kind="base" if whole else "batch")
             return
         self.write_statement(spark, arrow_frame(spark, rows), batch_id, carry=carry, whole=whole)
 
@@ -129,9 +137,7 @@ class TableStateRun:
         try:
             rows = run_statement(spark, to_sql(outer_over(self.outer, self.placeholder, out_view, carry)))
             check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString()) for f in rows.schema.fields])
-            write_batch_files(rows, self.output, batch_id, self.output_format, kind="base" if whole else "batch")
-            if whole:
-                forget_batch_files(self.output, batch_id + 1)
+            self.sink.write_frame(rows, batch_id, kind="base" if whole else "batch")
         finally:
             spark.catalog.dropTempView(out_view)
 
@@ -142,6 +148,24 @@ class TableStateRun:
     def record(self, name: str, batch_id: int, value) -> None:
         """Record ``value`` under ``name`` for this batch."""
         record_in(self.state, name, batch_id, value)
+
+
+class FramesRun:
+    """The ``foreachBatch`` function of a statement that keeps no state, where Spark's own file
+    sink does not write the output (a Delta table): each micro-batch's rows are the batch's
+    output, written and committed as a keyed run's are (:class:`BatchOutput`)."""
+
+    def __init__(self, checkpoint: Folder, output: Folder, output_format: str):
+        self.checkpoint, self.output = checkpoint, output
+        self.sink = batch_output(output, checkpoint, output_format)
+
+    def __call__(self, batch, batch_id: int) -> None:
+        def write():
+            check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
+                                                         for f in batch.schema.fields])
+            self.sink.write_frame(batch, batch_id)
+
+        self.sink.around(batch.sparkSession, batch_id, write)
 
 
 def outer_over(outer: exp.Expression, name: str, view: str, carry: Sequence[str] = ()) -> exp.Expression:
@@ -221,44 +245,17 @@ def arrow_schema(spark_schema) -> pa.Schema:
     return to_arrow_schema(spark_schema, timezone="UTC")
 
 
-def write_arrow_files(rows: pa.Table, folder: Folder, batch_id: int, kind: str = "batch") -> None:
-    """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet`` in ``folder``,
-    written straight from the driver, replacing any files an earlier attempt of the batch left.
-    An empty ``base`` is still written: it replaces the whole table with no rows."""
-    prefix = f"{kind}-{batch_id:010d}-"
-    _delete_prefixed(folder, prefix)
-    if rows.num_rows == 0 and kind != "base":
-        return
-    (folder / f"{prefix}part-00000.parquet").write_parquet(rows)
-
-
-def write_batch_files(frame, folder: Folder, batch_id: int, file_format: str, kind: str = "batch") -> None:
-    """A batch's rows as files ``<kind>-<id>-*`` in ``folder`` (``kind`` is ``batch``, or
-    ``base`` for a batch that rewrites the whole state), replacing any files a previous attempt
-    of the same batch left."""
-    prefix = f"{kind}-{batch_id:010d}-"
-    temporary = folder / f"_sx_tmp-{kind}-{batch_id}"
-    frame.write.mode("overwrite").format(file_format).save(temporary.uri)
-    _delete_prefixed(folder, prefix)
-    for part in temporary.files(suffix=""):
-        part.rename_to(folder / (prefix + part.name))
-    temporary.delete()
-
-
-def _delete_prefixed(folder: Folder, prefix: str) -> None:
-    for entry in folder.entries():
-        if entry.name.startswith(prefix):
-            (folder / entry.name).delete()
+def output_file(name: str) -> tuple[str, int] | None:
+    """What an output file written by a run is, by its name: (``base`` or ``batch``, batch id)."""
+    parts = name.split("-")
+    if len(parts) >= 3 and parts[0] in ("base", "batch") and parts[1].isdigit():
+        return parts[0], int(parts[1])
+    return None
 
 
 def _output_files(folder: Folder) -> list[tuple[str, int, str]]:
     """The output's files written by runs: (``base`` or ``batch``, batch id, name)."""
-    found = []
-    for entry in folder.entries():
-        parts = entry.name.split("-")
-        if len(parts) >= 3 and parts[0] in ("base", "batch") and parts[1].isdigit():
-            found.append((parts[0], int(parts[1]), entry.name))
-    return found
+    return [(*output_file(e.name), e.name) for e in folder.entries() if output_file(e.name) is not None]
 
 
 def batch_files(folder: Folder, batch_id: int) -> list[str]:
@@ -279,3 +276,185 @@ def forget_batch_files(folder: Folder, batch_id: int) -> None:
     for _, n, name in numbered if oldest is not None else []:
         if name not in keep and n < oldest:
             (folder / name).delete()
+
+
+# a batch's output files before it commits, in the output folder (readers skip names starting with '_')
+OUTPUT_PENDING = "_sqlext_pending-"
+# in a batch's pending folder: the batch commits, and moving its files into place is under way
+COMMITTING = "_committing"
+# in the checkpoint: the last batch whose output files were moved into place
+OUTPUT_COMMITTED = "sqlext-output-commit.json"
+
+
+def batch_output(output: Folder, checkpoint: Folder, output_format: str) -> "BatchOutput":
+    """The output of a run's batches: a folder of files of ``output_format``, or a Delta table."""
+    if output_format == "delta":
+        return DeltaBatchOutput(output, checkpoint)
+    return BatchOutput(output, checkpoint, output_format)
+
+
+class BatchOutput:
+    """A run's output folder, whose files of a batch appear when the batch commits.
+
+    Readers that do not know Spark's records of a folder (pandas, pyarrow, DuckDB, Polars) read
+    every file whose name does not start with ``_`` or ``.``. A batch writes its files into
+    ``_sqlext_pending-<batch>`` (:meth:`pending`), and :meth:`commit`, the last step of the
+    batch (after its state is committed, so that what a reader sees never runs ahead of the
+    state; Spark records the batch once the function returns), moves them into the folder: a
+    rename each, the ``base`` of a final table first and then the older files deleted. A batch
+    that fails, or is killed, before that leaves nothing a reader sees, and its redo writes its
+    files again. The move is recorded first in the pending folder (:data:`COMMITTING`), so that
+    the redo of a batch killed while moving finishes that move (:meth:`begin`), and last in the
+    checkpoint (:data:`OUTPUT_COMMITTED`), so that the redo of a batch whose files were moved in
+    (killed before Spark recorded it) moves none of its own: it computes the same rows again
+    with its state, and drops them."""
+
+    def __init__(self, folder: Folder, checkpoint: Folder, file_format: str):
+        self.folder, self.checkpoint, self.file_format = folder, checkpoint, file_format
+
+    def pending(self, batch_id: int) -> Folder:
+        return self.folder / f"{OUTPUT_PENDING}{batch_id}"
+
+    def around(self, spark, batch_id: int, work) -> None:
+        """``work()``, the batch, with its output committed after it; a batch that fails leaves
+        its pending files behind it no longer."""
+        self.begin(spark, batch_id)
+        try:
+            work()
+        except BaseException:
+            self.abandon(batch_id)
+            raise
+        with step("commit the output"):
+            self.commit(batch_id)
+
+    def begin(self, spark, batch_id: int) -> None:
+        """Before the batch: what an earlier attempt of it left is finished (a move under way)
+        or taken away (files written that never committed)."""
+        pending = self.pending(batch_id)
+        if (pending / COMMITTING).exists():
+            self._move_in(pending, batch_id)
+        else:
+            pending.delete()
+
+    def abandon(self, batch_id: int) -> None:
+        try:
+            self.pending(batch_id).delete()
+        except Exception:  # noqa: BLE001 - the batch's own error is the one to report; the next attempt clears it
+            pass
+
+    # -- the batch's files
+
+    def write_arrow(self, rows: pa.Table, batch_id: int, kind: str = "batch") -> None:
+        """A batch's rows as one Parquet file ``<kind>-<id>-part-00000.parquet``, written straight
+        from the driver. An empty ``base`` is still written: it replaces the whole table with no
+        rows."""
+        if rows.num_rows == 0 and kind != "base":
+            return
+        (self.pending(batch_id) / f"{kind}-{batch_id:010d}-part-00000.parquet").write_parquet(rows)
+
+    def write_table(self, spark, rows: pa.Table, batch_id: int, schema=None) -> None:
+        """A batch's rows made on the driver (Arrow data), written as they are where the output
+        is Parquet, else by Spark's writer (in the Spark columns ``schema``, where given)."""
+        if self.file_format == "parquet":
+            self.write_arrow(rows, batch_id)
+        else:
+            self.write_frame(arrow_frame(spark, rows, schema), batch_id)
+
+    def write_frame(self, frame, batch_id: int, kind: str = "batch") -> None:
+        """A batch's rows (a Spark frame) as the files ``<kind>-<id>-*`` that Spark writes."""
+        pending = self.pending(batch_id)
+        written = pending / "_spark"
+        frame.write.mode("overwrite").format(self.file_format).save(written.uri)
+        for part in written.files(suffix=""):
+            part.rename_to(pending / f"{kind}-{batch_id:010d}-{part.name}")
+        written.delete()
+
+    def add_parts(self, parts: list[Folder], batch_id: int) -> None:
+        """Parquet files that tasks wrote (one per bucket) as the batch's files."""
+        for part in sorted(parts, key=lambda p: p.name):
+            part.rename_to(self.pending(batch_id) / f"batch-{batch_id:010d}-{part.name}")
+
+    # -- the commit
+
+    def commit(self, batch_id: int) -> None:
+        """The batch's files moved into the folder (none again where an earlier attempt did)."""
+        pending = self.pending(batch_id)
+        last = (self.checkpoint / OUTPUT_COMMITTED).read_json() or {}
+        if last.get("batch", -1) >= batch_id:
+            pending.delete()
+            return
+        if last.get("batch") != batch_id - 1:  # files an earlier sqlext left in place for this batch
+            own = (f"batch-{batch_id:010d}-", f"base-{batch_id:010d}-")
+            for entry in self.folder.entries():
+                if not entry.is_dir and entry.name.startswith(own):
+                    (self.folder / entry.name).delete()
+        if pending.entries():
+            (pending / COMMITTING).write_bytes(b"")
+        self._move_in(pending, batch_id)
+
+    def _move_in(self, pending: Folder, batch_id: int) -> None:
+        names = [e.name for e in pending.entries() if not e.is_dir and not e.name.startswith(("_", "."))]
+        for name in sorted(names):
+            (pending / name).rename_to(self.folder / name)
+        if any(name.startswith("base-") for name in names):  # the final table: the older files go
+            forget_batch_files(self.folder, batch_id + 1)
+        (self.checkpoint / OUTPUT_COMMITTED).write_json({"batch": batch_id})
+        pending.delete()
+
+
+class DeltaBatchOutput(BatchOutput):
+    """A run's output as a Delta table (:class:`sqlext.delta.DeltaOutput`): a batch's files are
+    written as for a folder, moved into the table's folder, where a Delta reader does not see
+    them, and added by one commit, which records the batch (an application transaction of the
+    checkpoint), so a redo adds nothing a commit already added. ``emit => 'final'`` replaces
+    the table's files in that one commit."""
+
+    def __init__(self, folder: Folder, checkpoint: Folder):
+        from sqlext.delta import DeltaOutput
+
+        super().__init__(folder, checkpoint, "parquet")
+        self.table = DeltaOutput(folder, FUNCTION)
+
+    def begin(self, spark, batch_id: int) -> None:
+        self.table.open(spark)
+        self.spark = spark
+        self.pending(batch_id).delete()  # a commit is one step: an earlier attempt left nothing to finish
+
+    def write_frame(self, frame, batch_id: int, kind: str = "batch") -> None:
+        """As Spark writes them, with timestamps as Delta keeps them (microseconds, not INT96)."""
+        conf = self.spark.conf
+        key = "spark.sql.parquet.outputTimestampType"
+        before = conf.get(key, None)
+        conf.set(key, "TIMESTAMP_MICROS")
+        try:
+            super().write_frame(frame, batch_id, kind)
+        finally:
+            conf.unset(key) if before is None else conf.set(key, before)
+
+    @property
+    def app_id(self) -> str:
+        """The checkpoint's application id in the table's log: the id Spark gave the checkpoint
+        when it was made, so that a new checkpoint (starting over) is another application."""
+        made = (self.checkpoint / "metadata").read_json() or {}
+        return f"sqlext-{made.get('id') or self.checkpoint.uri}"
+
+    def commit(self, batch_id: int) -> None:
+        pending = self.pending(batch_id)
+        made, done = self.table.committed(self.app_id)
+        entries = [e for e in pending.entries() if not e.is_dir and not e.name.startswith(("_", "."))]
+        columns = output_columns(self.checkpoint)
+        if (done is not None and done >= batch_id) or columns is None:  # committed, or nothing was ever written
+            pending.delete()
+            return
+        whole = any(e.name.startswith("base-") for e in entries)
+        if made and not entries:  # no rows: no commit (the first batch makes the table, rows or none)
+            pending.delete()
+            return
+        files = []
+        for entry in sorted(entries, key=lambda e: e.name):
+            (pending / entry.name).rename_to(self.folder / entry.name)
+            files.append((entry.name, entry.size, entry.mtime_ns // 1_000_000,
+                          (self.folder / entry.name).parquet_rows()))
+        schema = pa.schema([f.with_nullable(True) for f in arrow_schema(columns)])
+        self.table.commit(files, schema, self.app_id, batch_id, overwrite=whole)
+        pending.delete()

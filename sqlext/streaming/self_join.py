@@ -312,7 +312,7 @@ class TableStateSelfJoin(TableStateRun):
             self.groups.record_schema(shape.accumulators)
             self._groups_with_tag = StructType(list(shape.accumulators.fields) + [StructField(TAG, BooleanType())])
 
-    def __call__(self, batch, batch_id: int) -> None:
+    def run(self, batch, batch_id: int) -> None:
         spark, shape = batch.sparkSession, self.shape
         STEPS.clear()
         view = self.events.before(batch_id)
@@ -409,7 +409,7 @@ class TableStateSelfJoin(TableStateRun):
         import pyarrow as pa
 
         from sqlext.streaming.checkpoint import check_columns
-        from sqlext.streaming.run import spark_columns, write_arrow_files, write_batch_files
+        from sqlext.streaming.run import spark_columns
         from sqlext.streaming.self_join_aggregate import TAG
 
         grouped = self.shape.grouped
@@ -429,10 +429,7 @@ class TableStateSelfJoin(TableStateRun):
                 spark.catalog.dropTempView(name)
             out = grouped.changes(finals, batch_id, self.shape.output_arrow)
             check_columns(self.checkpoint, self.output, spark_columns(out.schema))
-            if self.output_format == "parquet":
-                write_arrow_files(out, self.output, batch_id)
-            else:
-                write_batch_files(arrow_frame(spark, out), self.output, batch_id, self.output_format)
+            self.sink.write_table(spark, out, batch_id)
         with step("write the groups"):
             self.groups.write(view, after, batch_id)
 
@@ -440,23 +437,18 @@ class TableStateSelfJoin(TableStateRun):
         """The statement's rows made on the driver (:class:`ArrowPairs`), written as Spark
         would write them, under the columns Spark's analysis gave."""
         from sqlext.streaming.checkpoint import check_columns
-        from sqlext.streaming.run import write_arrow_files, write_batch_files
 
         check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in self.shape.output.fields])
-        if self.output_format == "parquet":
-            write_arrow_files(pairs, self.output, batch_id)
-        else:
-            write_batch_files(arrow_frame(spark, pairs, self.shape.output), self.output, batch_id, self.output_format)
+        self.sink.write_table(spark, pairs, batch_id, self.shape.output)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry=(), whole: bool = False) -> None:
         """The pairs are the statement's rows already: they are written as they are."""
         from sqlext.streaming.checkpoint import check_columns
-        from sqlext.streaming.run import write_batch_files
 
         check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in forwarded.schema.fields])
-        write_batch_files(forwarded, self.output, batch_id, self.output_format)
+        self.sink.write_frame(forwarded, batch_id)
 
     def _refuse_late(self, new, newest) -> None:
         """A new event older than the newest time of earlier runs by more than the band's

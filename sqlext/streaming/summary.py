@@ -4,8 +4,11 @@ print after every run (also a run with nothing new).
 Read: the files each micro-batch of the run took from a folder source (Spark's own offset and
 file logs, :func:`sqlext.streaming.batches.batch_entries`) and, for Parquet, their rows (from
 the files' footers). A source that is not a folder of files gives the rows Spark counted.
-Written: the data files that appeared in the output folder during the run and, for Parquet,
-their rows.
+Written: the data files of the batches the run committed (named by their batch) and any other
+that appeared in the output folder during the run (Spark's own sink names its files otherwise)
+and, for Parquet, their rows; for a Delta table, the files its log added, with the rows the log
+counts. A batch redone after its files were committed (a run killed before Spark recorded it)
+counts them: the run committed that batch.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class RunCounter:
         self.checkpoint, self.output = resolve(spark, checkpoint), resolve(spark, output)
         self.output_format = output_format
         self.committed = _committed(self.checkpoint)
-        self.files = _data_files(self.output)
+        self.files = self._data_files()
 
     def counts(self, query=None) -> Counts:
         from sqlext.streaming.bad_records import Quarantine
@@ -85,11 +88,25 @@ class RunCounter:
         if not files_known:
             counts.files_read = None if not counts.files_read else counts.files_read
             counts.rows_read = spark_rows
-        written = sorted(_data_files(self.output) - self.files)
+        now = self._data_files()
+        written = sorted(name for name in now if name not in self.files or _batch_of(name) in batches)
         counts.files_written = len(written)
-        counts.rows_written = _rows([(self.output / name).uri for name in written], self.spark) \
-            if self.output_format == "parquet" else None
+        counts.rows_written = None if self.output_format not in ("parquet", "delta") else \
+            _add(sum(now[name] for name in written if now[name] is not None),
+                 _rows([(self.output / name).uri for name in written if now[name] is None], self.spark))
         return counts
+
+    def _data_files(self) -> dict[str, int | None]:
+        """The output's data files, with their rows where they are known without reading the
+        files: a folder's files (not Spark's or sqlext's records), or a Delta table's."""
+        if self.output_format == "delta":
+            from sqlext.delta import DeltaOutput
+            from sqlext.streaming.checkpoint import FUNCTION
+
+            table = DeltaOutput(self.output, FUNCTION)
+            table.open(self.spark)
+            return table.files()
+        return dict.fromkeys(_data_files(self.output))
 
 
 def _add(total: int | None, more: int | None) -> int | None:
@@ -120,6 +137,14 @@ def _data_files(folder: Folder) -> set[str]:
         return {e.name for e in folder.entries() if not e.is_dir and not e.name.startswith(("_", "."))}
     except Exception:  # noqa: BLE001 - a folder that is not there holds none
         return set()
+
+
+def _batch_of(name: str) -> int | None:
+    """The batch that wrote an output file, from its name (``batch-<id>-...``, ``base-<id>-...``)."""
+    from sqlext.streaming.run import output_file
+
+    found = output_file(name)
+    return None if found is None else found[1]
 
 
 def _sources(checkpoint: Folder, batch: int) -> int:

@@ -144,6 +144,46 @@ def renumbered(values: np.ndarray) -> np.ndarray:
     return dense
 
 
+def combined_codes(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Dense codes of the rows of several integer code arrays taken together."""
+    code = parts[0]
+    for part in parts[1:]:
+        code = renumbered(code * (int(part.max(initial=0)) + 1) + part)
+    return code
+
+
+def value_codes(array) -> np.ndarray:
+    """Dense integer codes of the values of one column, nested ones (structs, lists, maps)
+    included: equal values (NULL equal to NULL) get equal codes. Arrow hashes flat values only,
+    so a struct is coded by its fields and a list by its length and its items' codes."""
+    array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    kind = array.type
+    if not pa.types.is_nested(kind):
+        return codes([array])
+    if len(array) == 0:
+        return np.zeros(0, np.int64)
+    valid = np.asarray(array.is_valid(), dtype=bool).astype(np.int64)
+    if pa.types.is_struct(kind):  # a field under a NULL struct is NULL (flatten)
+        return combined_codes([valid] + [value_codes(field) for field in array.flatten()])
+    if pa.types.is_map(kind):
+        array = array.cast(pa.list_(pa.struct([kind.key_field, kind.item_field])))
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    items = value_codes(array.flatten()) + 1  # a NULL list holds no items
+    table = np.zeros((len(array), int(lengths.max(initial=0))), np.int64)
+    row = np.repeat(np.arange(len(array)), lengths)
+    table[row, np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = items
+    return np.unique(np.column_stack([valid, lengths, table]), axis=0, return_inverse=True)[1] \
+        .reshape(-1).astype(np.int64)
+
+
+def row_codes(columns: Sequence) -> np.ndarray:
+    """:func:`codes` of columns that may be nested (:func:`value_codes`)."""
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if not any(pa.types.is_nested(c.type) for c in columns):
+        return codes(columns)
+    return combined_codes([value_codes(c) for c in columns])
+
+
 def ranks(values) -> np.ndarray:
     """Dense ranks (from 1) of ordering values: equal values, equal ranks; NULLs (which the
     rules refuse before this) last."""

@@ -8,9 +8,13 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from delta_tables import commit, create, write_table
@@ -409,3 +413,78 @@ def test_deltalake_is_given_the_azure_credential_hadoop_has(spark):
     uri = "abfss://data@lake.dfs.core.windows.net/accounts"
     found = _store_location_under(spark, {"fs.azure.account.key.lake.dfs.core.windows.net": "K1"}, uri, None)
     assert found == (uri, {"azure_storage_account_name": "lake", "azure_storage_account_key": "K1"})
+
+
+# ---- commits without change data files -------------------------------------------------
+
+ACCOUNTS_SQL = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE({}), key => 'id', predicate => 'balance >= 0', "
+                "emit => '{}')")
+
+
+def _accounts(path: Path, balances: dict):
+    """A table of accounts (id, balance) with its change data feed on, at version 0."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table({"id": list(balances), "balance": list(balances.values())}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+
+
+def _without_change_files(path: Path, version: int) -> bool:
+    """Whether commit ``version`` of a table wrote no change data files (Delta's protocol then
+    has its changes read from the files it removed and added)."""
+    import json
+
+    log = path / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return not any("cdc" in action for action in actions) and any("remove" in action for action in actions)
+
+
+def test_an_update_that_changes_nothing_is_no_change_in_batch_and_run_by_run(spark, root, storage):
+    """deltalake's update of a row to the balance it already has rewrites the row's file without
+    change data files: the commit's changes are the removed file's rows (deletes) and the added
+    file's (inserts), every one unchanged. They cancel: the batch statement and an incremental run
+    see no change at that version, in every emit mode."""
+    from deltalake import DeltaTable
+
+    path = root / "accounts"
+    _accounts(path, {1: 5, 2: 7})
+    runs = Runs(spark, root, storage, sources={"accounts": storage.uri(path)})
+    stream_sql = ACCOUNTS_SQL.format("STREAM(accounts)", "changes")
+    assert multiset(runs.run(stream_sql)) == multiset(
+        [{"id": 1, "balance": 5, "_change_type": "insert", "_commit_version": 0},
+         {"id": 2, "balance": 7, "_change_type": "insert", "_commit_version": 0}])
+    DeltaTable(str(path)).update(updates={"balance": "5"}, predicate="id = 1")
+    assert _without_change_files(path, 1)
+    assert runs.run(stream_sql) == []
+    table = delta_name(storage.uri(path))
+    assert batch(spark, f"SELECT * FROM table_changes('{storage.uri(path)}', 1)") == []
+    for emit in ("changes", "records"):
+        assert {r["_commit_version"] for r in batch(spark, ACCOUNTS_SQL.format(table, emit))} == {0}, emit
+    assert multiset(batch(spark, ACCOUNTS_SQL.format(table, "final"))) == multiset(
+        [{"id": 1, "balance": 5}, {"id": 2, "balance": 7}])
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 2), st.sampled_from(["insert", "delete", "update_postimage"]),
+                               st.integers(0, 2), st.one_of(st.none(), st.integers(0, 1))), max_size=14))
+def test_a_commits_rows_removed_and_added_unchanged_cancel_as_a_multiset_difference(rows):
+    """Per commit, the rows deleted and inserted equal in every column cancel one for one (NULL
+    equal to NULL); every other row stays, in its place."""
+    import pyarrow as pa
+
+    from sqlext.delta import unchanged_rows_cancelled
+
+    table = pa.Table.from_pylist(
+        [{"id": i, "v": v, "_change_type": kind, "_commit_version": version} for version, kind, i, v in rows],
+        schema=pa.schema([("id", pa.int64()), ("v", pa.int64()), ("_change_type", pa.string()),
+                          ("_commit_version", pa.int64())]))
+    left = unchanged_rows_cancelled(table).to_pylist()
+    counts, seen, expected = Counter(rows), Counter(), []
+    for row in rows:  # a row's first occurrences cancel, as many as the other side has
+        version, kind, i, v = row
+        seen[row] += 1
+        opposite = {"insert": "delete", "delete": "insert"}.get(kind)
+        if opposite is None or seen[row] > counts[(version, opposite, i, v)]:
+            expected.append(row)
+    assert [(r["_commit_version"], r["_change_type"], r["id"], r["v"]) for r in left] == expected

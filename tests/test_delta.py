@@ -488,3 +488,33 @@ def test_a_commits_rows_removed_and_added_unchanged_cancel_as_a_multiset_differe
         if opposite is None or seen[row] > counts[(version, opposite, i, v)]:
             expected.append(row)
     assert [(r["_commit_version"], r["_change_type"], r["id"], r["v"]) for r in left] == expected
+
+
+def test_an_overwrite_reads_as_the_updates_inserts_and_deletes_it_makes(spark, root, storage):
+    """An overwrite writes no change data files: its changes are every row of the old file as a
+    delete and every row of the new one as an insert. The rows it kept cancel; a key it changed
+    keeps a delete and an insert at one version, which read as the delete, then the insert (Delta's
+    protocol orders a commit's removed rows before its added ones): one update. Batch and run by
+    run alike."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = root / "accounts"
+    _accounts(path, {1: 5, 2: 7, 4: 3})
+    runs = Runs(spark, root, storage, sources={"accounts": storage.uri(path)})
+    stream_sql = ACCOUNTS_SQL.format("STREAM(accounts)", "changes")
+    runs.run(stream_sql)
+    # 1 changes, 2 stays, 3 is new, 4 goes
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3], "balance": [6, 7, 1]}), mode="overwrite")
+    assert _without_change_files(path, 1)
+    expected = [{"id": 1, "balance": 5, "_change_type": "update_preimage", "_commit_version": 1},
+                {"id": 1, "balance": 6, "_change_type": "update_postimage", "_commit_version": 1},
+                {"id": 3, "balance": 1, "_change_type": "insert", "_commit_version": 1},
+                {"id": 4, "balance": 3, "_change_type": "delete", "_commit_version": 1}]
+    assert multiset(runs.run(stream_sql)) == multiset(expected)
+    table = delta_name(storage.uri(path))
+    assert multiset(r for r in batch(spark, ACCOUNTS_SQL.format(table, "changes")) if r["_commit_version"] == 1) \
+        == multiset(expected)
+    records = batch(spark, ACCOUNTS_SQL.format(table, "records"))
+    assert sorted((r["id"], r["_change_type"]) for r in records if r["_commit_version"] == 1) == [
+        (1, "upsert"), (3, "upsert"), (4, "delete")]  # one record for key 1's delete and insert

@@ -194,6 +194,29 @@ def ranks(values) -> np.ndarray:
         .to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def replaced_deletes(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> np.ndarray:
+    """Which changes are the ``delete`` of a key that has exactly a ``delete`` and an ``insert``
+    at one ordering value (preimages already left out): a commit that removed the key's row and
+    added it changed, as Delta writes a commit without change data files. The delete comes
+    first (Delta's protocol), so the insert is the key's change there and the delete is left
+    out, as a preimage is (:func:`sqlext.functions.changes.without_replaced_delete` says it key
+    by key); other changes sharing a value are left for :func:`check_ties`."""
+    from sqlext.functions.changes import DELETE, INSERT
+
+    none = np.zeros(changes.num_rows, dtype=bool)
+    if not shape.has_change_type or changes.num_rows < 2:
+        return none
+    kinds = changes[CHANGE_TYPE]
+    deletes = np.asarray(pc.fill_null(pc.equal(kinds, DELETE), False), dtype=bool)
+    inserts = np.asarray(pc.fill_null(pc.equal(kinds, INSERT), False), dtype=bool)
+    if not (deletes.any() and inserts.any()):
+        return none
+    both = renumbered(key_codes * (int(order_ranks.max()) + 1) + order_ranks)  # one code per key and value
+    peers = np.bincount(both)
+    inserted = np.bincount(both, weights=inserts)
+    return deletes & (peers[both] == 2) & (inserted[both] == 1)
+
+
 def check_ties(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> None:
     """``[AMBIGUOUS_ORDER]``: two changes of one key at one ordering value (preimages already
     left out: a preimage and its postimage share a version and are not a tie)."""

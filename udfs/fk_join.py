@@ -75,13 +75,17 @@ class _JoinIncrement:
         self.left_state, self.right_state, self.highest = left_state, right_state, highest
 
     def _checked(self, shape, changes):
-        """The changes without preimages, after the checks of the change-row rules, and the
-        codes of their keys."""
-        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, without_preimages
+        """The changes without preimages and replaced deletes, after the checks of the
+        change-row rules, and the codes of their keys."""
+        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, replaced_deletes, without_preimages
 
         check_rows(shape, changes)
         changes = without_preimages(shape, changes)
         key_codes, order_ranks = row_codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
+        replaced = replaced_deletes(shape, changes, key_codes, order_ranks)
+        if replaced.any():
+            kept = ~replaced
+            changes, key_codes, order_ranks = changes.filter(pa.array(kept)), key_codes[kept], order_ranks[kept]
         if shape.sequence_by is None:
             check_ties(shape, changes, key_codes, order_ranks)
         else:

@@ -186,7 +186,7 @@ def unchanged_rows_cancelled(rows: pa.Table) -> pa.Table:
     import pyarrow.compute as pc
 
     from sqlext.functions.changes import DELETE, INSERT
-    from sqlext.udfs.column_wise import row_codes
+    from sqlext.udfs.column_wise import row_codes, run_starts
 
     kinds = rows[CHANGE_TYPE]
     inserts = np.asarray(pc.fill_null(pc.equal(kinds, INSERT), False), dtype=bool)
@@ -200,9 +200,8 @@ def unchanged_rows_cancelled(rows: pa.Table) -> pa.Table:
     side = inserts[candidates].astype(np.int64)
     group = row * 2 + side
     order = np.argsort(group, kind="stable")
-    grouped = group[order]
-    starts = np.r_[True, grouped[1:] != grouped[:-1]]
-    place = np.arange(len(grouped)) - np.maximum.accumulate(np.where(starts, np.arange(len(grouped)), 0))
+    at = np.arange(len(order))
+    place = at - np.maximum.accumulate(np.where(run_starts(group[order]), at, 0))  # within its (row, side)
     counts = np.bincount(group, minlength=2 * (int(row.max()) + 1))
     cancelled = place < counts[(row * 2 + 1 - side)[order]]  # matched by as many of the other side
     if not cancelled.any():

@@ -64,10 +64,10 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted: as ``np.unique``, which in numpy 2.4 costs some 30 times a
     sort for a million integers (0.36 s against 10 ms)."""
     ordered = np.sort(values)
-    return ordered[_run_starts(ordered)]
+    return ordered[run_starts(ordered)]
 
 
-def _run_starts(ordered: np.ndarray) -> np.ndarray:
+def run_starts(ordered: np.ndarray) -> np.ndarray:
     """Where each run of equal values of sorted ``ordered`` starts."""
     starts = np.ones(len(ordered), dtype=bool)
     starts[1:] = ordered[1:] != ordered[:-1]
@@ -79,7 +79,7 @@ def first_of_each(values: np.ndarray) -> np.ndarray:
     ``np.unique(values, return_index=True)[1]`` (which spends most of its time in a stable sort
     that keeps the first of equal rows), for callers to which the rows of one value are alike."""
     order = np.argsort(values)
-    return order[_run_starts(values[order])]
+    return order[run_starts(values[order])]
 
 
 # below this many, an unsorted search costs less than sorting what it looks for
@@ -140,7 +140,7 @@ def renumbered(values: np.ndarray) -> np.ndarray:
     ``np.unique(values, return_inverse=True)[1]``, by one sort (see :func:`sorted_unique`)."""
     order = np.argsort(values)
     dense = np.empty(len(values), np.int64)
-    dense[order] = np.cumsum(_run_starts(values[order])) - 1
+    dense[order] = np.cumsum(run_starts(values[order])) - 1
     return dense
 
 

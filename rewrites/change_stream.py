@@ -2,7 +2,8 @@
 
 Every table function's expansion starts here. The query returned keeps the input's data
 columns and its ordering column, adds ``__sx_present`` (does the change set the key's row?)
-and any extra columns the caller asks for, drops ``update_preimage`` rows, raises the data
+and any extra columns the caller asks for, drops ``update_preimage`` rows and the ``delete`` of a
+key's ``delete`` and ``insert`` at one ordering value (the delete comes first), raises the data
 errors (NULL or tied ordering values, unknown change types, NULL sequence values) with
 ``raise_error``, and with ``sequence_by`` drops stale changes.
 """
@@ -17,7 +18,7 @@ from sqlext.rewrites.sqltree import (
     alias, and_, halias, case, col, fragment, hcol, lateral_explode, over, paren, select_from, string,
 )
 from sqlext.functions.arguments import SqlValue, key_text, raise_error
-from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, ChangeShape
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, INSERT, PREIMAGE, SETS_VALUE, ChangeShape
 
 
 def window(shape: ChangeShape, function: exp.Expression, frame: exp.WindowSpec | None = None) -> exp.Window:
@@ -69,6 +70,8 @@ def checked_changes(shape: ChangeShape, source: exp.Expression, extra: Sequence[
         row_checks.append((col(shape.sequence_by).is_(exp.null()), raise_error(
             "NULL_SEQUENCE_VALUE", fn, key=keys, sequence_by=shape.sequence_by)))
     inputs = select_from(columns, source, and_(keep, _checks(row_checks)))
+    if shape.has_change_type:
+        inputs = _without_replaced_deletes(shape, inputs, [c.alias_or_name for c in columns])
     next_change = [halias(window(shape, exp.Lead(this=col(order))), "next")] if with_next else []
     neighbour = halias(window(shape, exp.Lead(this=col(order)) if with_next else exp.Lag(this=col(order))),
                       "tie_with")
@@ -89,6 +92,24 @@ def checked_changes(shape: ChangeShape, source: exp.Expression, extra: Sequence[
     else:
         columns, tie_with = [neighbour, *window_extra], hcol("tie_with")
     return select_from(["*"], select_from(["*", *columns], inputs), _tie(shape, tie_with))
+
+
+def _without_replaced_deletes(shape: ChangeShape, inputs: exp.Select, names: Sequence[str]) -> exp.Select:
+    """``inputs`` without the ``delete`` of each key that has exactly a ``delete`` and an
+    ``insert`` at one ordering value (a commit that removed the key's row and added it changed,
+    as Delta writes a commit without change data files): by Delta's protocol the removed row
+    comes first, so the insert is the key's change there, and the delete, as a preimage, says
+    nothing the key's previous change does not. Any other two changes of a key at one value
+    stay, for the tie check. ``names`` are the columns of ``inputs``; the window's frame is the
+    rows of the key at the row's value, in the partition and order of the tie check's window,
+    so Spark sorts the rows once for both."""
+    peers = exp.WindowSpec(kind="RANGE", start="CURRENT ROW", end="CURRENT ROW")
+    inserted = halias(exp.EQ(this=col(CHANGE_TYPE), expression=string(INSERT)), "inserted")
+    counted = select_from(["*", halias(window(shape, exp.Count(this=exp.Star()), peers), "peers"),
+                           halias(window(shape, exp.CountIf(this=hcol("inserted")), peers.copy()), "inserts")],
+                          inputs.select(inserted, copy=False))
+    replaced = fragment("__sx_peers = 2 AND __sx_inserts = 1 AND NOT __sx_present")
+    return select_from([col(n) for n in names], counted, exp.not_(paren(replaced)))
 
 
 def _tie(shape: ChangeShape, neighbour: exp.Expression) -> exp.Expression:

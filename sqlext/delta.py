@@ -131,7 +131,7 @@ class DeltaChanges:
         except Exception as error:  # noqa: BLE001 - deltalake's own errors
             raise self.unreadable(_first_line(error), "Check that the feed was on for these versions and that "
                                   "their files are still there (not vacuumed).") from None
-        return pa.table([rows[f.name].cast(f.type) for f in schema], schema=schema)
+        return unchanged_rows_cancelled(pa.table([rows[f.name].cast(f.type) for f in schema], schema=schema))
 
     def stage(self, staging: Folder, schema: pa.Schema) -> None:
         """Write the commits after the last one staged in ``staging`` as Parquet files of change
@@ -160,6 +160,55 @@ class DeltaChanges:
     def staging_name(self) -> str:
         """The name of this table's folder of staged commits in a checkpoint."""
         return hashlib.sha1(self.uri.encode()).hexdigest()[:16]
+
+
+def unchanged_rows_cancelled(rows: pa.Table) -> pa.Table:
+    """Change rows of Delta commits without the rows a commit removed and added unchanged.
+
+    A commit without change data files (``_change_data``: a writer leaves them out where the
+    commit only removes and adds whole files, as an overwrite, or where an update changed
+    nothing, as deltalake's update that sets a value a row already has) has as its changes, by
+    Delta's protocol, the rows of the files it removed as deletes and of the files it added as
+    inserts. A file rewritten that way adds again every row it did not change, so a delete and
+    an insert of one commit with equal rows are no change: they cancel, as a multiset
+    difference (of two equal rows deleted and one inserted, one delete is left), and the rows of
+    a commit that changed nothing cancel to none.
+
+    >>> rows = pa.table({"id": [1, 1, 2, 2, 3], "v": [5, 5, 7, 8, 4],
+    ...                  "_change_type": ["insert", "delete", "insert", "delete", "delete"],
+    ...                  "_commit_version": [1, 1, 1, 1, 1]})
+    >>> unchanged_rows_cancelled(rows).to_pylist()  # doctest: +NORMALIZE_WHITESPACE
+    [{'id': 2, 'v': 7, '_change_type': 'insert', '_commit_version': 1},
+     {'id': 2, 'v': 8, '_change_type': 'delete', '_commit_version': 1},
+     {'id': 3, 'v': 4, '_change_type': 'delete', '_commit_version': 1}]
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from sqlext.functions.changes import DELETE, INSERT
+    from sqlext.udfs.column_wise import row_codes, run_starts
+
+    kinds = rows[CHANGE_TYPE]
+    inserts = np.asarray(pc.fill_null(pc.equal(kinds, INSERT), False), dtype=bool)
+    deletes = np.asarray(pc.fill_null(pc.equal(kinds, DELETE), False), dtype=bool)
+    if not (inserts.any() and deletes.any()):
+        return rows
+    candidates = np.flatnonzero(inserts | deletes)
+    taken = pa.array(candidates)
+    # one code per (commit, row) and side: the deletes of a row, then its inserts
+    row = row_codes([rows[c].take(taken) for c in rows.column_names if c != CHANGE_TYPE])
+    side = inserts[candidates].astype(np.int64)
+    group = row * 2 + side
+    order = np.argsort(group, kind="stable")
+    at = np.arange(len(order))
+    place = at - np.maximum.accumulate(np.where(run_starts(group[order]), at, 0))  # within its (row, side)
+    counts = np.bincount(group, minlength=2 * (int(row.max()) + 1))
+    cancelled = place < counts[(row * 2 + 1 - side)[order]]  # matched by as many of the other side
+    if not cancelled.any():
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[candidates[order[cancelled]]] = False
+    return rows.filter(pa.array(keep))
 
 
 def changes_frame(spark, path: str, start: int = 0, end: int | None = None, function: str = TABLE_CHANGES):

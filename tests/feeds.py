@@ -69,6 +69,23 @@ def cdf_rows(events):
     return rows
 
 
+def rewritten(rows, versions):
+    """A feed's rows with the update of each version in ``versions`` written as a Delta commit
+    without change data files writes it: the row before it as a ``delete`` and the row after it
+    as an ``insert``, the insert first (deltalake reads a commit's added files before its removed
+    ones), in place of the preimage and the postimage."""
+    out = []
+    for row in rows:
+        if row.get("_change_type") in ("update_preimage", "update_postimage") and row["_commit_version"] in versions:
+            if row["_change_type"] == "update_preimage":
+                deleted = {**row, "_change_type": "delete"}
+                continue
+            out += [{**row, "_change_type": "insert"}, deleted]
+        else:
+            out.append(row)
+    return out
+
+
 def upsert_rows(events):
     rows = []
     for event in events:
@@ -104,9 +121,10 @@ def call_sql(view_name, predicate, emit, extra=""):
             f"predicate => '{predicate}', emit => '{emit}'{extra})")
 
 
-def run_filter(path, spark, shape, events, predicate="v >= 0", emit="changes", sequence_by=None):
-    """Rows of CHANGELOG_FILTER's output, as dicts, through the chosen path."""
-    rows = rows_for(shape, events)
+def run_filter(path, spark, shape, events, predicate="v >= 0", emit="changes", sequence_by=None, rows=None):
+    """Rows of CHANGELOG_FILTER's output, as dicts, through the chosen path (over ``rows`` where
+    given, else the rows of ``events`` in ``shape``)."""
+    rows = rows_for(shape, events) if rows is None else rows
     if path == "pure":
         columns = [c.split()[0] for c in schema_for(shape).split(", ")]
         args = {"key": "id", "predicate": predicate, "emit": emit}

@@ -65,6 +65,10 @@ def test_missing_argument(run, accounts):
 
 @pytest.mark.parametrize("rows, expected", [
     ([(1, 10, "insert", 1), (1, 20, "update_postimage", 1)], "AMBIGUOUS_ORDER"),
+    # a delete and an insert at one version are the one pair that is not a tie; more, or others, are
+    ([(1, 10, "delete", 1), (1, 10, "delete", 1), (1, 20, "insert", 1)], "AMBIGUOUS_ORDER"),
+    ([(1, 10, "delete", 1), (1, 20, "insert", 1), (1, 30, "insert", 1)], "AMBIGUOUS_ORDER"),
+    ([(1, 10, "insert", 1), (1, 10, "delete", 2), (1, 20, "update_postimage", 2)], "AMBIGUOUS_ORDER"),
     ([(1, 10, "insert", None)], "NULL_ORDER_VALUE"),
     ([(1, 10, "upsert", 1)], "UNKNOWN_CHANGE_TYPE"),
 ])
@@ -76,6 +80,23 @@ def test_bad_data(rows, expected, run, view):
 def test_pre_and_post_image_of_one_version_are_not_a_tie(run, view):
     view("accounts", [(1, 10, "insert", 1), (1, 10, "update_preimage", 2), (1, 20, "update_postimage", 2)], SCHEMA)
     assert len(run(call(**GOOD))) == 3  # insert, then the pre/post pair
+
+
+def test_a_delete_and_an_insert_of_one_version_are_the_delete_then_the_insert(run, view):
+    """As Delta's protocol orders a commit's removed rows before its added ones, whichever row
+    comes first in the input: the key's row goes from 10 to 20 at version 2, one update."""
+    view("accounts", [(1, 10, "insert", 1), (1, 20, "insert", 2), (1, 10, "delete", 2), (2, 5, "delete", 2),
+                      (2, 5, "insert", 1), (2, 5, "insert", 2)], SCHEMA)
+    got = sorted((r.id, r.balance, r._change_type, r._commit_version) for r in run(call(**GOOD)))
+    assert got == [(1, 10, "insert", 1), (1, 10, "update_preimage", 2), (1, 20, "update_postimage", 2),
+                   (2, 5, "insert", 1)]  # key 2's row is rewritten as it was: no change
+
+
+def test_a_tombstone_and_a_value_of_an_upsert_log_at_one_version_are_a_tie(run, view):
+    """The pair is a rule of change feeds' delete and insert; an upsert log has no commits to
+    order its rows by."""
+    view("accounts", [(1, 10, 1), (1, None, 2), (1, 20, 2)], "id BIGINT, balance BIGINT, _commit_version BIGINT")
+    assert error_class(run, call(**GOOD)) == "AMBIGUOUS_ORDER"
 
 
 def test_null_sequence_value(run, view):

@@ -8,10 +8,14 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from profiles import examples
 
 import sqlext
 from delta_tables import commit, create, write_table
@@ -545,3 +549,108 @@ def test_a_delta_output_without_deltalake_is_a_classed_error(spark, root, monkey
                sources={"changes": str(root / "changes")}, output_format="delta")
     assert error.value.error_class == "DELTA_NOT_INSTALLED" and "writing the output to" in str(error.value)
     assert not (root / "out").exists() and not (root / "checkpoint").exists()
+
+
+# ---- commits without change data files -------------------------------------------------
+
+ACCOUNTS_SQL = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE({}), key => 'id', predicate => 'balance >= 0', "
+                "emit => '{}')")
+
+
+def _accounts(path: Path, balances: dict):
+    """A table of accounts (id, balance) with its change data feed on, at version 0."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table({"id": list(balances), "balance": list(balances.values())}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+
+
+def _without_change_files(path: Path, version: int) -> bool:
+    """Whether commit ``version`` of a table wrote no change data files (Delta's protocol then
+    has its changes read from the files it removed and added)."""
+    import json
+
+    log = path / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return not any("cdc" in action for action in actions) and any("remove" in action for action in actions)
+
+
+def test_an_update_that_changes_nothing_is_no_change_in_batch_and_run_by_run(spark, root, storage):
+    """deltalake's update of a row to the balance it already has rewrites the row's file without
+    change data files: the commit's changes are the removed file's rows (deletes) and the added
+    file's (inserts), every one unchanged. They cancel: the batch statement and an incremental run
+    see no change at that version, in every emit mode."""
+    from deltalake import DeltaTable
+
+    path = root / "accounts"
+    _accounts(path, {1: 5, 2: 7})
+    runs = Runs(spark, root, storage, sources={"accounts": storage.uri(path)})
+    stream_sql = ACCOUNTS_SQL.format("STREAM(accounts)", "changes")
+    assert multiset(runs.run(stream_sql)) == multiset(
+        [{"id": 1, "balance": 5, "_change_type": "insert", "_commit_version": 0},
+         {"id": 2, "balance": 7, "_change_type": "insert", "_commit_version": 0}])
+    DeltaTable(str(path)).update(updates={"balance": "5"}, predicate="id = 1")
+    assert _without_change_files(path, 1)
+    assert runs.run(stream_sql) == []
+    table = delta_name(storage.uri(path))
+    assert batch(spark, f"SELECT * FROM table_changes('{storage.uri(path)}', 1)") == []
+    for emit in ("changes", "records"):
+        assert {r["_commit_version"] for r in batch(spark, ACCOUNTS_SQL.format(table, emit))} == {0}, emit
+    assert multiset(batch(spark, ACCOUNTS_SQL.format(table, "final"))) == multiset(
+        [{"id": 1, "balance": 5}, {"id": 2, "balance": 7}])
+
+
+@settings(max_examples=examples(200, 2000), deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 2), st.sampled_from(["insert", "delete", "update_postimage"]),
+                               st.integers(0, 2), st.one_of(st.none(), st.integers(0, 1))), max_size=14))
+def test_a_commits_rows_removed_and_added_unchanged_cancel_as_a_multiset_difference(rows):
+    """Per commit, the rows deleted and inserted equal in every column cancel one for one (NULL
+    equal to NULL); every other row stays, in its place."""
+    import pyarrow as pa
+
+    from sqlext.delta import unchanged_rows_cancelled
+
+    table = pa.Table.from_pylist(
+        [{"id": i, "v": v, "_change_type": kind, "_commit_version": version} for version, kind, i, v in rows],
+        schema=pa.schema([("id", pa.int64()), ("v", pa.int64()), ("_change_type", pa.string()),
+                          ("_commit_version", pa.int64())]))
+    left = unchanged_rows_cancelled(table).to_pylist()
+    counts, seen, expected = Counter(rows), Counter(), []
+    for row in rows:  # a row's first occurrences cancel, as many as the other side has
+        version, kind, i, v = row
+        seen[row] += 1
+        opposite = {"insert": "delete", "delete": "insert"}.get(kind)
+        if opposite is None or seen[row] > counts[(version, opposite, i, v)]:
+            expected.append(row)
+    assert [(r["_commit_version"], r["_change_type"], r["id"], r["v"]) for r in left] == expected
+
+
+def test_an_overwrite_reads_as_the_updates_inserts_and_deletes_it_makes(spark, root, storage):
+    """An overwrite writes no change data files: its changes are every row of the old file as a
+    delete and every row of the new one as an insert. The rows it kept cancel; a key it changed
+    keeps a delete and an insert at one version, which read as the delete, then the insert (Delta's
+    protocol orders a commit's removed rows before its added ones): one update. Batch and run by
+    run alike."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = root / "accounts"
+    _accounts(path, {1: 5, 2: 7, 4: 3})
+    runs = Runs(spark, root, storage, sources={"accounts": storage.uri(path)})
+    stream_sql = ACCOUNTS_SQL.format("STREAM(accounts)", "changes")
+    runs.run(stream_sql)
+    # 1 changes, 2 stays, 3 is new, 4 goes
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3], "balance": [6, 7, 1]}), mode="overwrite")
+    assert _without_change_files(path, 1)
+    expected = [{"id": 1, "balance": 5, "_change_type": "update_preimage", "_commit_version": 1},
+                {"id": 1, "balance": 6, "_change_type": "update_postimage", "_commit_version": 1},
+                {"id": 3, "balance": 1, "_change_type": "insert", "_commit_version": 1},
+                {"id": 4, "balance": 3, "_change_type": "delete", "_commit_version": 1}]
+    assert multiset(runs.run(stream_sql)) == multiset(expected)
+    table = delta_name(storage.uri(path))
+    assert multiset(r for r in batch(spark, ACCOUNTS_SQL.format(table, "changes")) if r["_commit_version"] == 1) \
+        == multiset(expected)
+    records = batch(spark, ACCOUNTS_SQL.format(table, "records"))
+    assert sorted((r["id"], r["_change_type"]) for r in records if r["_commit_version"] == 1) == [
+        (1, "upsert"), (3, "upsert"), (4, "delete")]  # one record for key 1's delete and insert

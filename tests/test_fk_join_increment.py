@@ -314,10 +314,10 @@ def test_nested_keys_and_values_compare_by_value():
     "a": st.one_of(st.none(), st.integers(0, 2)),
     "b": st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(0, 2)), max_size=3))})), max_size=10))
 def test_nested_values_get_equal_codes_exactly_when_equal(values):
-    from sqlext.udfs.fk_join import _value_codes
+    from sqlext.udfs.column_wise import value_codes
 
     array = pa.array(values, pa.struct([("a", pa.int64()), ("b", pa.list_(pa.int64()))]))
-    codes = _value_codes(array)
+    codes = value_codes(array)
     assert len(codes) == len(values)
     for i in range(len(values)):
         for j in range(len(values)):

@@ -66,14 +66,15 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     forwarded rows (``spec.output_columns``) and the changed keys' new state rows.
 
     The data errors are the change-row rules': an unknown change type, a NULL ordering value,
-    two changes of a key at one ordering value, a NULL ``sequence_by`` value, and a change at
+    two changes of a key at one ordering value (but for a ``delete`` and an ``insert``, where the
+    delete comes first and is left out), a NULL ``sequence_by`` value, and a change at
     or below the key's last ordering value (``[LATE_CHANGE]``), unless ``sequence_by`` says it
     is stale (older than the key's row), when it is dropped. With ``sequence_by`` a change older
     than a change before it (in the increment, or the key's row) is dropped, as a versioned
     table ignores it."""
     import pyarrow.compute as pc
 
-    from sqlext.udfs.column_wise import check_rows, codes, leaves_row, ranks
+    from sqlext.udfs.column_wise import check_rows, codes, leaves_row, ranks, replaced_deletes
 
     shape = spec.shape
     keys, data, order, sequence = list(shape.key), list(shape.data_columns), shape.order_by, shape.sequence_by
@@ -92,6 +93,10 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     # each key's earlier row first, then its changes in order
     key_codes = codes([rows[k] for k in keys])
     order_ranks = ranks(rows[order])
+    replaced = replaced_deletes(shape, changes, key_codes[state.num_rows:], order_ranks[state.num_rows:])
+    if replaced.any():  # the earlier rows stay
+        kept = np.r_[np.ones(state.num_rows, dtype=bool), ~replaced]
+        rows, key_codes, order_ranks = rows.filter(pa.array(kept)), key_codes[kept], order_ranks[kept]
     prior = _numpy(rows["__sx_prior"])
     sort = np.lexsort((order_ranks, ~prior, key_codes))
     rows, key_codes, order_ranks, prior = rows.take(pa.array(sort)), key_codes[sort], order_ranks[sort], prior[sort]

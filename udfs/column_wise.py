@@ -64,10 +64,10 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted: as ``np.unique``, which in numpy 2.4 costs some 30 times a
     sort for a million integers (0.36 s against 10 ms)."""
     ordered = np.sort(values)
-    return ordered[_run_starts(ordered)]
+    return ordered[run_starts(ordered)]
 
 
-def _run_starts(ordered: np.ndarray) -> np.ndarray:
+def run_starts(ordered: np.ndarray) -> np.ndarray:
     """Where each run of equal values of sorted ``ordered`` starts."""
     starts = np.ones(len(ordered), dtype=bool)
     starts[1:] = ordered[1:] != ordered[:-1]
@@ -79,7 +79,7 @@ def first_of_each(values: np.ndarray) -> np.ndarray:
     ``np.unique(values, return_index=True)[1]`` (which spends most of its time in a stable sort
     that keeps the first of equal rows), for callers to which the rows of one value are alike."""
     order = np.argsort(values)
-    return order[_run_starts(values[order])]
+    return order[run_starts(values[order])]
 
 
 # below this many, an unsorted search costs less than sorting what it looks for
@@ -140,8 +140,48 @@ def renumbered(values: np.ndarray) -> np.ndarray:
     ``np.unique(values, return_inverse=True)[1]``, by one sort (see :func:`sorted_unique`)."""
     order = np.argsort(values)
     dense = np.empty(len(values), np.int64)
-    dense[order] = np.cumsum(_run_starts(values[order])) - 1
+    dense[order] = np.cumsum(run_starts(values[order])) - 1
     return dense
+
+
+def combined_codes(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Dense codes of the rows of several integer code arrays taken together."""
+    code = parts[0]
+    for part in parts[1:]:
+        code = renumbered(code * (int(part.max(initial=0)) + 1) + part)
+    return code
+
+
+def value_codes(array) -> np.ndarray:
+    """Dense integer codes of the values of one column, nested ones (structs, lists, maps)
+    included: equal values (NULL equal to NULL) get equal codes. Arrow hashes flat values only,
+    so a struct is coded by its fields and a list by its length and its items' codes."""
+    array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    kind = array.type
+    if not pa.types.is_nested(kind):
+        return codes([array])
+    if len(array) == 0:
+        return np.zeros(0, np.int64)
+    valid = np.asarray(array.is_valid(), dtype=bool).astype(np.int64)
+    if pa.types.is_struct(kind):  # a field under a NULL struct is NULL (flatten)
+        return combined_codes([valid] + [value_codes(field) for field in array.flatten()])
+    if pa.types.is_map(kind):
+        array = array.cast(pa.list_(pa.struct([kind.key_field, kind.item_field])))
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    items = value_codes(array.flatten()) + 1  # a NULL list holds no items
+    table = np.zeros((len(array), int(lengths.max(initial=0))), np.int64)
+    row = np.repeat(np.arange(len(array)), lengths)
+    table[row, np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = items
+    return np.unique(np.column_stack([valid, lengths, table]), axis=0, return_inverse=True)[1] \
+        .reshape(-1).astype(np.int64)
+
+
+def row_codes(columns: Sequence) -> np.ndarray:
+    """:func:`codes` of columns that may be nested (:func:`value_codes`)."""
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if not any(pa.types.is_nested(c.type) for c in columns):
+        return codes(columns)
+    return combined_codes([value_codes(c) for c in columns])
 
 
 def ranks(values) -> np.ndarray:
@@ -152,6 +192,29 @@ def ranks(values) -> np.ndarray:
         return np.zeros(0, np.int64)
     return pc.rank(values, sort_keys="ascending", tiebreaker="dense") \
         .to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def replaced_deletes(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> np.ndarray:
+    """Which changes are the ``delete`` of a key that has exactly a ``delete`` and an ``insert``
+    at one ordering value (preimages already left out): a commit that removed the key's row and
+    added it changed, as Delta writes a commit without change data files. The delete comes
+    first (Delta's protocol), so the insert is the key's change there and the delete is left
+    out, as a preimage is (:func:`sqlext.functions.changes.without_replaced_delete` says it key
+    by key); other changes sharing a value are left for :func:`check_ties`."""
+    from sqlext.functions.changes import DELETE, INSERT
+
+    none = np.zeros(changes.num_rows, dtype=bool)
+    if not shape.has_change_type or changes.num_rows < 2:
+        return none
+    kinds = changes[CHANGE_TYPE]
+    deletes = np.asarray(pc.fill_null(pc.equal(kinds, DELETE), False), dtype=bool)
+    inserts = np.asarray(pc.fill_null(pc.equal(kinds, INSERT), False), dtype=bool)
+    if not (deletes.any() and inserts.any()):
+        return none
+    both = renumbered(key_codes * (int(order_ranks.max()) + 1) + order_ranks)  # one code per key and value
+    peers = np.bincount(both)
+    inserted = np.bincount(both, weights=inserts)
+    return deletes & (peers[both] == 2) & (inserted[both] == 1)
 
 
 def check_ties(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> None:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
 from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
-from sqlext.udfs.column_wise import pairs_within
+from sqlext.udfs.column_wise import pairs_within, row_codes, value_codes
 
 
 def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left, right, left_state, right_state,
@@ -56,52 +56,6 @@ def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left
                           output_schema).run()
 
 
-def _combined(parts) -> np.ndarray:
-    """Dense codes of the rows of several integer code arrays taken together."""
-    from sqlext.udfs.column_wise import renumbered
-
-    code = parts[0]
-    for part in parts[1:]:
-        code = renumbered(code * (int(part.max(initial=0)) + 1) + part)
-    return code
-
-
-def _value_codes(array) -> np.ndarray:
-    """Dense integer codes of the values of one column, nested ones (structs, lists, maps)
-    included: equal values (NULL equal to NULL) get equal codes. Arrow hashes flat values only,
-    so a struct is coded by its fields and a list by its length and its items' codes."""
-    from sqlext.udfs.column_wise import codes
-
-    array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
-    kind = array.type
-    if not pa.types.is_nested(kind):
-        return codes([array])
-    if len(array) == 0:
-        return np.zeros(0, np.int64)
-    valid = np.asarray(array.is_valid(), dtype=bool).astype(np.int64)
-    if pa.types.is_struct(kind):  # a field under a NULL struct is NULL (flatten)
-        return _combined([valid] + [_value_codes(field) for field in array.flatten()])
-    if pa.types.is_map(kind):
-        array = array.cast(pa.list_(pa.struct([kind.key_field, kind.item_field])))
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
-    items = _value_codes(array.flatten()) + 1  # a NULL list holds no items
-    table = np.zeros((len(array), int(lengths.max(initial=0))), np.int64)
-    row = np.repeat(np.arange(len(array)), lengths)
-    table[row, np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = items
-    return np.unique(np.column_stack([valid, lengths, table]), axis=0, return_inverse=True)[1] \
-        .reshape(-1).astype(np.int64)
-
-
-def _codes(columns) -> np.ndarray:
-    """:func:`sqlext.udfs.column_wise.codes` of key columns that may be nested."""
-    from sqlext.udfs.column_wise import codes
-
-    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
-    if not any(pa.types.is_nested(c.type) for c in columns):
-        return codes(columns)
-    return _combined([_value_codes(c) for c in columns])
-
-
 def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
     """:func:`sqlext.udfs.column_wise.differ` over columns that may be nested."""
     from sqlext.udfs.column_wise import differ
@@ -109,7 +63,7 @@ def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
     nested = [c for c in columns if pa.types.is_nested(a.schema.field(c).type)]
     differs = differ(a, b, [c for c in columns if c not in nested])
     for column in nested:
-        both = _value_codes(pa.concat_arrays([a[column].combine_chunks(), b[column].combine_chunks()]))
+        both = value_codes(pa.concat_arrays([a[column].combine_chunks(), b[column].combine_chunks()]))
         differs |= both[:a.num_rows] != both[a.num_rows:]
     return differs
 
@@ -121,13 +75,17 @@ class _JoinIncrement:
         self.left_state, self.right_state, self.highest = left_state, right_state, highest
 
     def _checked(self, shape, changes):
-        """The changes without preimages, after the checks of the change-row rules, and the
-        codes of their keys."""
-        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, without_preimages
+        """The changes without preimages and replaced deletes, after the checks of the
+        change-row rules, and the codes of their keys."""
+        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, replaced_deletes, without_preimages
 
         check_rows(shape, changes)
         changes = without_preimages(shape, changes)
-        key_codes, order_ranks = _codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
+        key_codes, order_ranks = row_codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
+        replaced = replaced_deletes(shape, changes, key_codes, order_ranks)
+        if replaced.any():
+            kept = ~replaced
+            changes, key_codes, order_ranks = changes.filter(pa.array(kept)), key_codes[kept], order_ranks[kept]
         if shape.sequence_by is None:
             check_ties(shape, changes, key_codes, order_ranks)
         else:
@@ -164,7 +122,7 @@ class _JoinIncrement:
         if changes.num_rows == 0:
             return changes
         seq, count = shape.sequence_by, state.num_rows
-        key_codes = _codes([together(state[k], changes[k]) for k in shape.key])
+        key_codes = row_codes([together(state[k], changes[k]) for k in shape.key])
         stamps = ranks(together(state[seq], changes[seq]))  # from 1; the changes' are not NULL
         state_codes, change_codes, change_stamps = key_codes[:count], key_codes[count:], stamps[count:]
         dated = np.asarray(pc.is_valid(state[seq]), dtype=bool) if count else np.zeros(0, dtype=bool)
@@ -210,8 +168,8 @@ class _JoinIncrement:
         self.right_new = np.arange(right_lines.num_rows) >= self.right_state.num_rows
         # a first run's timeline is its changes: their key codes are already known
         self.left_codes = left_codes if self.left_state.num_rows == 0 and L.sequence_by is None \
-            else _codes([lines[k] for k in L.key])
-        joinable = _codes([together(right_lines[R.key[0]], lines[self.fk])])
+            else row_codes([lines[k] for k in L.key])
+        joinable = row_codes([together(right_lines[R.key[0]], lines[self.fk])])
         self.right_codes, self.fk_codes = joinable[:right_lines.num_rows], joinable[right_lines.num_rows:].copy()
         self.fk_codes[np.asarray(pc.is_null(lines[self.fk]), dtype=bool)] = -1
         versions = ranks(together(lines[L.order_by], right_lines[R.order_by]))

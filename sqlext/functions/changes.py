@@ -7,6 +7,7 @@ each of which either sets the key's current row (``present``) or removes it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -242,7 +243,9 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
 
     Raises the data errors of the change-row rules: unknown change types, NULL ordering values
     and ordering ties within a key. ``update_preimage`` rows carry no information and are
-    dropped; with ``sequence_by`` a change older than the key's latest applied one is dropped.
+    dropped, and so is the ``delete`` of a key that has exactly a ``delete`` and an ``insert``
+    at one ordering value (:func:`without_replaced_delete`); with ``sequence_by`` a change older
+    than the key's latest applied one is dropped.
     """
     grouped: dict[tuple, list[Change]] = {}
     for row in rows:
@@ -270,6 +273,8 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
 
     for key, changes in grouped.items():
         changes.sort(key=lambda c: c.order)
+        if shape.has_change_type:
+            changes[:] = without_replaced_delete(changes)
         for before, after in zip(changes, changes[1:]):
             if before.order == after.order:
                 raise SqlextError(
@@ -279,6 +284,28 @@ def changes_by_key(shape: ChangeShape, rows: Sequence[Mapping[str, Any]]) -> dic
         if shape.sequence_by is not None:
             grouped[key] = drop_stale(shape, changes)
     return grouped
+
+
+def without_replaced_delete(changes: list[Change]) -> list[Change]:
+    """One key's changes in order, without the ``delete`` of each ordering value at which the
+    key has exactly a ``delete`` and an ``insert``, in either order: a commit that removed the
+    key's row and added it again, changed, as Delta writes a commit without change data files.
+    Delta's protocol puts a commit's removed rows before its added ones, so the insert is the
+    key's change at that value; the delete, as a preimage, says nothing the key's previous change
+    does not. Two changes at one value of any other kinds are left for the tie check.
+
+    >>> rows = [Change({CHANGE_TYPE: kind}, order, kind == INSERT)
+    ...         for kind, order in [(INSERT, 1), (INSERT, 2), (DELETE, 2), (DELETE, 3), (DELETE, 3)]]
+    >>> [(c.row[CHANGE_TYPE], c.order) for c in without_replaced_delete(rows)]
+    [('insert', 1), ('insert', 2), ('delete', 3), ('delete', 3)]
+    """
+    kept = []
+    for _order, group in itertools.groupby(changes, key=lambda c: c.order):
+        group = list(group)
+        if sorted(c.row[CHANGE_TYPE] for c in group) == [DELETE, INSERT]:
+            group = [c for c in group if c.row[CHANGE_TYPE] == INSERT]
+        kept += group
+    return kept
 
 
 def drop_stale(shape: ChangeShape, changes: list[Change], latest: Any = None) -> list[Change]:

@@ -149,6 +149,10 @@ def test_a_misspelt_source_name_is_refused(spark, tmp_path):
     error = refused(lambda: run_available_now(spark, FILTER, sources={"acounts": str(changes)},
                                               checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
     assert error.error_class == "UNKNOWN_SOURCE" and "acounts" in str(error) and "STREAM(accounts)" in str(error)
+    # a folder beside those of every stream the statement reads is left alone (a shared mapping)
+    run_available_now(spark, FILTER, sources={"accounts": str(changes), "branches": str(tmp_path / "elsewhere")},
+                      checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    assert rows(spark, tmp_path / "out", "id") == [(1,)]
 
 
 FK = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "

@@ -175,18 +175,33 @@ class Sources:
         check_options(self.options, self.bad_records)
 
     def check_used(self, tree: exp.Expression) -> None:
-        """Every folder given is read by a ``STREAM(...)`` of the statement (a misspelt name would
-        leave the folder unread and the statement reading a table of that name, if any)."""
+        """A folder given for a name the statement does not read, while it reads a stream that
+        has no folder and is no table or view, is a misspelt name (``[UNKNOWN_SOURCE]``): the
+        statement would fail on a table that does not exist, and say nothing of the folder. A
+        folder beside those of every stream the statement reads is left alone: one mapping of
+        sources may serve several statements."""
+        from difflib import get_close_matches
+
+        from sqlext.delta import path_of
         from sqlext.rewrites.dialect import is_stream
 
-        read = [to_sql(t.this) for t in tree.find_all(exp.Table) if is_stream(t)]
-        if not read:  # a statement that reads no stream at all is refused for that, saying so
-            return
-        spellings = {n for t in tree.find_all(exp.Table) if is_stream(t) for n in stream_names(t.this)}
-        for name in self.folders:
-            if name not in spellings:
-                raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
-                                  read=", ".join(read))
+        streams = [t.this for t in tree.find_all(exp.Table) if is_stream(t)]
+        spellings = {n for call in streams for n in stream_names(call)}
+        unused = [n for n in self.folders if n not in spellings]
+        for call in streams if unused else []:
+            names = stream_names(call)
+            if any(n in self.folders for n in names) or path_of(stream_argument(call)) is not None \
+                    or self._is_table(names[-1]):
+                continue
+            name = (get_close_matches(names[-1], unused, n=1, cutoff=0) or unused)[0]
+            raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
+                              read=f"{to_sql(call)}, which no source names and which is no table or view")
+
+    def _is_table(self, name: str) -> bool:
+        try:
+            return bool(self.spark.catalog.tableExists(name))
+        except Exception:  # noqa: BLE001 - a name the catalog cannot read names no table
+            return False
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a

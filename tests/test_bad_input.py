@@ -27,7 +27,7 @@ def write(path, text: str) -> None:
 
 
 def rows(spark, folder, *columns) -> list[tuple]:
-    if not os.path.isdir(folder):
+    if not os.path.isdir(folder) or all(name.startswith(("_", ".")) for name in os.listdir(folder)):
         return []
     return sorted(tuple(r) for r in spark.read.parquet(str(folder)).select(*columns).collect())
 

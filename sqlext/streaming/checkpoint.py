@@ -243,9 +243,10 @@ def check_source_build(checkpoint: Folder, name: str, build: str | None) -> None
         path.write_json({**recorded, name: build})
 
 
-def check_source_columns(checkpoint: Folder, name: str, schema) -> None:
+def check_source_columns(checkpoint: Folder, name: str, schema, holders=None) -> None:
     """Compare a source's columns with those recorded by the checkpoint's first run (in
-    ``<checkpoint>/sqlext-sources.json``); record them on the first run."""
+    ``<checkpoint>/sqlext-sources.json``); record them on the first run. ``holders(columns)``,
+    where given, names the files that hold columns the first run did not see (a folder's)."""
     path = checkpoint / SOURCES_FILE
     recorded = path.read_json() or {}
     now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
@@ -258,5 +259,9 @@ def check_source_columns(checkpoint: Folder, name: str, schema) -> None:
     changes = [f"{n} was added ({t})" for n, t in after.items() if n not in before]
     changes += [f"{n} was dropped" for n in before if n not in after]
     changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
+    added = [n for n in after if n not in before]
+    files = holders(added) if holders is not None and added else []
+    if files:
+        changes.append(f"in {', '.join(files[:3])}{' and others' if len(files) > 3 else ''}")
     if changes:
         raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))

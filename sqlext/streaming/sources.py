@@ -174,6 +174,25 @@ class Sources:
                                       "table or view is read as it is.")
         check_options(self.options, self.bad_records)
 
+    def _holders(self, call: exp.Anonymous):
+        """For a folder of Parquet files: which files hold given columns (from their footers)."""
+        folder = self.parquet_folder(call)
+        if folder is None:
+            return None
+
+        def holders(columns: list[str]) -> list[str]:
+            wanted = {c.lower() for c in columns}
+            found = []
+            for file in _data_files(folder):
+                try:
+                    if wanted & {n.lower() for n in file.parquet_schema().names}:
+                        found.append(file.uri)
+                except Exception:  # noqa: BLE001 - a file Arrow cannot read holds no column it can name
+                    continue
+            return found
+
+        return holders
+
     def check_used(self, tree: exp.Expression) -> None:
         """A folder given for a name the statement does not read, while it reads a stream that
         has no folder and is no table or view, is a misspelt name (``[UNKNOWN_SOURCE]``): the
@@ -233,7 +252,7 @@ class Sources:
         else:
             frame = as_change_rows(self.spark, call, frame)
         if self.checkpoint is not None:
-            check_source_columns(self.checkpoint, to_sql(call), frame.schema)
+            check_source_columns(self.checkpoint, to_sql(call), frame.schema, self._holders(call))
         while self._unrecorded:  # only columns that passed the check are kept for the next run
             known, schema = self._unrecorded.pop()
             known.record(schema)
@@ -549,12 +568,16 @@ def _named_file(error: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
+def _data_files(folder: Folder) -> list[Folder]:
+    """A folder's data files, at any depth (not Spark's or sqlext's records), in order."""
+    return sorted((f for f in walk_files(folder) if not f.name.startswith((".", "_"))), key=lambda f: f.uri)
+
+
 def _first_file(spark, folder: str, test=None) -> str | None:
     """The first data file of a folder (that ``test`` holds for, given its Arrow schema, or
     that Arrow cannot read), or None."""
     try:
-        files = sorted((f for f in walk_files(resolve(spark, folder)) if not f.name.startswith((".", "_"))),
-                       key=lambda f: f.uri)
+        files = _data_files(resolve(spark, folder))
     except Exception:  # noqa: BLE001 - a folder that cannot be listed: name the folder
         return None
     for file in files:
@@ -573,9 +596,7 @@ def _disagreement(spark, folder: str) -> str | None:
     type (from the files' footers); None where the footers do not tell."""
     seen: dict[str, tuple[str, str]] = {}
     try:
-        files = sorted((f for f in walk_files(resolve(spark, folder)) if not f.name.startswith((".", "_"))),
-                       key=lambda f: f.uri)
-        for file in files:
+        for file in _data_files(resolve(spark, folder)):
             for field in file.parquet_schema():
                 kind = str(field.type)
                 first = seen.setdefault(field.name.lower(), (kind, file.uri))

@@ -218,6 +218,18 @@ def test_await_termination_raises_sqlexts_class(spark, tmp_path):
     error = refused(query.awaitTermination)
     assert error.error_class == "AMBIGUOUS_ORDER"
     assert "STREAM_FAILED" not in str(error) and "FOREACH_BATCH" not in str(error)
+    assert "p1.parquet, row 1 and " in str(error) and "p1.parquet, row 2" in str(error)  # where the two are
+
+
+def test_a_late_change_names_its_file(spark, tmp_path):
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [5]})
+    run_available_now(spark, FILTER, **options)
+    land(changes, "p2.parquet", {"id": [1, 2], "balance": [3, 4], "_change_type": ["update_postimage", "insert"],
+                                 "_commit_version": [4, 6]})
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "LATE_CHANGE" and "p2.parquet, row 1" in str(error)
 
 
 def test_the_summary_counts_quarantined_records(spark, tmp_path):

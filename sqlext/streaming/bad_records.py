@@ -56,6 +56,9 @@ RESERVED_OPTIONS = {
 # never be read. sqlext reads every file that lands.
 EVERY_FILE_AGE = "36500d"
 
+# the refusals of the change-row rules whose change the door finds in the batch's files
+LOCATED = ("UNKNOWN_CHANGE_TYPE", "AMBIGUOUS_ORDER", "NULL_ORDER_VALUE", "LATE_CHANGE")
+
 QUARANTINE_SCHEMA = pa.schema([
     ("batch", pa.int64()), ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()),
     ("record", pa.string()), ("error_class", pa.string()), ("column", pa.string()), ("problem", pa.string()),
@@ -384,7 +387,7 @@ class Door:
             named = None
             if ours is not None and ours.error_class == "BAD_RECORD":
                 named = self._named(spark, batch_id)
-            elif ours is not None and ours.error_class == "UNKNOWN_CHANGE_TYPE":
+            elif ours is not None and ours.error_class in LOCATED:
                 named = self._located(spark, batch_id, ours)
             if named is not None:
                 raise named from None
@@ -416,29 +419,72 @@ class Door:
 
 
     def _located(self, spark, batch_id: int, error: SqlextError) -> SqlextError | None:
-        """``error`` (a change type no change row has) with the file that holds the change, and its
-        row in a Parquet file (the kernels that find it see rows, not files)."""
+        """``error`` (a change that breaks the change-row rules, found by a kernel that sees rows,
+        not files) with the file that holds the change, and its row in a Parquet file: the rows
+        of the batch's files with a change type no change row has (``UNKNOWN_CHANGE_TYPE``), or
+        of the key the message names (``AMBIGUOUS_ORDER``, ``NULL_ORDER_VALUE``, ``LATE_CHANGE``).
+        None where the files do not tell."""
         from pyspark.sql import functions as F
 
         from sqlext.errors import SqlextSparkError
+        from sqlext.functions.arguments import quote
         from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES
 
+        key = None if error.error_class == "UNKNOWN_CHANGE_TYPE" else _named_key(str(error))
+        if key is None and error.error_class != "UNKNOWN_CHANGE_TYPE":
+            return None
         for source in self.sources:
-            if CHANGE_TYPE not in source.schema.names:
+            names = {n.lower(): n for n in source.schema.names}
+            if key is None and CHANGE_TYPE in names:
+                wanted = ~(F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) & F.col(CHANGE_TYPE).isNotNull())
+            elif key is not None and all(k.lower() in names for k in key):
+                wanted = F.lit(True)
+                for column, value in key.items():
+                    found = F.col(quote(names[column.lower()]))
+                    wanted = wanted & (found.isNull() if value is None else found == F.lit(value))
+            else:
                 continue
             files = [f.uri for f in self._files(spark, source, batch_id)]
             if not files:
                 continue
             frame = spark.read.format(source.file_format).options(**source.reader_options()) \
                 .schema(source.read_schema()).load(files)
-            known = F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) & F.col(CHANGE_TYPE).isNotNull()
             row_index = source.file_format.lower() == "parquet"
             columns = [F.col(FILE_PATH).alias(FILE)] + ([F.col("_metadata.row_index").alias("row")] if row_index else [])
-            found = frame.where(~known).select("*", *columns).limit(1).collect()
+            found = frame.where(wanted).select("*", *columns).limit(2).collect()
             if found:
-                place = unquote(found[0][FILE]) + (f", row {found[0]['row'] + 1}" if row_index else "")
-                return SqlextSparkError(error.error_class, f"{str(error).rstrip('.')}. The change is in {place}.")
+                places = [unquote(r[FILE]) + (f", row {r['row'] + 1}" if row_index else "") for r in found]
+                return SqlextSparkError(error.error_class,
+                                        f"{str(error).rstrip('.')}. The change is in {' and '.join(dict.fromkeys(places))}.")
         return None
+
+
+def _named_key(message: str) -> dict | None:
+    """The key a change-row error names (``key id=1, region='EU'``) and the change's ordering
+    value, as column -> value; None where the message names no key, or a value that is no plain
+    literal.
+
+    >>> _named_key("[AMBIGUOUS_ORDER] F: two changes of key id=1, name='a, b' share v = 2, so ...")
+    {'id': 1, 'name': 'a, b', 'v': 2}
+    >>> _named_key("[NULL_ORDER_VALUE] F: a change of key id=3 has NULL in the ordering column v. Fill ...")
+    {'id': 3, 'v': None}
+    """
+    import ast
+    import re
+
+    found = re.search(r"\bkey (?P<key>.+?) (?:share|has) ", message)
+    if found is None:
+        return None
+    pairs = re.findall(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]+)(?:, |$)", found.group("key"))
+    order = re.search(r"\b(?:share|has) (\w+) = ('(?:[^'\\]|\\.)*'|[^,\s]+),", message) \
+        or re.search(r"\bhas NULL in the ordering column (\w+)()", message)
+    try:
+        key = {name: ast.literal_eval(value) for name, value in pairs}
+        if key and order is not None:  # and the change's ordering value
+            key[order.group(1)] = ast.literal_eval(order.group(2)) if order.group(2) else None
+    except (ValueError, SyntaxError):
+        return None
+    return key or None
 
 
 def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:

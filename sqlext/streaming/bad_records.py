@@ -385,10 +385,13 @@ class Door:
         except Exception as error:
             ours = find_in(error)
             named = None
-            if ours is not None and ours.error_class == "BAD_RECORD":
-                named = self._named(spark, batch_id)
-            elif ours is not None and ours.error_class in LOCATED:
-                named = self._located(spark, batch_id, ours)
+            try:
+                if ours is not None and ours.error_class == "BAD_RECORD":
+                    named = self._named(spark, batch_id)
+                elif ours is not None and ours.error_class in LOCATED:
+                    named = self._located(spark, batch_id, ours)
+            except Exception:  # noqa: BLE001 - the files do not tell (one Spark reads otherwise): the error as it is
+                named = None
             if named is not None:
                 raise named from None
             raise

@@ -313,7 +313,7 @@ class DeltaOutput:
         _location(folder.store_uri or folder.uri, folder.uri, function, {})  # a store deltalake opens
         self.uri, self.options = None, None
 
-    def open(self, spark) -> None:
+    def locate(self, spark) -> None:
         """Where deltalake finds the table, with the store's settings (the session's credentials)."""
         self.uri, self.options = store_location(spark, self.folder, self.folder.uri, self.function)
 

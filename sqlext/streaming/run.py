@@ -416,7 +416,7 @@ class DeltaBatchOutput(BatchOutput):
         self.table = DeltaOutput(folder, FUNCTION)
 
     def begin(self, spark, batch_id: int) -> None:
-        self.table.open(spark)
+        self.table.locate(spark)
         self.spark = spark
         self.pending(batch_id).delete()  # a commit is one step: an earlier attempt left nothing to finish
 

@@ -104,7 +104,7 @@ class RunCounter:
             from sqlext.streaming.checkpoint import FUNCTION
 
             table = DeltaOutput(self.output, FUNCTION)
-            table.open(self.spark)
+            table.locate(self.spark)
             return table.files()
         return dict.fromkeys(_data_files(self.output))
 

@@ -160,18 +160,16 @@ def connect_payload(shape: str, columns: Sequence[str], fields: Callable[[str], 
 
 def payload_rows(source: exp.Expression, payload: str) -> exp.Select:
     """``SELECT payload.* FROM source``: the envelopes of Kafka Connect's JSON form."""
-    source = source.copy()
-    if isinstance(source, exp.Select):
-        source = exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier(helper("connect"))))
-    return exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(payload, quoted=True))).from_(source)
+    return exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(payload, quoted=True))) \
+        .from_(_envelope(source, helper("connect")))
 
 
-def _envelope(source: exp.Expression) -> exp.Expression:
+def _envelope(source: exp.Expression, name: str = _ENVELOPE) -> exp.Expression:
     """``source AS __sx_env`` (a copy), so that an envelope column is never read as a table name."""
     source = source.copy()
     if isinstance(source, exp.Select):
         source = exp.Subquery(this=source)
-    source.set("alias", exp.TableAlias(this=exp.to_identifier(_ENVELOPE)))
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
     return source
 
 

@@ -86,11 +86,14 @@ class SourceRecords:
         return self.file_format.lower() in PARSED_FORMATS
 
     def reader_options(self) -> dict:
-        """The options of Spark's reader of its files: the user's, then sqlext's own."""
-        options = {**self.options, "maxFileAge": EVERY_FILE_AGE}
-        if self.parsed:
-            options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-        return options
+        """The options of Spark's reader of its files (:func:`reader_options`)."""
+        return reader_options(self.file_format, self.options)
+
+    def read_files(self, spark, files: list[str]):
+        """A batch frame of some of its files (URIs), read as the stream reads them, with
+        :data:`CORRUPT` and ``_metadata`` to select."""
+        return spark.read.format(self.file_format).options(**self.reader_options()).schema(self.read_schema()) \
+            .load(files)
 
     def read_schema(self):
         """Its columns as Spark's reader is given them: with :data:`CORRUPT` where it marks bad records."""
@@ -126,8 +129,7 @@ class SourceRecords:
 
         if not self.parsed or not files:
             return QUARANTINE_SCHEMA.empty_table()
-        frame = spark.read.format(self.file_format).options(**self.reader_options()) \
-            .schema(self.read_schema()).load(files)
+        frame = self.read_files(spark, files)
         # every column is read (Spark refuses a query of its files that reads only CORRUPT)
         found = frame.where(F.col(CORRUPT).isNotNull()).select("*", F.col(FILE_PATH).alias(FILE)).collect()
         rows = []
@@ -145,6 +147,15 @@ class SourceRecords:
         if self.file_format.lower() == "json":
             return _json_problem(record, self.schema)
         return _csv_problem(record, self.schema, self.options)
+
+
+def reader_options(file_format: str, options: dict) -> dict:
+    """The options of Spark's reader of a folder's files: the user's, then sqlext's own (every
+    file read whatever its age; in JSON and CSV, the records it cannot read kept in :data:`CORRUPT`)."""
+    found = {**options, "maxFileAge": EVERY_FILE_AGE}
+    if file_format.lower() in PARSED_FORMATS:
+        found.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
+    return found
 
 
 def refusal(source: SourceRecords, record: dict) -> SqlextError:
@@ -274,8 +285,7 @@ def _fits_decimal(value: Decimal, kind) -> bool:
     if not value.is_finite():
         return False
     digits = value.as_tuple()
-    whole = len(digits.digits) + digits.exponent if digits.exponent < 0 else len(digits.digits) + digits.exponent
-    return whole <= kind.precision - kind.scale
+    return len(digits.digits) + digits.exponent <= kind.precision - kind.scale  # the digits before the point
 
 
 def _csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
@@ -450,8 +460,7 @@ class Door:
             files = [f.uri for f in self._files(spark, source, batch_id)]
             if not files:
                 continue
-            frame = spark.read.format(source.file_format).options(**source.reader_options()) \
-                .schema(source.read_schema()).load(files)
+            frame = source.read_files(spark, files)
             row_index = source.file_format.lower() == "parquet"
             columns = [F.col(FILE_PATH).alias(FILE)] + ([F.col("_metadata.row_index").alias("row")] if row_index else [])
             found = frame.where(wanted).select("*", *columns).limit(2).collect()

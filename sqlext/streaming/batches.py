@@ -43,8 +43,7 @@ def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] 
         lines = (checkpoint / "offsets" / str(batch)).read_bytes().decode().splitlines()
         if not lines or lines[0] != "v1" or len(lines) < 3 + source:
             raise ValueError("an offset log entry in another form")
-        entry = lines[2 + source].strip()
-        return -1 if entry in ("-", "null") else int(json.loads(entry)["logOffset"])
+        return _log_offset(lines[2 + source])
 
     try:
         current = log_offset(batch_id)
@@ -114,16 +113,22 @@ def _numbers(folder: Folder) -> list[int]:
 
 def _file_offsets(path: Folder) -> dict[int, int]:
     """The log offsets of the file sources in one entry of Spark's offset log, by source."""
-    lines = path.read_bytes().decode().splitlines()
     found = {}
-    for index, line in enumerate(lines[2:]):
+    for index, line in enumerate(path.read_bytes().decode().splitlines()[2:]):
         try:
-            offset = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
-            found[index] = offset["logOffset"]
+            offset = _log_offset(line)
+        except (ValueError, KeyError, TypeError):
+            continue  # not a file source's
+        if offset >= 0:  # a source with no offset yet may be any source: its log is left alone
+            found[index] = offset
     return found
+
+
+def _log_offset(line: str) -> int:
+    """A file source's log offset in its line of an offset log entry (-1: none yet); an error
+    for another source's line."""
+    entry = line.strip()
+    return -1 if entry in ("-", "null") else int(json.loads(entry)["logOffset"])
 
 
 def _delete_log_file(folder: Folder, name: str) -> None:

@@ -460,10 +460,10 @@ class Sources:
         """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
         folder that is missing or holds no file. Any other failure to read them is an error
         naming the file and the cause, never an empty source."""
-        from sqlext.streaming.bad_records import CORRUPT, SourceRecords
+        from sqlext.streaming.bad_records import CORRUPT, reader_options
 
-        options = SourceRecords(name, self.file_format, self.options.get(name, {}), None).reader_options()
-        reader = self.spark.read.format(self.file_format).options(**options)
+        reader = self.spark.read.format(self.file_format).options(**reader_options(self.file_format,
+                                                                                   self.options.get(name, {})))
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:

@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what a record of STREAM(NAME)'s files that cannot be read does: 'fail' (the default: "
                              "the run stops, naming it, and writes nothing) or 'quarantine' (it is set aside in "
                              "CHECKPOINT/quarantine and counted); repeatable")
+    stream.add_argument("--schema-evolution", action="append", default=[], metavar="NAME=MODE",
+                        help="how STREAM(NAME)'s columns may change between runs: 'fail' (the default: a changed "
+                             "column stops the run), 'add_columns' (new columns are read, NULL in earlier rows), "
+                             "'widen_types' (INT to BIGINT, FLOAT to DOUBLE, a wider DECIMAL) or 'evolve' (both); "
+                             "repeatable")
     stream.add_argument("--output-format", default="parquet", metavar="FORMAT",
                         help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
                              "Delta table, one commit a run")
@@ -540,15 +545,16 @@ def _stream(args) -> int:
     sources, schemas = _pairs(args.source, "--source", "NAME=DIR"), _pairs(args.source_schema, "--source-schema",
                                                                            "NAME=COLUMNS")
     bad_records = _pairs(args.bad_records, "--bad-records", "NAME=MODE")
+    evolution = _pairs(args.schema_evolution, "--schema-evolution", "NAME=MODE")
     reader_options = _pairs(args.source_option, "--source-option", "NAME.KEY=VALUE", dotted=True)
-    if sources is None or schemas is None or bad_records is None or reader_options is None:
+    if sources is None or schemas is None or bad_records is None or reader_options is None or evolution is None:
         return 2
     source_options: dict = {}
     for (name, key), value in reader_options.items():
         source_options.setdefault(name, {})[key] = value
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
                    source_format=args.source_format, output_format=args.output_format, engine=args.engine,
-                   source_options=source_options, bad_records=bad_records)
+                   source_options=source_options, bad_records=bad_records, schema_evolution=evolution)
     _say_stream_runs_its_own_spark()
     spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
     statement = statements[0]

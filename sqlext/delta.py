@@ -346,8 +346,27 @@ class DeltaOutput:
             create_table_with_add_actions(self.uri, self._module.Schema.from_arrow(schema), actions, mode="append",
                                           storage_options=self.options or None, commit_properties=properties)
         else:
+            self._evolve(table, schema)
             table.create_write_transaction(actions, "overwrite" if overwrite else "append", table.schema(),
                                            commit_properties=properties)
+
+    def _evolve(self, table, schema: pa.Schema) -> None:
+        """Columns the output gained (a source's schema evolution) added to the table, in a commit
+        of their own before the batch's (a redo finds them there). A widened column is refused:
+        ``deltalake`` does not change a column's type."""
+        have = {f.name: f for f in table.schema().fields}
+        fields = self._module.Schema.from_arrow(schema).fields
+        widened = [f"{f.name} ({have[f.name].type} to {f.type})" for f in fields
+                   if f.name in have and have[f.name].type != f.type]
+        if widened:
+            raise SqlextError("UNSUPPORTED_STREAM", function=self.function,
+                              what=f"a wider type of {', '.join(widened)} in the Delta table {self.folder.uri}",
+                              reason="deltalake does not change the type of a Delta table's column",
+                              fix="Write the output as Parquet (--output-format parquet), or let the source add "
+                                  "columns only (schema evolution add_columns), or start a new output.")
+        added = [f for f in fields if f.name not in have]
+        if added:
+            table.alter.add_columns(added)
 
     def files(self) -> dict[str, int | None]:
         """The table's data files now (their names in its folder) with their rows, as its log

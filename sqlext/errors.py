@@ -158,8 +158,10 @@ MESSAGES: dict[str, str] = {
     "UNSUPPORTED_STREAM": "{function}: {what} cannot run incrementally: {reason}. {fix}",
     "STREAM_SCHEMA_CHANGED": (
         "{function}: the columns of {name} changed since the first run of this checkpoint: {change}. "
-        "The state kept so far was built for the old columns. Restore them, or start over with a new "
-        "checkpoint and output folder."
+        "The state kept so far was built for the old columns. Restore them, let the source's columns "
+        "evolve where the change is a new column or a wider type (--schema-evolution NAME=add_columns, "
+        "widen_types or evolve; schema_evolution= in Python), or start over with a new checkpoint and "
+        "output folder."
     ),
     "STREAM_CHECKPOINT_MISMATCH": (
         "{function}: the checkpoint {checkpoint} was made for another statement: {differences}. A "

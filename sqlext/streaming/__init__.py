@@ -65,7 +65,8 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
            source_format: str = "parquet", query_name: str | None = None, engine: str = "tables",
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
-           source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None):
+           source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
+           schema_evolution: Mapping[str, str] | None = None):
     """Start the statement as a streaming query writing to ``output`` (a folder, in
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
@@ -81,7 +82,10 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     reader options of a folder's files (``{name: {"header": "true"}}``); ``bad_records`` says
     what happens to a record of a folder that cannot be read: ``'fail'`` (the default: the run
     stops, naming the file, the line and the column, and writes nothing) or ``'quarantine'``
-    (it goes to ``<checkpoint>/quarantine``; :mod:`sqlext.streaming.bad_records`). A checkpoint
+    (it goes to ``<checkpoint>/quarantine``; :mod:`sqlext.streaming.bad_records`);
+    ``schema_evolution`` how a source's columns may change between runs: ``'fail'`` (the
+    default), ``'add_columns'``, ``'widen_types'`` or ``'evolve'``
+    (:mod:`sqlext.streaming.schema_evolution`). A checkpoint
     and its output belong to one statement (:mod:`sqlext.streaming.checkpoint`): another
     statement on them is refused before anything is read or written; ``start_over`` says how to
     start over, in the caller's words.
@@ -96,13 +100,13 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     output = None if output is None else resolve(spark, output)
     before = Before(checkpoint, output)
     try:
-        query = _start(spark, tree, checkpoint, output, trigger, output_format,
-                       Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records),
-                       query_name, start_over)
+        reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records,
+                        schema_evolution)
+        query = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
-    return RunningQuery(query, checkpoint)
+    return RunningQuery(query, checkpoint, reads)
 
 
 def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
@@ -173,8 +177,8 @@ class RunningQuery:
     is then: a file corrected under the same name, or replaced by another, is read, and the bad
     one is not. Everything else is Spark's query."""
 
-    def __init__(self, query, checkpoint):
-        self._query, self._checkpoint = query, checkpoint
+    def __init__(self, query, checkpoint, sources: "Sources | None" = None):
+        self._query, self._checkpoint, self._sources = query, checkpoint, sources
 
     def __getattr__(self, name: str):
         return getattr(self._query, name)
@@ -203,6 +207,8 @@ class RunningQuery:
                 forgotten = forget_batch(self._checkpoint)
                 if forgotten is not None:  # its quarantine file goes with it
                     Quarantine(self._checkpoint).file(forgotten).delete()
+                if self._sources is not None:  # and the columns it accepted
+                    self._sources.forget_columns()
             raise ours from None
 
 
@@ -216,7 +222,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
                     output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
                     source_options: Mapping[str, Mapping[str, str]] | None = None,
-                    bad_records: Mapping[str, str] | None = None):
+                    bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
 
     A statement whose functions keep state runs on the 'tables' engine, as :func:`stream`
@@ -232,13 +238,14 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
-    ``source_options`` and ``bad_records`` are :func:`stream`'s."""
+    ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
     from sqlext.storage import resolve
 
     tree = one_statement(sql)
     if _stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)
-        sources = Sources(spark, sources, source_format, schemas, folder, source_options, bad_records)
+        sources = Sources(spark, sources, source_format, schemas, folder, source_options, bad_records,
+                          schema_evolution)
         sources.check_used(tree)
         return _frame(spark, tree, sources)
     if checkpoint is None:
@@ -255,7 +262,8 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     folder = resolve(spark, checkpoint)
     output = folder / OUTPUT_IN_CHECKPOINT if output is None else resolve(spark, output)
     options = dict(checkpoint=folder.uri, output=output.uri, sources=sources, source_format=source_format,
-                   schemas=schemas, query_name=query_name, source_options=source_options, bad_records=bad_records)
+                   schemas=schemas, query_name=query_name, source_options=source_options, bad_records=bad_records,
+                   schema_evolution=schema_evolution)
     if trigger == "available_now":
         run_available_now(spark, sql, **options)
     else:

@@ -70,7 +70,9 @@ class SourceRecords:
     """How the records of one folder source are read: its ``name`` in ``STREAM(name)``, its
     files' ``file_format``, the reader ``options`` the user gave, its columns (a Spark
     ``StructType``, without :data:`CORRUPT`), what happens to a bad record (``mode``), and the
-    position of the source among the query's sources (Spark's numbering in its offset log)."""
+    position of the source among the query's sources (Spark's numbering in its offset log);
+    ``optional``: the columns (in lower case) a file may lack, its rows reading NULL there, where
+    the source's columns may grow (:mod:`sqlext.streaming.schema_evolution`)."""
 
     name: str
     file_format: str
@@ -79,6 +81,7 @@ class SourceRecords:
     mode: str = FAIL
     index: int = 0
     folder: Folder | None = None
+    optional: frozenset = frozenset()
 
     @property
     def parsed(self) -> bool:
@@ -501,8 +504,9 @@ def _named_key(message: str) -> dict | None:
 
 def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
     """Each Parquet file of the batch holds the source's columns, as their types: a file without
-    one (which Spark would read as NULL in every row), with one more, or with another type is
-    refused, naming the file and the column."""
+    one (which Spark would read as NULL in every row; unless the column is one the source gained,
+    :attr:`SourceRecords.optional`), with one more, or with another type is refused, naming the
+    file and the column."""
     from sqlext.streaming.run import arrow_schema
 
     want = arrow_schema(source.schema)
@@ -516,7 +520,8 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
                                                         "run was written.") from None
         names = {n.lower(): n for n in have.names}
         partitions = _partition_columns(source.folder, file)  # in the file's path, not in the file
-        missing = [f.name for f in want if f.name.lower() not in names and f.name.lower() not in partitions]
+        missing = [f.name for f in want if f.name.lower() not in names and f.name.lower() not in partitions
+                   and f.name.lower() not in source.optional]
         if missing:
             raise SqlextError("SOURCE_FILE_MISSING_COLUMN", function=FUNCTION, file=file.uri, name=source.name,
                               column=", ".join(missing), have=", ".join(have.names))

@@ -146,25 +146,45 @@ def _same(recorded: str | None, folder: Folder, empty: bool = True) -> bool:
 
 def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple[str, str]]) -> None:
     """The output's columns (name, type) against those the first write recorded; recorded on
-    the first write. Different columns would mix two tables in one folder."""
+    the first write. Different columns would mix two tables in one folder; but where a source's
+    columns grew or widened since the output's were recorded (as its schema evolution allowed:
+    :func:`check_source_columns`), columns added or widened are the same table grown, and
+    recorded. Any other change (a joined view's columns changed under the same text) is refused."""
+    from sqlext.streaming.schema_evolution import grown
+
     path = checkpoint / STATEMENT_FILE
     recorded = path.read_json()
     if recorded is None:
         return
-    if recorded.get("columns") is None:
-        recorded["columns"] = [list(c) for c in columns]
-        path.write_json(recorded)
-        marker = None if output is None else (output / OUTPUT_FILE).read_json()
-        if marker is not None:
-            marker["columns"] = recorded["columns"]
-            (output / OUTPUT_FILE).write_json(marker)
+    before = None if recorded.get("columns") is None else [tuple(c) for c in recorded["columns"]]
+    sources = _sources_fingerprint(checkpoint)
+    if before == [tuple(c) for c in columns]:
+        if recorded.get("sources") is None:  # a checkpoint of an earlier sqlext: noted from now on
+            recorded["sources"] = sources
+            path.write_json(recorded)
         return
-    before = [tuple(c) for c in recorded["columns"]]
-    if before != [tuple(c) for c in columns]:
+    evolved = before is None or recorded.get("sources") not in (None, sources)
+    wider = grown(before, columns) if before is not None and evolved else columns
+    if wider is None or not evolved:
         raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
                           differences=f"its output columns were ({_columns(before)}), this run's are "
                                       f"({_columns(columns)})",
                           fix=_fix(START_OVER))
+    recorded["columns"], recorded["sources"] = [list(c) for c in wider], sources
+    path.write_json(recorded)
+    marker = None if output is None else (output / OUTPUT_FILE).read_json()
+    if marker is not None:
+        marker["columns"] = recorded["columns"]
+        (output / OUTPUT_FILE).write_json(marker)
+
+
+def _sources_fingerprint(checkpoint: Folder) -> str:
+    """The sources' recorded columns, as a digest: it changes when a source's columns evolve."""
+    import json
+
+    recorded = (checkpoint / SOURCES_FILE).read_json() or {}
+    columns = {name: entry if isinstance(entry, list) else entry["columns"] for name, entry in recorded.items()}
+    return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def output_columns(checkpoint: Folder):
@@ -243,25 +263,38 @@ def check_source_build(checkpoint: Folder, name: str, build: str | None) -> None
         path.write_json({**recorded, name: build})
 
 
-def check_source_columns(checkpoint: Folder, name: str, schema, holders=None) -> None:
-    """Compare a source's columns with those recorded by the checkpoint's first run (in
-    ``<checkpoint>/sqlext-sources.json``); record them on the first run. ``holders(columns)``,
-    where given, names the files that hold columns the first run did not see (a folder's)."""
+def check_source_columns(checkpoint: Folder, name: str, schema, holders=None, mode: str = "fail",
+                         absent=None) -> set[str]:
+    """Compare a source's columns with those recorded by the checkpoint's earlier runs (in
+    ``<checkpoint>/sqlext-sources.json``), as the source's schema evolution ``mode`` allows
+    (:mod:`sqlext.streaming.schema_evolution`); record them on the first run and after an accepted
+    change. ``holders(columns)``, where given, names the files that hold columns the first run did
+    not see (a folder's). Returns the source's columns that a file may lack (rows of files written
+    before the column was added): those added by an accepted change, and on the first run those
+    ``absent()`` names (the columns some of the folder's files do not hold), where the mode adds
+    columns."""
+    from sqlext.streaming.schema_evolution import adds, changes
+
     path = checkpoint / SOURCES_FILE
     recorded = path.read_json() or {}
     now = [[f.name, f.dataType.simpleString()] for f in schema.fields]
-    if name not in recorded:
-        recorded[name] = now
+    entry = recorded.get(name)
+    if entry is None:
+        added = sorted(absent() or []) if absent is not None and adds(mode) else []
+        recorded[name] = {"columns": now, "added": added} if added else now
         path.write_json(recorded)
-        return
-    before = {n: t for n, t in recorded[name]}
-    after = {n: t for n, t in now}
-    changes = [f"{n} was added ({t})" for n, t in after.items() if n not in before]
-    changes += [f"{n} was dropped" for n in before if n not in after]
-    changes += [f"{n} changed from {before[n]} to {t}" for n, t in after.items() if n in before and before[n] != t]
-    added = [n for n in after if n not in before]
-    files = holders(added) if holders is not None and added else []
+        return set(added)
+    # an entry is the list of columns, or (once a file may lack some) the columns and those
+    before, added = (entry, []) if isinstance(entry, list) else (entry["columns"], list(entry.get("added", [])))
+    refused = changes(before, now, mode)
+    new = [n for n, _ in now if n not in {c for c, _ in before}]
+    files = holders(new) if holders is not None and new and refused else []
     if files:
-        changes.append(f"in {', '.join(files[:3])}{' and others' if len(files) > 3 else ''}")
-    if changes:
-        raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(changes))
+        refused.append(f"in {', '.join(files[:3])}{' and others' if len(files) > 3 else ''}")
+    if refused:
+        raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change="; ".join(refused))
+    if [list(c) for c in before] != now:
+        added = sorted(set(added) | set(new))
+        recorded[name] = {"columns": now, "added": added} if added else now
+        path.write_json(recorded)
+    return set(added)

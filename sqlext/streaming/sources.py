@@ -143,19 +143,25 @@ class Sources:
     ``"id BIGINT, v STRING"``), so that a run can start before the folder holds a file;
     ``options`` gives a folder's files reader options of Spark's (``{"header": "true"}``), and
     ``bad_records`` what happens to a record that cannot be read (``'fail'``, the default, or
-    ``'quarantine'``: :mod:`sqlext.streaming.bad_records`); any other name is a streaming view
-    or a table. :attr:`records` says, for each folder read, how its records are read."""
+    ``'quarantine'``: :mod:`sqlext.streaming.bad_records`), and ``schema_evolution`` how its
+    columns may change between runs (``'fail'``, the default, ``'add_columns'``, ``'widen_types'``
+    or ``'evolve'``: :mod:`sqlext.streaming.schema_evolution`; a table's too); any other name is a
+    streaming view or a table. :attr:`records` says, for each folder read, how its records are read."""
 
     def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
                  schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None,
-                 options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None):
+                 options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
+                 schema_evolution: Mapping[str, str] | None = None):
         from sqlext.streaming.bad_records import check_options
+        from sqlext.streaming.schema_evolution import check_modes
 
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
         self.options = {name: {str(k): str(v) for k, v in given.items()} for name, given in (options or {}).items()}
         self.bad_records = dict(bad_records or {})
+        self.schema_evolution = dict(schema_evolution or {})
+        self._columns_before: list | None = None  # the recorded source columns before this run
         self.records: list = []  # SourceRecords of each folder read, with its place among the query's sources
         self._read_count = 0
         self._unrecorded: list = []  # the columns learned of Parquet folders, recorded once they are checked
@@ -173,6 +179,7 @@ class Sources:
                                   fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
                                       "table or view is read as it is.")
         check_options(self.options, self.bad_records)
+        check_modes(self.schema_evolution)
 
     def _holders(self, call: exp.Anonymous):
         """For a folder of Parquet files: which files hold given columns (from their footers)."""
@@ -192,6 +199,29 @@ class Sources:
             return found
 
         return holders
+
+    def forget_columns(self) -> None:
+        """Put back the source columns recorded before this run: its batch was forgotten (an
+        input error), so a column it accepted (schema evolution) was never read into the state
+        or the output, and a run without the file that brought it must not find it dropped."""
+        for name, recorded in self._columns_before or []:
+            if recorded is None:
+                (self.checkpoint / name).delete()
+            else:
+                (self.checkpoint / name).write_json(recorded)
+
+    def _absent(self, call: exp.Anonymous):
+        """For a folder of Parquet files: the columns some of its files do not hold (from their
+        footers), which a source whose columns may grow reads as NULL in those files' rows."""
+        folder = self.parquet_folder(call)
+        if folder is None:
+            return None
+
+        def absent() -> list[str]:
+            held = [{n for n in file.parquet_schema().names} for file in _data_files(folder)]
+            return sorted(set().union(*held) - set.intersection(*held)) if held else []
+
+        return absent
 
     def check_used(self, tree: exp.Expression) -> None:
         """A folder given for a name the statement does not read, while it reads a stream that
@@ -239,8 +269,14 @@ class Sources:
         """The streaming DataFrame ``STREAM(name)`` names, as change rows where it names a shape
         (``format => ...``). Its columns are compared with those the checkpoint's first run
         recorded (:func:`~sqlext.streaming.checkpoint.check_source_columns`), and recorded then."""
-        from sqlext.streaming.checkpoint import check_source_columns
+        from sqlext.streaming.checkpoint import SOURCES_FILE, check_source_columns
+        from sqlext.streaming.schema_evolution import FAIL
 
+        if self.checkpoint is not None and self._columns_before is None:
+            # what to put back if the run's batch is forgotten
+            self._columns_before = [(name, (self.checkpoint / name).read_json())
+                                    for name in (SOURCES_FILE, FILE_COLUMNS_FILE)]
+        known = len(self.records)
         frame = self._read(call)
         options = stream_options(call)
         if stream_shape(call) == DELTA_SHAPE:
@@ -252,7 +288,12 @@ class Sources:
         else:
             frame = as_change_rows(self.spark, call, frame)
         if self.checkpoint is not None:
-            check_source_columns(self.checkpoint, to_sql(call), frame.schema, self._holders(call))
+            names = stream_names(call)
+            name = next((n for n in names if n in self.schema_evolution), names[-1])
+            optional = check_source_columns(self.checkpoint, to_sql(call), frame.schema, self._holders(call),
+                                            self.schema_evolution.get(name, FAIL), self._absent(call))
+            for records in self.records[known:]:
+                records.optional = frozenset(c.lower() for c in optional)
         while self._unrecorded:  # only columns that passed the check are kept for the next run
             known, schema = self._unrecorded.pop()
             known.record(schema)
@@ -478,6 +519,22 @@ class Sources:
             raise SqlextError("STREAM_SOURCE_EMPTY", function=FUNCTION, name=name, path=folder)
         return schema
 
+    def _widened(self, name: str, folder: str) -> tuple[dict | None, str | None]:
+        """Where the source's types may widen and its Parquet files hold a column at types that
+        widen to one (``INT`` here, ``BIGINT`` there, which Spark's ``mergeSchema`` refuses): the
+        columns at the wider types (a schema's JSON), which Spark's reader reads every file as.
+        Else None, with the column and files whose types do not widen where that is the cause."""
+        from sqlext.streaming.schema_evolution import FAIL, merged_footers, widens
+
+        if self.file_format != "parquet" or not widens(self.schema_evolution.get(name, FAIL)):
+            return None, None
+        try:
+            return merged_footers((f.uri, f.parquet_schema()) for f in _data_files(resolve(self.spark, folder))), None
+        except ValueError as error:
+            return None, str(error)
+        except Exception:  # noqa: BLE001 - a footer Arrow cannot read: Spark's own words then
+            return None, None
+
     def _unread(self, name: str, folder: str, error: Exception) -> dict | None:
         """What a failure to read a folder's columns means: no files (None), files whose columns
         disagree, nanosecond timestamps (read again as Spark 4 can), or a file Spark cannot read."""
@@ -487,7 +544,10 @@ class Sources:
         said = [line.strip() for line in str(error).splitlines()
                 if ("merge" in line.lower() or "incompatible" in line.lower()) and not line.strip().startswith("at ")]
         if said:
-            change = _disagreement(self.spark, folder) or f"its files disagree ({said[0][:300]})"
+            widened, problem = self._widened(name, folder)
+            if widened is not None:
+                return widened
+            change = problem or _disagreement(self.spark, folder) or f"its files disagree ({said[0][:300]})"
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change=change) from None
         if condition == "PARQUET_TYPE_ILLEGAL" and "NANOS" in str(error):
             return self._nanos_schema(name, folder, error)
@@ -620,13 +680,16 @@ def _has_nanos(schema) -> bool:
     return any(nanos(field.type) for field in schema)
 
 
+FILE_COLUMNS_FILE = "sqlext-source-files.json"
+
+
 class _FileColumns:
     """What an earlier run of a checkpoint learned of a Parquet folder's columns: Spark's schema,
     the files' own (Arrow) schema, and the files it read them from (in
     ``<checkpoint>/sqlext-source-files.json``). A later run reads the footers of new files only."""
 
     def __init__(self, checkpoint: Folder, name: str, folder: Folder):
-        self.path, self.name, self.folder = checkpoint / "sqlext-source-files.json", name, folder
+        self.path, self.name, self.folder = checkpoint / FILE_COLUMNS_FILE, name, folder
         self.schema = None
 
     def _files(self) -> list[Folder] | None:
@@ -654,6 +717,8 @@ class _FileColumns:
         if record is None or not files:
             return False
         seen = set(record["files"])
+        if seen - {file.name for file in files}:  # a file was taken away: the columns may be fewer
+            return False
         try:
             for file in files:
                 if file.name not in seen and _footer(file.parquet_schema()) != record["footer"]:

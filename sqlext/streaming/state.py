@@ -108,12 +108,26 @@ class KeyedState:
         return self._buckets
 
     def record_schema(self, schema, buckets: int = 1) -> None:
-        """Record the state's columns and bucket count on its first write (later writes keep them)."""
+        """Record the state's columns and bucket count on its first write. Later writes keep
+        them, but for columns its input gained or widened (schema evolution, which the run's
+        sources allowed: :mod:`sqlext.streaming.schema_evolution`): those are recorded too, and
+        the layers written before read NULL, or the narrower values, there."""
+        from sqlext.streaming.schema_evolution import merged_fields
+
         if self.schema is None:
             if buckets != 1:
                 (self.folder / BUCKETS_FILE).write_json({"buckets": int(buckets)})
             (self.folder / SCHEMA_FILE).write_json(schema.jsonValue())
             self._schema, self._buckets = schema, int(buckets)
+            return
+        fields = merged_fields(self.schema.fields, schema.fields)
+        if fields is not None and [f.name for f in fields] != self.schema.names \
+                or fields is not None and [f.dataType for f in fields] != [f.dataType for f in self.schema.fields]:
+            from pyspark.sql.types import StructType
+
+            evolved = StructType(fields)
+            (self.folder / SCHEMA_FILE).write_json(evolved.jsonValue())
+            self._schema = evolved
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -157,7 +171,7 @@ class KeyedState:
                 raise ValueError("a state of several buckets is written from Arrow data")
             pending = [self.part(0).write_frame(view.part(0), changed, batch_id, keep)]
         else:
-            changed = changed.select(self.arrow_schema.names).cast(self.arrow_schema)
+            changed = conformed(changed, self.arrow_schema)
             owner = self.bucket_of(changed)
             pending = []
             for bucket in view.bucket_numbers():
@@ -273,7 +287,9 @@ class _Part:
 
         state = self.state
         spark = changed.sparkSession
-        changed = changed.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in state.schema.fields])
+        given = set(changed.columns)
+        changed = changed.select(*[(F.col(quote(f.name)) if f.name in given else F.lit(None)).cast(f.dataType)
+                                   .alias(f.name) for f in state.schema.fields])
         if view.base is None:
             return self._put_frame("base", batch_id, changed if keep is None else changed.where(keep), view)
         delta = changed
@@ -477,8 +493,8 @@ class PartView:
             return self._loaded[batch_id]
         folder = self.path_of(batch_id)
         table = LAYERS.get(folder)
-        if table is not None:
-            return table
+        if table is not None and _same_columns(table.schema, self.state.arrow_schema):
+            return table  # (a state whose columns evolved since reads its layers again)
         entries = [e for e in folder.entries() if _is_part(e.name)]
         if not entries:
             return self.state.arrow_schema.empty_table()
@@ -525,6 +541,17 @@ class PartView:
 
     def frame_of(self, spark, batch_id: int):
         return spark.read.schema(self.state.schema).parquet(self.path_of(batch_id).uri)
+
+
+def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` in the columns of ``schema``, cast to its types; a column the rows lack (one a
+    state gained by schema evolution that this run's input no longer holds) is NULL."""
+    return pa.table([rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                     for f in schema], schema=schema)
+
+
+def _same_columns(one: pa.Schema, other: pa.Schema) -> bool:
+    return one.names == other.names and one.types == other.types
 
 
 class _Layers:

@@ -203,6 +203,8 @@ class RunningQuery:
                 forgotten = forget_batch(self._checkpoint)
                 if forgotten is not None:  # its quarantine file goes with it
                     Quarantine(self._checkpoint).file(forgotten).delete()
+            if ours is error:  # raised as sqlext's already, from Spark's (sqlext.spark_errors)
+                raise
             raise ours from None
 
 

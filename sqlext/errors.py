@@ -315,6 +315,66 @@ class SqlextSparkError(SqlextError):
         self.cause = cause
 
 
+def carried_by(error: BaseException) -> SqlextError | None:
+    """The error to raise in place of Spark's ``error`` where it carries a sqlext error (as
+    :func:`find_in` finds one); None where it carries none, or is sqlext's already.
+
+    The error returned is a :class:`SqlextError` of the class the carried one has, and also an
+    instance of the class of ``error`` (``SparkRuntimeException``, ``PythonException``, their
+    Spark Connect namesakes, ...), so that code written to catch Spark's class still catches
+    it. It is sound to be both, because nothing of Spark's side changes: the error holds the
+    state of ``error`` itself, so ``getCondition()``, ``getMessageParameters()``,
+    ``getSqlState()`` and ``getQueryContext()`` answer as Spark's error did
+    (``USER_RAISED_EXCEPTION`` for a rewrite's check, ``PYTHON_EXCEPTION`` for a table function's
+    error). Only its text is sqlext's message, ``[CLASS] FUNCTION: ...``, without the JVM
+    stack trace or the worker's traceback; ``error`` stays readable whole as the cause
+    (raise it ``from error``). ``error_class`` is sqlext's class, ``getCondition()`` Spark's.
+
+    Where Python cannot make a class of both (bases whose layouts conflict), the error is a
+    plain :class:`SqlextSparkError`, raised from Spark's all the same.
+    """
+    if isinstance(error, SqlextError):
+        return None
+    found = find_in(error)
+    if found is None:
+        return None
+    text = str(found)
+    both = _with_spark_class(type(error))
+    if both is None:
+        ours = SqlextSparkError(found.error_class, text, error)
+    else:
+        ours = both.__new__(both, text)  # Spark's __init__ would convert the error again
+        ours.__dict__.update(vars(error))
+        ours.cause = error
+    ours.error_class, ours.function, ours.params = found.error_class, found.function, dict(found.params)
+    return ours
+
+
+# Spark's exception class -> the class of sqlext's errors it carries (made on first use)
+_WITH_SPARK_CLASS: dict[type, type | None] = {}
+
+
+def _with_spark_class(spark_class: type) -> type | None:
+    """A subclass of :class:`SqlextSparkError` and ``spark_class``, one per Spark class, named
+    after it (``SqlextSparkRuntimeException``)."""
+    if spark_class not in _WITH_SPARK_CLASS:
+        namespace = {
+            "__module__": __name__,
+            "__doc__": f"A sqlext error that Spark raised as {spark_class.__module__}.{spark_class.__qualname__}: "
+                       "see sqlext.errors.carried_by.",
+            # sqlext's message, never the Spark class's own text (its JVM stack trace)
+            "__str__": lambda self: Exception.__str__(self),
+            # Spark's side refers to the JVM (or the server), which no other process has
+            "__reduce__": lambda self: (SqlextSparkError, (self.error_class, Exception.__str__(self))),
+        }
+        try:
+            made = type(f"Sqlext{spark_class.__name__}", (SqlextSparkError, spark_class), namespace)
+        except TypeError:  # layouts Python cannot combine
+            made = None
+        _WITH_SPARK_CLASS.setdefault(spark_class, made)  # two threads at once: one class all the same
+    return _WITH_SPARK_CLASS[spark_class]
+
+
 def sql_value(value) -> str:
     """A value for a message, written as in SQL: NULL, true, a number, or a string in single
     quotes (a quote inside doubled, as Spark reads it).

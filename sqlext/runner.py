@@ -58,6 +58,8 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
                    f"({str(error).splitlines()[0] if str(error) else type(error).__name__})",
             fix="Run it with spark.sql, or simplify the recursive CTE's anchor or step.") from None
     except PySparkException as error:
+        if isinstance(error, SqlextError):  # raised as sqlext's already, from Spark's (spark_errors)
+            raise
         ours = find_in(error) or misspelt_function(error, function)
         if ours is not None:
             raise ours from None

@@ -205,16 +205,27 @@ def _copy_without_noise(source: int, target: "_StartOutput") -> None:
 
 
 def install(spark):
-    """Register sqlext's table functions on ``spark`` and return it."""
+    """Register sqlext's table functions on ``spark`` and return it. From then on, an error
+    of sqlext's that Spark raises in this process is raised as ``SqlextError``
+    (:mod:`sqlext.spark_errors`)."""
+    from sqlext.spark_errors import install_error_hooks
+
+    install_error_hooks(spark)
     register_table_functions(spark)
     spark.conf.set(INSTALLED_FLAG, "true")
     return spark
 
 
 def ensure_installed(spark):
-    """Install sqlext on ``spark`` unless it already is; return it."""
+    """Install sqlext on ``spark`` unless it already is; return it. The error hooks are
+    per process, and a Spark Connect server's session may have been installed on by another
+    client: they are installed in any case (once)."""
+    from sqlext.spark_errors import install_error_hooks
+
     if spark.conf.get(INSTALLED_FLAG, "false") != "true":
         install(spark)
+    else:
+        install_error_hooks(spark)
     return spark
 
 

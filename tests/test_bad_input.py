@@ -219,6 +219,10 @@ def test_await_termination_raises_sqlexts_class(spark, tmp_path):
     assert error.error_class == "AMBIGUOUS_ORDER"
     assert "STREAM_FAILED" not in str(error) and "FOREACH_BATCH" not in str(error)
     assert "p1.parquet, row 1 and " in str(error) and "p1.parquet, row 2" in str(error)  # where the two are
+    # raised from Spark's error, whose class it keeps, as an action in batch raises it
+    from pyspark.errors import StreamingQueryException
+
+    assert isinstance(error.__cause__, StreamingQueryException) and isinstance(error, StreamingQueryException)
 
 
 def test_a_late_change_names_its_file(spark, tmp_path):

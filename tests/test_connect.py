@@ -117,3 +117,33 @@ def test_models_build_on_connect(remote, tmp_path):
     results = build(remote, ROOT / "tests" / "dbt_project", tmp_path, out=lambda line: None)
     assert [(r.name, r.status) for r in results] == [("accounts_changes", "OK"), ("accounts_in_credit", "OK")]
     assert remote.table("accounts_in_credit").count() == results[1].rows == 3
+
+
+def test_sqlexts_error_raised_on_the_server_is_sqlexts_on_the_client(remote):
+    """The client's one handler of the server's errors is hooked as PySpark's classic
+    conversion is: sqlext's error, from the client's Spark error and of its class too."""
+    from pyspark.errors.exceptions import connect
+
+    from sqlext.errors import SqlextError
+
+    sqlext.install(remote)
+    remote.sql("CREATE OR REPLACE TEMP VIEW c_tied AS SELECT * FROM VALUES "
+               "(1, 5, 'insert', 1L), (1, 6, 'update_postimage', 1L) AS c_tied(id, v, _change_type, _commit_version)")
+    query = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(c_tied), key => 'id', predicate => 'v > 0') ORDER BY id"
+    cases = [(lambda: sqlext.sql(remote, query).collect(), connect.SparkRuntimeException, "USER_RAISED_EXCEPTION"),
+             (lambda: sqlext.sql(remote, query).toArrow(), connect.SparkRuntimeException, "USER_RAISED_EXCEPTION"),
+             # the registered table function, in a Python worker of the server (the client's
+             # PythonException has no condition)
+             (lambda: remote.sql(query).collect(), connect.PythonException, None)]
+    for action, spark_class, condition in cases:
+        with pytest.raises(SqlextError) as raised:
+            action()
+        error = raised.value
+        assert error.error_class == "AMBIGUOUS_ORDER" and str(error).startswith("[AMBIGUOUS_ORDER] CHANGELOG_FILTER:")
+        assert type(error.__cause__) is spark_class and isinstance(error, spark_class)
+        assert error.getCondition() == error.__cause__.getCondition()
+        assert condition is None or error.getCondition() == condition
+    # Spark's own error stays the client's, unchanged
+    with pytest.raises(connect.AnalysisException) as raised:
+        sqlext.sql(remote, query.replace("SELECT *", "SELECT nope")).collect()
+    assert not isinstance(raised.value, SqlextError)

@@ -209,6 +209,8 @@ class RunningQuery:
                     Quarantine(self._checkpoint).file(forgotten).delete()
                 if self._sources is not None:  # and the columns it accepted
                     self._sources.forget_columns()
+            if ours is error:  # raised as sqlext's already, from Spark's (sqlext.spark_errors)
+                raise
             raise ours from None
 
 

@@ -371,7 +371,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     from sqlext.streaming.engine import inputs_stream
 
     folders = [sources.parquet_folder(t.this) for t in numbered]
-    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)
+    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources)
     kept = _COMPILED.get(key)
     if kept is not None:
         return kept
@@ -379,7 +379,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
                          converted)
     compiled = inputs_stream(frames), pipeline
     # under the key as it is now: a first run has just written the checkpoint's layout file
-    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted),
+    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources),
                   compiled)
     return compiled
 
@@ -390,12 +390,14 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 # second for a chain of three calls and an aggregate), as a query that keeps running uses one
 # function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
-# files a new checkpoint writes anew are part of the key.
+# files a new checkpoint writes anew are part of the key, and so is how each folder's records
+# are read (its format, reader options and bad-records mode: a strict stream refuses a bad
+# record inside Spark, so a run that asks for the quarantine needs a stream of its own).
 _COMPILED = Recent(8)
 
 
 def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,
-                  converted) -> tuple:
+                  converted, sources: "Sources") -> tuple:
     from sqlext.streaming.checkpoint import LAYOUT_FILE
     from sqlext.streaming.engine import BUCKETS_SETTING
 
@@ -405,6 +407,7 @@ def _compiled_key(spark, statement: str, checkpoint, output, output_format: str,
     return (id(spark), statement, checkpoint.uri, output.uri, output_format,
             tuple(f.schema.json() for f in frames), tuple(None if f is None else f.uri for f in folders),
             tuple(sorted(converted)), spark.conf.get(BUCKETS_SETTING, ""),
+            tuple((r.name, r.file_format, tuple(sorted(r.options.items())), r.mode) for r in sources.records),
             written(checkpoint, STATEMENT_FILE), written(checkpoint / STATE_FOLDER, LAYOUT_FILE))
 
 

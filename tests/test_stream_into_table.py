@@ -299,3 +299,53 @@ def test_a_call_over_a_debezium_stream_runs_into_a_table_of_its_change_rows(spar
         run_into_table(spark, sql, TARGET)
         assert multiset(as_delta(table_dicts(spark, TARGET), "debezium")) == batch_rows(spark)
     assert spark.table(TARGET).columns == ["id", "name", "tier", "_change_type", "source_lsn"]
+
+
+def _event(key: int, name: str, lsn: int) -> str:
+    """A Debezium event creating a row, as a topic's JSON file holds it (one per line)."""
+    import json
+
+    return json.dumps({"before": None, "after": {"id": key, "name": name}, "op": "c", "ts_ms": lsn,
+                       "source": {"lsn": lsn}})
+
+
+def test_a_folder_source_runs_into_a_table_with_its_settings(spark, database, tmp_path):
+    """Folders of change files run into a table with stream()'s per-source settings (what a dbt
+    model's ``sqlext_sources`` config gives): the table's columns come from the folder as a run
+    reads it (the declared row inside a Debezium envelope, as change rows), before any run. A
+    bad line stops a strict run naming its file and line, and the table keeps its rows; with
+    the quarantine the run reads the others, the record lands in the checkpoint in the table's
+    folder, and the run's counts say so; the next run appends exactly the new rows."""
+    from sqlext.streaming.bad_records import QUARANTINE_FOLDER
+
+    topic = tmp_path / "landing" / "customers"
+    topic.mkdir(parents=True)
+    sql = ("SELECT id, name, source_lsn FROM CHANGELOG_FILTER(input => TABLE(STREAM(customers, "
+           "format => 'debezium')), key => 'id', predicate => 'true')")
+    settings = dict(sources={"customers": str(topic)}, source_format="json",
+                    schemas={"customers": "id BIGINT, name STRING"})
+
+    def rows():
+        return sorted(tuple(r) for r in spark.table(TARGET).collect())
+
+    (topic / "part-1.json").write_text(_event(1, "Ada", 10) + "\n")
+    counts = run_into_table(spark, sql, TARGET, **settings)
+    assert counts.quarantined == 0 and counts.files_read == 1
+    assert spark.table(TARGET).columns == ["id", "name", "source_lsn"] and rows() == [(1, "Ada", 10)]
+
+    (topic / "part-2.json").write_text(_event(2, "Bob", 20) + "\n" + _event(3, "Cy", 30)[:-9] + "\n"
+                                       + _event(4, "Dee", 40) + "\n")
+    with pytest.raises(SqlextError, match=r"\[BAD_RECORD\].*line 2 of \S*part-2\.json"):
+        run_into_table(spark, sql, TARGET, **settings)
+    assert rows() == [(1, "Ada", 10)]
+
+    counts = run_into_table(spark, sql, TARGET, **settings, bad_records={"customers": "quarantine"})
+    assert counts.quarantined == 1 and "quarantined 1 bad record" in counts.describe()
+    assert rows() == [(1, "Ada", 10), (2, "Bob", 20), (4, "Dee", 40)]
+    quarantine = spark.read.parquet(str(database / FOLDER / CHECKPOINT_FOLDER / QUARANTINE_FOLDER)).collect()
+    assert [(r.source, r.line, r.file.endswith("part-2.json")) for r in quarantine] == [("customers", 2, True)]
+
+    (topic / "part-3.json").write_text(_event(5, "Eve", 50) + "\n")
+    counts = run_into_table(spark, sql, TARGET, **settings, bad_records={"customers": "quarantine"})
+    assert counts.quarantined == 0
+    assert rows() == [(1, "Ada", 10), (2, "Bob", 20), (4, "Dee", 40), (5, "Eve", 50)]

@@ -689,23 +689,39 @@ def reads_streams(sql: str) -> bool:
     return any(_is_stream(t) for t in tree.find_all(exp.Table))
 
 
-def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -> None:
-    """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables) into the catalog
-    table ``table``: the rows of the changes that arrived since the last run are appended.
+def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
+                   sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+                   schemas: Mapping[str, str] | None = None,
+                   source_options: Mapping[str, Mapping[str, str]] | None = None,
+                   bad_records: Mapping[str, str] | None = None):
+    """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables or folders) into the
+    catalog table ``table``: the rows of the changes that arrived since the last run are
+    appended. Returns the run's counts (:class:`~sqlext.streaming.summary.Counts`: what it
+    read and wrote, and the bad records it quarantined).
 
     The table is a Parquet table over a folder that also holds the run's checkpoint (in
     ``_sqlext_checkpoint``, which Spark's file readers skip), so the output and the state
-    that produced it stay together: dropping the folder starts over. A new table's folder is
+    that produced them stay together: dropping the folder starts over. A new table's folder is
     ``<its database's location>/<name>``. ``full_refresh`` drops the table and its folder first,
     so the run processes the whole history again. A table that exists without such a
     checkpoint (written by something else), or whose columns differ from the statement's, is
-    refused: ``full_refresh`` rebuilds it."""
+    refused: ``full_refresh`` rebuilds it.
+
+    ``sources``, ``source_format``, ``schemas``, ``source_options`` and ``bad_records`` are
+    :func:`stream`'s: folders of change files read by name, their files' format, columns,
+    reader options and what happens to a record that cannot be read. A quarantined record goes
+    to ``_sqlext_checkpoint/quarantine`` in the table's folder."""
     from sqlext.session import ensure_installed
     from sqlext.storage import resolve
+    from sqlext.streaming.summary import RunCounter
 
     ensure_installed(spark)
     target = table_name(table)
     name = to_sql(target)
+    settings = dict(sources=sources, source_format=source_format, schemas=schemas, source_options=source_options,
+                    bad_records=bad_records)
+    # the settings are checked before anything is dropped or read
+    folders = Sources(spark, sources, source_format, schemas, None, source_options, bad_records)
     exists = spark.catalog.tableExists(name)
     folder = resolve(spark, table_folder(spark, target, exists))
     if full_refresh:
@@ -713,7 +729,7 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
             exists = False
         folder.delete()
-    schema = _result_schema(spark, sql)
+    schema = _result_schema(spark, sql, folders)
     if exists:
         if not (folder / CHECKPOINT_FOLDER).is_dir():
             raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=folder.uri)
@@ -722,43 +738,52 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
         if have != want:
             raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
                               have=_columns(have), want=_columns(want))
-    run_available_now(spark, sql, checkpoint=(folder / CHECKPOINT_FOLDER).uri, output=folder.uri,
-                      start_over=START_OVER_DBT)
+    checkpoint = folder / CHECKPOINT_FOLDER
+    counter = RunCounter(spark, checkpoint.uri, folder.uri)
+    query = run_available_now(spark, sql, checkpoint=checkpoint.uri, output=folder.uri, start_over=START_OVER_DBT,
+                              **settings)
     if not exists:
         spark.catalog.createTable(name, path=folder.uri, source="parquet", schema=schema)
     spark.catalog.refreshTable(name)
+    return counter.counts(query)
 
 
-def _result_schema(spark, sql: str):
+def _result_schema(spark, sql: str, sources: Sources | None = None):
     """The columns the statement's runs write, without running it: those of the statement
     over the whole of each source read as a run reads it (a source in another shape,
     ``STREAM(x, format => ...)``, as its change rows, and the calls over it ordered by their
-    ordering column: :func:`_order_by_streams`). sqlext computes a recursion when it is read,
-    so a recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
+    ordering column: :func:`_order_by_streams`; a folder of ``sources`` as the columns a run
+    reads from its files, with no row). sqlext computes a recursion when it is read, so a
+    recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
     from sqlext.api import sql as run_sql
     from sqlext.streaming.engine import temporary_view
 
+    sources = sources or Sources(spark)
     tree = parse_one(sql)
     if _is_recursion(tree):
-        return _recursion_schema(spark, tree)
+        return _recursion_schema(spark, tree, sources)
     _order_by_streams(tree)
     with ExitStack() as views:
-        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t) and stream_options(t.this)]:
-            _replace(table, views.enter_context(temporary_view(_batch_rows(spark, table.this))))
+        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t)]:
+            if stream_options(table.this) or sources.folder_of(table.this) is not None:
+                _replace(table, views.enter_context(temporary_view(_batch_rows(spark, table.this, sources))))
         return run_sql(spark, batch_form(to_sql(tree))).schema
 
 
-def _batch_rows(spark, call: exp.Anonymous):
+def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
     """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
-    (``format => ...``), as change rows."""
+    (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
+    reads from it."""
     from sqlext.api import sql as run_sql
     from sqlext.streaming.sources import DELTA_SHAPE, as_change_rows, stream_shape
 
+    if sources.folder_of(call) is not None:
+        return sources.batch_frame(call)
     rows = run_sql(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
     return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(spark, call, rows)
 
 
-def _recursion_schema(spark, tree: exp.Expression):
+def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     """The columns of an incremental recursion's runs, found by the code of the run
     (:class:`sqlext.streaming.recursion.TableStateRecursion`): the recursion's rows over the
     edges as the run reads them, through the outer query, and over a change feed of edges
@@ -772,7 +797,7 @@ def _recursion_schema(spark, tree: exp.Expression):
     from sqlext.streaming.sources import stream_order
 
     shape = RecursionShape(tree)
-    edges = _batch_rows(spark, shape.stream.this).schema
+    edges = _batch_rows(spark, shape.stream.this, sources).schema
     order = stream_order(shape.stream.this)
     order_by = next((f.name for f in edges.fields if f.name.lower() == order.lower()), order)
     fields = [f for f in edges.fields if f.name not in (CHANGE_TYPE, order_by)]

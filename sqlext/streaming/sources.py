@@ -222,6 +222,32 @@ class Sources:
         except Exception:  # noqa: BLE001 - a name the catalog cannot read names no table
             return False
 
+    def folder_of(self, call: exp.Anonymous) -> str | None:
+        """The folder given for the name ``STREAM(name)`` reads (as the user gave it), or None."""
+        return next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
+
+    def batch_frame(self, call: exp.Anonymous):
+        """An empty batch DataFrame of the columns a run reads from the folder ``STREAM(name)``
+        names (as change rows where it names a shape), for the batch form of a statement over
+        folders (a table's columns are learned from it before its first run); None where the
+        name has no folder. No row is read and nothing is recorded or staged: a checkpoint's
+        records are its runs' to write."""
+        from sqlext.delta import DeltaChanges, is_delta_table, spark_reads_delta
+        from sqlext.streaming.run import spark_schema
+
+        path = self.folder_of(call)
+        if path is None:
+            return None
+        if is_delta_table(resolve(self.spark, path)) and not spark_reads_delta(self.spark):
+            # its change rows, as a run stages them (staging needs the checkpoint)
+            rows = self.spark.createDataFrame([], spark_schema(DeltaChanges(self.spark, path, FUNCTION).schema()))
+            return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(self.spark, call, rows)
+        try:
+            schema = self.read(call).schema
+        finally:
+            self.restore()
+        return self.spark.createDataFrame([], schema)
+
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a
         stream in another shape: its files are not the change rows its readers get."""

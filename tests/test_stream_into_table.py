@@ -329,6 +329,8 @@ def test_a_folder_source_runs_into_a_table_with_its_settings(spark, database, tm
         return sorted(tuple(r) for r in spark.table(TARGET).collect())
 
     (topic / "part-1.json").write_text(_event(1, "Ada", 10) + "\n")
+    with pytest.raises(SqlextError, match=r"\[UNKNOWN_SOURCE\].*customers"):  # a misspelt name, named
+        run_into_table(spark, sql.replace("STREAM(customers", "STREAM(customer"), TARGET, **settings)
     counts = run_into_table(spark, sql, TARGET, **settings)
     assert counts.quarantined == 0 and counts.files_read == 1
     assert spark.table(TARGET).columns == ["id", "name", "source_lsn"] and rows() == [(1, "Ada", 10)]

@@ -720,8 +720,9 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
     name = to_sql(target)
     settings = dict(sources=sources, source_format=source_format, schemas=schemas, source_options=source_options,
                     bad_records=bad_records)
-    # the settings are checked before anything is dropped or read
+    # the settings, and the names the statement reads, are checked before anything is dropped or read
     folders = Sources(spark, sources, source_format, schemas, None, source_options, bad_records)
+    folders.check_used(one_statement(sql), "sources= (a dbt model's sqlext_sources)")
     exists = spark.catalog.tableExists(name)
     folder = resolve(spark, table_folder(spark, target, exists))
     if full_refresh:

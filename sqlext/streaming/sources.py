@@ -193,12 +193,12 @@ class Sources:
 
         return holders
 
-    def check_used(self, tree: exp.Expression) -> None:
+    def check_used(self, tree: exp.Expression, option: str = "--source (sources=)") -> None:
         """A folder given for a name the statement does not read, while it reads a stream that
         has no folder and is no table or view, is a misspelt name (``[UNKNOWN_SOURCE]``): the
         statement would fail on a table that does not exist, and say nothing of the folder. A
         folder beside those of every stream the statement reads is left alone: one mapping of
-        sources may serve several statements."""
+        sources may serve several statements. ``option`` is how the caller's user gave the folders."""
         from difflib import get_close_matches
 
         from sqlext.delta import path_of
@@ -213,7 +213,7 @@ class Sources:
                     or self._is_table(names[-1]):
                 continue
             name = (get_close_matches(names[-1], unused, n=1, cutoff=0) or unused)[0]
-            raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
+            raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option=option, name=name,
                               read=f"{to_sql(call)}, which no source names and which is no table or view")
 
     def _is_table(self, name: str) -> bool:

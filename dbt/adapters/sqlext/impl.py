@@ -57,7 +57,9 @@ def stateful_functions(sql: str) -> List[str]:
 # how each is read: {name: {"path": ..., "format": ..., ...}}
 SOURCES_CONFIG = "sqlext_sources"
 # the settings of one folder, as sqlext.stream names them; path alone is required
-SOURCE_KEYS = ("path", "format", "schema", "options", "bad_records", "schema_evolution")
+SOURCE_KEYS = ("path", "format", "schema", "options", "bad_records")
+# a setting that is known but not taken yet: refused by name (see SCHEMA_EVOLUTION below)
+_NOT_YET = "schema_evolution"
 _EXAMPLE = "{'customers': {'path': '/data/customers', 'format': 'json'}}"
 
 
@@ -97,7 +99,7 @@ def source_settings(config: Any, sql: str) -> Dict[str, Any]:
                               fix=f"Give the folder as {{'path': {given!r}}}." if isinstance(given, str)
                               else f"Write them as {_EXAMPLE}.")
         for key in given:
-            if key not in SOURCE_KEYS:
+            if key not in SOURCE_KEYS and key != _NOT_YET:
                 near = get_close_matches(str(key), SOURCE_KEYS, n=1)
                 raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=where,
                                   expected=f"a mapping with the keys {', '.join(SOURCE_KEYS)}",
@@ -125,15 +127,15 @@ def source_settings(config: Any, sql: str) -> Dict[str, Any]:
                                   expected="a mapping of Spark's reader options", value=_shown(given["options"]),
                                   fix="Write them as {'header': 'true', 'delimiter': ';'}.")
             options[name] = {str(k): _option_text(v) for k, v in given["options"].items()}
-        if "schema_evolution" in given:
+        if _NOT_YET in given:
             # SCHEMA_EVOLUTION: the one place a source's schema_evolution is to be passed on, as
             # run_into_table(..., schema_evolution={name: value}) and from there to
             # Sources(..., schema_evolution=...), once Sources takes that keyword (it does not
             # in this sqlext); until then it is refused, never ignored.
-            known = ", ".join(k for k in SOURCE_KEYS if k != "schema_evolution")
             raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=where,
-                              expected=f"a mapping with the keys {known} (this sqlext has no schema_evolution)",
-                              value=f"schema_evolution: {sql_value(str(given['schema_evolution']))}",
+                              expected=f"a mapping with the keys {', '.join(SOURCE_KEYS)} (this sqlext has no "
+                                       f"{_NOT_YET})",
+                              value=f"{_NOT_YET}: {sql_value(str(given[_NOT_YET]))}",
                               fix="Remove it: a run over a source whose columns changed is refused "
                                   "([STREAM_SCHEMA_CHANGED], naming the file that changed them).")
     read = _names_read(sql)

@@ -696,8 +696,8 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
                    bad_records: Mapping[str, str] | None = None):
     """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables or folders) into the
     catalog table ``table``: the rows of the changes that arrived since the last run are
-    appended. Returns the run's counts (:class:`~sqlext.streaming.summary.Counts`: what it
-    read and wrote, and the bad records it quarantined).
+    appended. Returns the number of bad records the run set aside in the quarantine (0 where
+    it met none, or none of its folders asks for one).
 
     The table is a Parquet table over a folder that also holds the run's checkpoint (in
     ``_sqlext_checkpoint``, which Spark's file readers skip), so the output and the state
@@ -713,7 +713,8 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
     to ``_sqlext_checkpoint/quarantine`` in the table's folder."""
     from sqlext.session import ensure_installed
     from sqlext.storage import resolve
-    from sqlext.streaming.summary import RunCounter
+    from sqlext.streaming.bad_records import Quarantine
+    from sqlext.streaming.summary import committed_batches
 
     ensure_installed(spark)
     target = table_name(table)
@@ -740,13 +741,13 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
             raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
                               have=_columns(have), want=_columns(want))
     checkpoint = folder / CHECKPOINT_FOLDER
-    counter = RunCounter(spark, checkpoint.uri, folder.uri)
-    query = run_available_now(spark, sql, checkpoint=checkpoint.uri, output=folder.uri, start_over=START_OVER_DBT,
-                              **settings)
+    committed = committed_batches(checkpoint)
+    run_available_now(spark, sql, checkpoint=checkpoint.uri, output=folder.uri, start_over=START_OVER_DBT, **settings)
     if not exists:
         spark.catalog.createTable(name, path=folder.uri, source="parquet", schema=schema)
     spark.catalog.refreshTable(name)
-    return counter.counts(query)
+    # counted as sqlext stream's summary counts them: the records of the batches this run committed
+    return Quarantine(checkpoint).count(sorted(committed_batches(checkpoint) - committed))
 
 
 def _result_schema(spark, sql: str, sources: Sources | None = None):

@@ -244,10 +244,10 @@ class SqlextAdapter(SparkAdapter):
         with as_dbt_errors():
             settings = source_settings(sources, sql)
             spark = spark_session(self.config.credentials.server_side_parameters)
-            counts = run_into_table(spark, sql, table, full_refresh=full_refresh, **settings)
+            quarantined = run_into_table(spark, sql, table, full_refresh=full_refresh, **settings)
         said = "incremental run" if not full_refresh else "full refresh"
-        if counts.quarantined:
-            said += f"; quarantined {counts.quarantined} bad record{'' if counts.quarantined == 1 else 's'}"
+        if quarantined:
+            said += f"; quarantined {quarantined} bad record{'' if quarantined == 1 else 's'}"
         return f"OK ({said})"
 
     @available

@@ -348,3 +348,23 @@ def test_a_folder_source_runs_into_a_table_with_its_settings(spark, database, tm
     (topic / "part-3.json").write_text(_event(5, "Eve", 50) + "\n")
     assert run_into_table(spark, sql, TARGET, **settings, bad_records={"customers": "quarantine"}) == 0
     assert rows() == [(1, "Ada", 10), (2, "Bob", 20), (4, "Dee", 40), (5, "Eve", 50)]
+
+
+def test_a_delta_table_given_as_a_folder_runs_into_a_table(spark, database, tmp_path):
+    """A folder that holds a Delta table (what a dbt model's ``sqlext_sources`` path may name):
+    the table's columns are its change rows', learned from the table's log before the first run
+    (which stages the commits in its checkpoint), and each run appends what the new commits
+    changed."""
+    import delta_tables
+
+    ddl = "id BIGINT, balance BIGINT"
+    path = tmp_path / "landing" / "accounts"
+    delta_tables.create(path, ddl)
+    delta_tables.commit(path, ddl, "id", [{"id": 1, "balance": 10, "_change_type": "insert"},
+                                          {"id": 2, "balance": -5, "_change_type": "insert"}])
+    sql = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(accounts)), key => 'id', predicate => 'balance >= 0')"
+    run_into_table(spark, sql, TARGET, sources={"accounts": str(path)})
+    assert spark.table(TARGET).columns == ["id", "balance", "_change_type", "_commit_version"]
+    delta_tables.commit(path, ddl, "id", [{"id": 2, "balance": 7, "_change_type": "update_postimage"}])
+    run_into_table(spark, sql, TARGET, sources={"accounts": str(path)})
+    assert sorted(tuple(r) for r in spark.table(TARGET).collect()) == [(1, 10, "insert", 1), (2, 7, "insert", 2)]

@@ -274,3 +274,32 @@ def test_a_json_field_that_appears_is_a_new_column_of_an_inferred_source(spark, 
     run_available_now(spark, FILTER, schema_evolution={"accounts": "add_columns"}, **options)
     out = spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "out"))
     assert sorted((r["id"], r["currency"]) for r in out.collect()) == [(1, None), (2, None), (3, "NOK")]
+
+
+def test_a_catalog_table_gains_the_column_and_refuses_a_widening(spark, tmp_path):
+    """What a dbt model's table does: a column a source gained is added to the table once the
+    run wrote its rows; a wider type is refused before anything is read."""
+    from sqlext.streaming import run_into_table
+
+    accounts = tmp_path / "accounts"
+    spark.sql("CREATE DATABASE evolving LOCATION " + "'" + str(tmp_path / "wh").replace("'", "\\'") + "'")
+    try:
+        settings = dict(sources={"accounts": str(accounts)}, schema_evolution={"accounts": "evolve"})
+        write(accounts, "a.parquet", [change(1, 5, "insert", 1)], BASE)
+        run_into_table(spark, FILTER, "evolving.filtered", **settings)
+        write(accounts, "b.parquet", [change(2, 6, "insert", 2, note="x")], BASE + [("note", pa.string())])
+        run_into_table(spark, FILTER, "evolving.filtered", **settings)
+        table = spark.table("evolving.filtered")
+        assert table.schema.names[-1] == "note"
+        assert sorted((r["id"], r["note"]) for r in table.collect()) == [(1, None), (2, "x")]
+        write(accounts, "c.parquet", [change(3, 7, "insert", 3)], BASE + [("note", pa.string())])
+        run_into_table(spark, FILTER, "evolving.filtered", **settings)  # the table holds the column now
+        assert spark.table("evolving.filtered").count() == 3
+        wide = [("balance", pa.int64()) if n == "balance" else (n, t) for n, t in BASE]
+        write(accounts, "d.parquet", [change(4, 2 ** 40, "insert", 4)], wide)
+        with pytest.raises(SqlextError) as raised:
+            run_into_table(spark, FILTER, "evolving.filtered", **settings)
+        assert raised.value.error_class == "STREAM_TABLE_COLUMNS_DIFFER" and "balance" in str(raised.value)
+        assert spark.table("evolving.filtered").count() == 3
+    finally:
+        spark.sql("DROP DATABASE evolving CASCADE")

@@ -299,3 +299,72 @@ def test_a_call_over_a_debezium_stream_runs_into_a_table_of_its_change_rows(spar
         run_into_table(spark, sql, TARGET)
         assert multiset(as_delta(table_dicts(spark, TARGET), "debezium")) == batch_rows(spark)
     assert spark.table(TARGET).columns == ["id", "name", "tier", "_change_type", "source_lsn"]
+
+
+def _event(key: int, name: str, lsn: int) -> str:
+    """A Debezium event creating a row, as a topic's JSON file holds it (one per line)."""
+    import json
+
+    return json.dumps({"before": None, "after": {"id": key, "name": name}, "op": "c", "ts_ms": lsn,
+                       "source": {"lsn": lsn}})
+
+
+def test_a_folder_source_runs_into_a_table_with_its_settings(spark, database, tmp_path):
+    """Folders of change files run into a table with stream()'s per-source settings (what a dbt
+    model's ``sqlext_sources`` config gives): the table's columns come from the folder as a run
+    reads it (the declared row inside a Debezium envelope, as change rows), before any run. A
+    bad line stops a strict run naming its file and line, and the table keeps its rows; with
+    the quarantine the run reads the others, the record lands in the checkpoint in the table's
+    folder, and the run returns how many it set aside; the next run appends exactly the new rows."""
+    from sqlext.streaming.bad_records import QUARANTINE_FOLDER
+
+    topic = tmp_path / "landing" / "customers"
+    topic.mkdir(parents=True)
+    sql = ("SELECT id, name, source_lsn FROM CHANGELOG_FILTER(input => TABLE(STREAM(customers, "
+           "format => 'debezium')), key => 'id', predicate => 'true')")
+    settings = dict(sources={"customers": str(topic)}, source_format="json",
+                    schemas={"customers": "id BIGINT, name STRING"})
+
+    def rows():
+        return sorted(tuple(r) for r in spark.table(TARGET).collect())
+
+    (topic / "part-1.json").write_text(_event(1, "Ada", 10) + "\n")
+    with pytest.raises(SqlextError, match=r"\[UNKNOWN_SOURCE\].*customers"):  # a misspelt name, named
+        run_into_table(spark, sql.replace("STREAM(customers", "STREAM(customer"), TARGET, **settings)
+    assert run_into_table(spark, sql, TARGET, **settings) == 0  # nothing quarantined
+    assert spark.table(TARGET).columns == ["id", "name", "source_lsn"] and rows() == [(1, "Ada", 10)]
+
+    (topic / "part-2.json").write_text(_event(2, "Bob", 20) + "\n" + _event(3, "Cy", 30)[:-9] + "\n"
+                                       + _event(4, "Dee", 40) + "\n")
+    with pytest.raises(SqlextError, match=r"\[BAD_RECORD\].*line 2 of \S*part-2\.json"):
+        run_into_table(spark, sql, TARGET, **settings)
+    assert rows() == [(1, "Ada", 10)]
+
+    assert run_into_table(spark, sql, TARGET, **settings, bad_records={"customers": "quarantine"}) == 1
+    assert rows() == [(1, "Ada", 10), (2, "Bob", 20), (4, "Dee", 40)]
+    quarantine = spark.read.parquet(str(database / FOLDER / CHECKPOINT_FOLDER / QUARANTINE_FOLDER)).collect()
+    assert [(r.source, r.line, r.file.endswith("part-2.json")) for r in quarantine] == [("customers", 2, True)]
+
+    (topic / "part-3.json").write_text(_event(5, "Eve", 50) + "\n")
+    assert run_into_table(spark, sql, TARGET, **settings, bad_records={"customers": "quarantine"}) == 0
+    assert rows() == [(1, "Ada", 10), (2, "Bob", 20), (4, "Dee", 40), (5, "Eve", 50)]
+
+
+def test_a_delta_table_given_as_a_folder_runs_into_a_table(spark, database, tmp_path):
+    """A folder that holds a Delta table (what a dbt model's ``sqlext_sources`` path may name):
+    the table's columns are its change rows', learned from the table's log before the first run
+    (which stages the commits in its checkpoint), and each run appends what the new commits
+    changed."""
+    import delta_tables
+
+    ddl = "id BIGINT, balance BIGINT"
+    path = tmp_path / "landing" / "accounts"
+    delta_tables.create(path, ddl)
+    delta_tables.commit(path, ddl, "id", [{"id": 1, "balance": 10, "_change_type": "insert"},
+                                          {"id": 2, "balance": -5, "_change_type": "insert"}])
+    sql = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(accounts)), key => 'id', predicate => 'balance >= 0')"
+    run_into_table(spark, sql, TARGET, sources={"accounts": str(path)})
+    assert spark.table(TARGET).columns == ["id", "balance", "_change_type", "_commit_version"]
+    delta_tables.commit(path, ddl, "id", [{"id": 2, "balance": 7, "_change_type": "update_postimage"}])
+    run_into_table(spark, sql, TARGET, sources={"accounts": str(path)})
+    assert sorted(tuple(r) for r in spark.table(TARGET).collect()) == [(1, 10, "insert", 1), (2, 7, "insert", 2)]

@@ -381,7 +381,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     from sqlext.streaming.engine import inputs_stream
 
     folders = [sources.parquet_folder(t.this) for t in numbered]
-    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted)
+    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources)
     kept = _COMPILED.get(key)
     if kept is not None:
         return kept
@@ -389,7 +389,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
                          converted)
     compiled = inputs_stream(frames), pipeline
     # under the key as it is now: a first run has just written the checkpoint's layout file
-    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted),
+    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources),
                   compiled)
     return compiled
 
@@ -400,12 +400,14 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 # second for a chain of three calls and an aggregate), as a query that keeps running uses one
 # function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
-# files a new checkpoint writes anew are part of the key.
+# files a new checkpoint writes anew are part of the key, and so is how each folder's records
+# are read (its format, reader options and bad-records mode: a strict stream refuses a bad
+# record inside Spark, so a run that asks for the quarantine needs a stream of its own).
 _COMPILED = Recent(8)
 
 
 def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,
-                  converted) -> tuple:
+                  converted, sources: "Sources") -> tuple:
     from sqlext.streaming.checkpoint import LAYOUT_FILE
     from sqlext.streaming.engine import BUCKETS_SETTING
 
@@ -415,6 +417,7 @@ def _compiled_key(spark, statement: str, checkpoint, output, output_format: str,
     return (id(spark), statement, checkpoint.uri, output.uri, output_format,
             tuple(f.schema.json() for f in frames), tuple(None if f is None else f.uri for f in folders),
             tuple(sorted(converted)), spark.conf.get(BUCKETS_SETTING, ""),
+            tuple((r.name, r.file_format, tuple(sorted(r.options.items())), r.mode) for r in sources.records),
             written(checkpoint, STATEMENT_FILE), written(checkpoint / STATE_FOLDER, LAYOUT_FILE))
 
 
@@ -696,23 +699,44 @@ def reads_streams(sql: str) -> bool:
     return any(_is_stream(t) for t in tree.find_all(exp.Table))
 
 
-def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -> None:
-    """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables) into the catalog
-    table ``table``: the rows of the changes that arrived since the last run are appended.
+def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
+                   sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+                   schemas: Mapping[str, str] | None = None,
+                   source_options: Mapping[str, Mapping[str, str]] | None = None,
+                   bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
+    """One incremental run of ``sql`` (which reads ``STREAM(...)`` tables or folders) into the
+    catalog table ``table``: the rows of the changes that arrived since the last run are
+    appended. Returns the number of bad records the run set aside in the quarantine (0 where
+    it met none, or none of its folders asks for one).
 
     The table is a Parquet table over a folder that also holds the run's checkpoint (in
     ``_sqlext_checkpoint``, which Spark's file readers skip), so the output and the state
-    that produced it stay together: dropping the folder starts over. A new table's folder is
+    that produced them stay together: dropping the folder starts over. A new table's folder is
     ``<its database's location>/<name>``. ``full_refresh`` drops the table and its folder first,
     so the run processes the whole history again. A table that exists without such a
     checkpoint (written by something else), or whose columns differ from the statement's, is
-    refused: ``full_refresh`` rebuilds it."""
+    refused: ``full_refresh`` rebuilds it.
+
+    ``sources``, ``source_format``, ``schemas``, ``source_options``, ``bad_records`` and
+    ``schema_evolution`` are :func:`stream`'s: folders of change files read by name, their
+    files' format, columns, reader options, what happens to a record that cannot be read, and
+    how a source's columns may change. A quarantined record goes to
+    ``_sqlext_checkpoint/quarantine`` in the table's folder. A column a source gained is added
+    to the table once the run wrote its rows (``ALTER TABLE ... ADD COLUMNS``); a wider type is
+    refused, as Spark does not change the type of a column of a table of files."""
     from sqlext.session import ensure_installed
     from sqlext.storage import resolve
+    from sqlext.streaming.bad_records import Quarantine
+    from sqlext.streaming.summary import committed_batches
 
     ensure_installed(spark)
     target = table_name(table)
     name = to_sql(target)
+    settings = dict(sources=sources, source_format=source_format, schemas=schemas, source_options=source_options,
+                    bad_records=bad_records, schema_evolution=schema_evolution)
+    # the settings, and the names the statement reads, are checked before anything is dropped or read
+    folders = Sources(spark, sources, source_format, schemas, None, source_options, bad_records, schema_evolution)
+    folders.check_used(one_statement(sql), "sources= (a dbt model's sqlext_sources)")
     exists = spark.catalog.tableExists(name)
     folder = resolve(spark, table_folder(spark, target, exists))
     if full_refresh:
@@ -720,52 +744,86 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False) -
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
             exists = False
         folder.delete()
-    schema = _result_schema(spark, sql)
+    schema = _result_schema(spark, sql, folders)
     if exists:
         if not (folder / CHECKPOINT_FOLDER).is_dir():
             raise SqlextError("STREAM_TABLE_NOT_INCREMENTAL", function=FUNCTION, table=name, folder=folder.uri)
         have = [(f.name, f.dataType.simpleString()) for f in spark.table(name).schema.fields]
         want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
-        if have != want:
+        added = _added_columns(have, want)
+        if added is None:
             raise SqlextError("STREAM_TABLE_COLUMNS_DIFFER", function=FUNCTION, table=name,
                               have=_columns(have), want=_columns(want))
-    run_available_now(spark, sql, checkpoint=(folder / CHECKPOINT_FOLDER).uri, output=folder.uri,
-                      start_over=START_OVER_DBT)
+    checkpoint = folder / CHECKPOINT_FOLDER
+    committed = committed_batches(checkpoint)
+    run_available_now(spark, sql, checkpoint=checkpoint.uri, output=folder.uri, start_over=START_OVER_DBT, **settings)
     if not exists:
         spark.catalog.createTable(name, path=folder.uri, source="parquet", schema=schema)
+    elif added:  # a source's columns grew, as its schema evolution allowed (the run checked)
+        spark.sql(to_sql(exp.Alter(this=target.copy(), kind="TABLE", actions=[exp.Schema(expressions=[
+            exp.ColumnDef(this=exp.to_identifier(f.name, quoted=True), kind=exp.DataType.build(f.dataType.simpleString(),
+                                                                                             dialect="spark"))
+            for f in schema.fields if f.name in added])])))
     spark.catalog.refreshTable(name)
+    # counted as sqlext stream's summary counts them: the records of the batches this run committed
+    return Quarantine(checkpoint).count(sorted(committed_batches(checkpoint) - committed))
 
 
-def _result_schema(spark, sql: str):
+def _added_columns(have: list, want: list) -> list[str] | None:
+    """The columns a table of ``have`` (name, type) gains to hold rows of ``want``: none where
+    they hold the same columns (in any order: a table of files is read by name, and a column it
+    gained is at its end); those ``want`` adds where it only adds (a source's schema evolution);
+    None where a column would change type, or go, which a table of files cannot do.
+
+    >>> _added_columns([("id", "bigint")], [("id", "bigint"), ("c", "string")])
+    ['c']
+    >>> _added_columns([("id", "bigint"), ("c", "string")], [("c", "string"), ("id", "bigint")])
+    []
+    >>> _added_columns([("id", "int")], [("id", "bigint")]) is None
+    True
+    """
+    wanted = dict(want)
+    if any(wanted.get(name) != kind for name, kind in have):
+        return None
+    return [name for name, _ in want if name not in dict(have)]
+
+
+def _result_schema(spark, sql: str, sources: Sources | None = None):
     """The columns the statement's runs write, without running it: those of the statement
     over the whole of each source read as a run reads it (a source in another shape,
     ``STREAM(x, format => ...)``, as its change rows, and the calls over it ordered by their
-    ordering column: :func:`_order_by_streams`). sqlext computes a recursion when it is read,
-    so a recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
+    ordering column: :func:`_order_by_streams`; a folder of ``sources`` as the columns a run
+    reads from its files, with no row). sqlext computes a recursion when it is read, so a
+    recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
     from sqlext.api import sql as run_sql
     from sqlext.streaming.engine import temporary_view
 
+    sources = sources or Sources(spark)
     tree = parse_one(sql)
     if _is_recursion(tree):
-        return _recursion_schema(spark, tree)
+        return _recursion_schema(spark, tree, sources)
     _order_by_streams(tree)
     with ExitStack() as views:
-        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t) and stream_options(t.this)]:
-            _replace(table, views.enter_context(temporary_view(_batch_rows(spark, table.this))))
+        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t)]:
+            if stream_options(table.this) or sources.folder_of(table.this) is not None:
+                _replace(table, views.enter_context(temporary_view(_batch_rows(spark, table.this, sources))))
         return run_sql(spark, batch_form(to_sql(tree))).schema
 
 
-def _batch_rows(spark, call: exp.Anonymous):
+def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
     """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
-    (``format => ...``), as change rows."""
+    (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
+    reads from it."""
     from sqlext.api import sql as run_sql
     from sqlext.streaming.sources import DELTA_SHAPE, as_change_rows, stream_shape
 
+    if sources.folder_of(call) is not None:
+        return sources.batch_frame(call)
     rows = run_sql(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
     return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(spark, call, rows)
 
 
-def _recursion_schema(spark, tree: exp.Expression):
+def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     """The columns of an incremental recursion's runs, found by the code of the run
     (:class:`sqlext.streaming.recursion.TableStateRecursion`): the recursion's rows over the
     edges as the run reads them, through the outer query, and over a change feed of edges
@@ -779,7 +837,7 @@ def _recursion_schema(spark, tree: exp.Expression):
     from sqlext.streaming.sources import stream_order
 
     shape = RecursionShape(tree)
-    edges = _batch_rows(spark, shape.stream.this).schema
+    edges = _batch_rows(spark, shape.stream.this, sources).schema
     order = stream_order(shape.stream.this)
     order_by = next((f.name for f in edges.fields if f.name.lower() == order.lower()), order)
     fields = [f for f in edges.fields if f.name not in (CHANGE_TYPE, order_by)]

@@ -169,7 +169,8 @@ def refusal(source: SourceRecords, record: dict) -> SqlextError:
 
 
 def _quarantine_hint(name: str) -> str:
-    return f"--bad-records {name}=quarantine on the command line, bad_records={{{name!r}: 'quarantine'}} in Python"
+    return (f"--bad-records {name}=quarantine on the command line, bad_records={{{name!r}: 'quarantine'}} in Python, "
+            f"'bad_records': 'quarantine' in its settings of a dbt model's sqlext_sources")
 
 
 def _shown(record: str, limit: int = 200) -> str:

@@ -223,12 +223,12 @@ class Sources:
 
         return absent
 
-    def check_used(self, tree: exp.Expression) -> None:
+    def check_used(self, tree: exp.Expression, option: str = "--source (sources=)") -> None:
         """A folder given for a name the statement does not read, while it reads a stream that
         has no folder and is no table or view, is a misspelt name (``[UNKNOWN_SOURCE]``): the
         statement would fail on a table that does not exist, and say nothing of the folder. A
         folder beside those of every stream the statement reads is left alone: one mapping of
-        sources may serve several statements."""
+        sources may serve several statements. ``option`` is how the caller's user gave the folders."""
         from difflib import get_close_matches
 
         from sqlext.delta import path_of
@@ -243,7 +243,7 @@ class Sources:
                     or self._is_table(names[-1]):
                 continue
             name = (get_close_matches(names[-1], unused, n=1, cutoff=0) or unused)[0]
-            raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option="--source (sources=)", name=name,
+            raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option=option, name=name,
                               read=f"{to_sql(call)}, which no source names and which is no table or view")
 
     def _is_table(self, name: str) -> bool:
@@ -251,6 +251,32 @@ class Sources:
             return bool(self.spark.catalog.tableExists(name))
         except Exception:  # noqa: BLE001 - a name the catalog cannot read names no table
             return False
+
+    def folder_of(self, call: exp.Anonymous) -> str | None:
+        """The folder given for the name ``STREAM(name)`` reads (as the user gave it), or None."""
+        return next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
+
+    def batch_frame(self, call: exp.Anonymous):
+        """An empty batch DataFrame of the columns a run reads from the folder ``STREAM(name)``
+        names (as change rows where it names a shape), for the batch form of a statement over
+        folders (a table's columns are learned from it before its first run); None where the
+        name has no folder. No row is read and nothing is recorded or staged: a checkpoint's
+        records are its runs' to write."""
+        from sqlext.delta import DeltaChanges, is_delta_table, spark_reads_delta
+        from sqlext.streaming.run import spark_schema
+
+        path = self.folder_of(call)
+        if path is None:
+            return None
+        if is_delta_table(resolve(self.spark, path)) and not spark_reads_delta(self.spark):
+            # its change rows, as a run stages them (staging needs the checkpoint)
+            rows = self.spark.createDataFrame([], spark_schema(DeltaChanges(self.spark, path, FUNCTION).schema()))
+            return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(self.spark, call, rows)
+        try:
+            schema = self.read(call).schema
+        finally:
+            self.restore()
+        return self.spark.createDataFrame([], schema)
 
     def parquet_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files ``STREAM(name)`` reads, if it reads one. None for a

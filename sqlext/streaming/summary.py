@@ -63,14 +63,14 @@ class RunCounter:
         self.spark = spark
         self.checkpoint, self.output = resolve(spark, checkpoint), resolve(spark, output)
         self.output_format = output_format
-        self.committed = _committed(self.checkpoint)
+        self.committed = committed_batches(self.checkpoint)
         self.files = self._data_files()
 
     def counts(self, query=None) -> Counts:
         from sqlext.streaming.bad_records import Quarantine
         from sqlext.streaming.batches import batch_entries
 
-        batches = sorted(_committed(self.checkpoint) - self.committed)
+        batches = sorted(committed_batches(self.checkpoint) - self.committed)
         counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches))
         spark_rows = 0  # the rows Spark counted, for sources that are not folders of files
         for progress in (query.recentProgress if query is not None else []):
@@ -124,7 +124,8 @@ def _rows(paths: list[str], spark) -> int | None:
     return total
 
 
-def _committed(checkpoint: Folder) -> set[int]:
+def committed_batches(checkpoint: Folder) -> set[int]:
+    """The micro-batches a checkpoint's runs committed (Spark's commit log)."""
     try:
         return {int(e.name) for e in (checkpoint / "commits").entries() if e.name.isdigit()}
     except Exception:  # noqa: BLE001 - no commits folder to read: none committed

@@ -4,7 +4,7 @@ sqlext's functions, whose results over new rows alone would be wrong."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List, Mapping
 
 from dbt.adapters.base import available
 from dbt.adapters.spark.impl import SparkAdapter
@@ -53,6 +53,129 @@ def stateful_functions(sql: str) -> List[str]:
     return sorted(found)
 
 
+# A model's config that names the folders of change files its STREAM(name) sources read, and
+# how each is read: {name: {"path": ..., "format": ..., ...}}
+SOURCES_CONFIG = "sqlext_sources"
+# the settings of one folder, as sqlext.stream names them; path alone is required
+SOURCE_KEYS = ("path", "format", "schema", "options", "bad_records", "schema_evolution")
+_EXAMPLE = "{'customers': {'path': '/data/customers', 'format': 'json'}}"
+
+
+def source_settings(config: Any, sql: str) -> Dict[str, Any]:
+    """The keyword arguments of :func:`sqlext.streaming.run_into_table` for a model's
+    ``sqlext_sources`` config (None: none): each name ``STREAM(name)`` may read, mapped to its
+    folder's ``path`` (a URI or a path, as ``sources=`` takes it), ``format`` (of its files;
+    Parquet by default), ``schema`` (its columns, DDL), ``options`` (Spark's reader options) and
+    ``bad_records`` (``'fail'`` or ``'quarantine'``) and ``schema_evolution`` (``'fail'``,
+    ``'add_columns'``, ``'widen_types'`` or ``'evolve'``). A config that is not of that shape is a
+    classed error naming what is wrong.
+
+    A run reads its folders in one format, as ``sqlext stream`` does (``--source-format``), so
+    the folders ``sql`` reads must agree on it (folders the model does not read, of a mapping
+    shared by many models in ``dbt_project.yml``, may be of any format)."""
+    from difflib import get_close_matches
+
+    from sqlext.errors import SqlextError
+
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=SOURCES_CONFIG,
+                          expected="a mapping of each name STREAM(name) reads to its folder's settings, such as "
+                                   + _EXAMPLE,
+                          value=_shown(config),
+                          fix=f"Give {SOURCES_CONFIG} as a mapping (a dict in config(), a mapping in dbt_project.yml).")
+    folders, formats, schemas, options, bad_records, evolution = {}, {}, {}, {}, {}, {}
+    for name, given in config.items():
+        where = f"the settings of {name!r} in {SOURCES_CONFIG}"
+        if not isinstance(name, str) or not name.strip():
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=f"a name in {SOURCES_CONFIG}",
+                              expected="the name a STREAM(name) of the model reads", value=_shown(name),
+                              fix=f"Key each folder's settings by that name: {_EXAMPLE}.")
+        if not isinstance(given, Mapping):
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=where,
+                              expected=f"a mapping with the keys {', '.join(SOURCE_KEYS)}", value=_shown(given),
+                              fix=f"Give the folder as {{'path': {given!r}}}." if isinstance(given, str)
+                              else f"Write them as {_EXAMPLE}.")
+        for key in given:
+            if key not in SOURCE_KEYS:
+                near = get_close_matches(str(key), SOURCE_KEYS, n=1)
+                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=where,
+                                  expected=f"a mapping with the keys {', '.join(SOURCE_KEYS)}",
+                                  value=f"the key {_shown(key)}",
+                                  fix=f"Did you mean {near[0]!r}?" if near else "Remove it.")
+        path = given.get("path")
+        if not isinstance(path, str) or not path.strip():
+            raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
+                              argument=f"the path of {name!r} in {SOURCES_CONFIG}",
+                              expected="the folder of its change files (a path, or a URI such as s3a://bucket/topic)",
+                              value="nothing" if path is None else _shown(path),
+                              fix=f"Add 'path': '/data/{name}' to {where}.")
+        folders[name] = path
+        for key, into in (("format", formats), ("schema", schemas), ("bad_records", bad_records),
+                          ("schema_evolution", evolution)):
+            if key in given:
+                if not isinstance(given[key], str):
+                    raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
+                                      argument=f"the {key} of {name!r} in {SOURCES_CONFIG}", expected="text",
+                                      value=_shown(given[key]), fix=_TEXT_FIX[key])
+                into[name] = given[key]
+        if "options" in given:
+            if not isinstance(given["options"], Mapping):
+                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
+                                  argument=f"the options of {name!r} in {SOURCES_CONFIG}",
+                                  expected="a mapping of Spark's reader options", value=_shown(given["options"]),
+                                  fix="Write them as {'header': 'true', 'delimiter': ';'}.")
+            options[name] = {str(k): _option_text(v) for k, v in given["options"].items()}
+    read = _names_read(sql)
+    used = {name: formats.get(name, "parquet") for name in folders if name in read}
+    if len({f.lower() for f in used.values()}) > 1:
+        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
+                          argument=f"the formats of the folders the model reads in {SOURCES_CONFIG}",
+                          expected="one format (a run reads its folders in one, as sqlext stream's --source-format)",
+                          value=", ".join(f"{name}: {kind}" for name, kind in sorted(used.items())),
+                          fix="Read one of them in an incremental model of its own (CHANGELOG_FILTER(input => "
+                              "TABLE(STREAM(name)), key => ..., predicate => 'true')), and that model's table here "
+                              "with STREAM(ref(...)).")
+    source_format = next(iter(used.values()), "parquet").lower()
+    return dict(sources=folders, source_format=source_format, schemas=schemas, source_options=options,
+                bad_records=bad_records, schema_evolution=evolution)
+
+
+_TEXT_FIX = {
+    "format": "Name the files' format as Spark's reader does: 'parquet', 'json', 'csv', ...",
+    "schema": "Write the columns as DDL: 'id BIGINT, name STRING'.",
+    "bad_records": "Write 'fail' (the default) or 'quarantine'.",
+    "schema_evolution": "Write 'fail' (the default), 'add_columns', 'widen_types' or 'evolve'.",
+}
+
+
+def _option_text(value: Any) -> str:
+    """A reader option's value as Spark takes it: YAML's true is 'true', not Python's 'True'."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _names_read(sql: str) -> set:
+    """The spellings of the names the model's ``STREAM(...)`` sources read."""
+    from sqlglot import exp
+
+    from sqlext.rewrites.dialect import is_stream, parse_one
+    from sqlext.streaming.sources import stream_names
+
+    try:
+        tree = parse_one(sql)
+    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
+        return set()
+    return {name for table in tree.find_all(exp.Table) if is_stream(table) for name in stream_names(table.this)}
+
+
 def _seed_text(value) -> str | None:
     """A CSV value as agate read it, written as the text Spark casts to the column's type."""
     import datetime
@@ -98,18 +221,24 @@ class SqlextAdapter(SparkAdapter):
         return reads_streams(sql)
 
     @available
-    def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool) -> str:
+    def sqlext_run_stream(self, table: str, sql: str, full_refresh: bool, sources: Any = None) -> str:
         """One incremental run of a model that reads ``STREAM(...)`` into its table (see
-        :func:`sqlext.streaming.run_into_table`); the text dbt shows for it. A run whose
-        upstream incremental model was rebuilt since its last run is refused by the run itself
-        (``[STREAM_SOURCE_REBUILT]``: :func:`sqlext.streaming.checkpoint.check_source_build`)."""
+        :func:`sqlext.streaming.run_into_table`); the text dbt shows for it, which counts the
+        bad records the run quarantined. ``sources`` is the model's ``sqlext_sources`` config:
+        the folders of change files it reads by name, and how (:func:`source_settings`). A run
+        whose upstream incremental model was rebuilt since its last run is refused by the run
+        itself (``[STREAM_SOURCE_REBUILT]``: :func:`sqlext.streaming.checkpoint.check_source_build`)."""
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
         from sqlext.streaming import run_into_table
 
-        spark = spark_session(self.config.credentials.server_side_parameters)
         with as_dbt_errors():
-            run_into_table(spark, sql, table, full_refresh=full_refresh)
-        return "OK (incremental run)" if not full_refresh else "OK (full refresh)"
+            settings = source_settings(sources, sql)
+            spark = spark_session(self.config.credentials.server_side_parameters)
+            quarantined = run_into_table(spark, sql, table, full_refresh=full_refresh, **settings)
+        said = "incremental run" if not full_refresh else "full refresh"
+        if quarantined:
+            said += f"; quarantined {quarantined} bad record{'' if quarantined == 1 else 's'}"
+        return f"OK ({said})"
 
     @available
     def sqlext_check_incremental_run(self, model_name: str, sql: str) -> str:

@@ -7,7 +7,10 @@
      and a full refresh process the whole history. A model may read another such model
      (STREAM(ref(...))): it reads the change rows that model appended since its own last run;
      if that model was rebuilt (a full refresh) since then, the run is refused
-     ([STREAM_SOURCE_REBUILT]) until this model is rebuilt too.
+     ([STREAM_SOURCE_REBUILT]) until this model is rebuilt too. A STREAM(name) may also read a
+     folder of change files that the model's sqlext_sources config names (its path, format,
+     schema, reader options and bad-records mode); records set aside in the quarantine are
+     counted in the run's message.
 
      Any other model runs the spark adapter's incremental materialization, after one check: an
      incremental run (the table exists, no full refresh) whose SQL calls CHANGELOG_FILTER,
@@ -32,7 +35,9 @@
     {%- do adapter.drop_relation(existing) -%}
   {%- endif -%}
   {{ run_hooks(pre_hooks) }}
-  {%- set message = adapter.sqlext_run_stream(target_relation.render(), compiled_code, should_full_refresh()) -%}
+  {#-- the folders of change files STREAM(name) reads, and how: the model's sqlext_sources config --#}
+  {%- set message = adapter.sqlext_run_stream(target_relation.render(), compiled_code, should_full_refresh(),
+                                              config.get('sqlext_sources')) -%}
   {%- call noop_statement("main", message) -%}{{ compiled_code }}{%- endcall -%}
   {{ run_hooks(post_hooks) }}
   {%- do persist_docs(target_relation, model) -%}

@@ -306,3 +306,33 @@ def test_a_statement_that_keeps_no_state_refuses_a_bad_record_too(spark, tmp_pat
     assert rows(spark, tmp_path / "out", "id") == []
     error = refused(lambda: run_available_now(spark, plain, bad_records={"accounts": "quarantine"}, **options))
     assert error.error_class == "UNSUPPORTED_STREAM" and "quarantine" in str(error)
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "json"])
+def test_a_change_of_unknown_type_is_quarantined_with_its_values_and_row(spark, tmp_path, file_format):
+    changes = tmp_path / "changes"
+    rows = [(1, 5, "insert", 1), (2, 6, "insrt", 1), (3, 7, "insert", 1)]
+    columns = ["id", "balance", "_change_type", "_commit_version"]
+    changes.mkdir()
+    if file_format == "parquet":
+        pd.DataFrame(rows, columns=columns).to_parquet(changes / "part-1.parquet")
+    else:
+        write(changes / "part-1.json", "".join(json.dumps(dict(zip(columns, r))) + "\n" for r in rows))
+    options = dict(sources={"accounts": str(changes)}, source_format=file_format, checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"))
+    if file_format == "json":
+        options["schemas"] = {"accounts": ACCOUNTS}
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "UNKNOWN_CHANGE_TYPE" and "part-1" in str(error)
+    run_available_now(spark, FILTER, bad_records={"accounts": "quarantine"}, **options)
+    assert rows_of(spark, tmp_path / "out") == [(1, 5), (3, 7)]
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
+    assert quarantine["error_class"].tolist() == ["UNKNOWN_CHANGE_TYPE"]
+    assert json.loads(quarantine["record"][0]) == dict(zip(columns, rows[1]))
+    # the row of a Parquet file; a text file's line is not known for a record that reads
+    assert quarantine["line"].tolist() == [2] if file_format == "parquet" else quarantine["line"].isna().all()
+    assert "'insrt'" in quarantine["problem"][0]
+
+
+def rows_of(spark, folder) -> list[tuple]:
+    return rows(spark, folder, "id", "balance")

@@ -360,7 +360,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
         return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema,
-                                           folder=sources.parquet_folder(shape.stream.this))
+                                           folder=sources.rows_folder(shape.stream.this))
     _refuse_recursion(tree)
     from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
 
@@ -368,7 +368,7 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
         source = sources.read(streams[0].this)
         shape = SelfJoinShape(spark, tree, source.schema)
         return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
-                                          source.schema, sources.parquet_folder(streams[0].this))
+                                          source.schema, sources.rows_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
     _order_by_streams(root)
     statement = to_sql(tree)
@@ -505,7 +505,7 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             index = next(i for i, t in enumerate(numbered) if t is inner)
             frame = frames[index]
             inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
-                                 folder=None if index in converted else sources.parquet_folder(inner.this))
+                                 folder=None if index in converted else sources.rows_folder(inner.this))
         elif inner is not None and keyed_call(inner) is not None:
             upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets,
                                  converted=converted)

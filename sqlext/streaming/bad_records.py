@@ -72,7 +72,8 @@ class SourceRecords:
     ``StructType``, without :data:`CORRUPT`), what happens to a bad record (``mode``), and the
     position of the source among the query's sources (Spark's numbering in its offset log);
     ``optional``: the columns (in lower case) a file may lack, its rows reading NULL there, where
-    the source's columns may grow (:mod:`sqlext.streaming.schema_evolution`)."""
+    the source's columns may grow (:mod:`sqlext.streaming.schema_evolution`); ``change_rows``:
+    its files hold change rows as they are, whose ``_change_type`` a quarantine checks too."""
 
     name: str
     file_format: str
@@ -82,6 +83,7 @@ class SourceRecords:
     index: int = 0
     folder: Folder | None = None
     optional: frozenset = frozenset()
+    change_rows: bool = False  # its files hold change rows as they are (no format => ... to read them in)
 
     @property
     def parsed(self) -> bool:
@@ -106,11 +108,31 @@ class SourceRecords:
             return self.schema
         return StructType(list(self.schema.fields) + [StructField(CORRUPT, StringType(), True)])
 
-    def checked(self, frame):
-        """``frame`` (read with :meth:`read_schema`) as the statement reads it: a bad record
-        refused where it is met (strict), or left out (quarantined by :class:`Door`)."""
+    @property
+    def change_type(self) -> str | None:
+        """The column of its rows' change types, where a quarantine checks them."""
+        from sqlext.functions.changes import CHANGE_TYPE
+
+        return next((n for n in self.schema.names if n.lower() == CHANGE_TYPE), None) if self.change_rows else None
+
+    def _unknown_type(self):
+        """A Spark condition: the row's change type is none a change row has (NULL too)."""
         from pyspark.sql import functions as F
 
+        from sqlext.functions.arguments import quote
+        from sqlext.functions.changes import CHANGE_TYPES
+
+        kind = F.col(quote(self.change_type))
+        return kind.isNull() | ~kind.isin(*CHANGE_TYPES)
+
+    def checked(self, frame):
+        """``frame`` (read with :meth:`read_schema`) as the statement reads it: a bad record
+        refused where it is met (strict), or left out (quarantined by :class:`Door`, as is a
+        change row whose change type is unknown)."""
+        from pyspark.sql import functions as F
+
+        if self.mode == QUARANTINE and self.change_type is not None:
+            frame = frame.where(~self._unknown_type())
         if not self.parsed:
             return frame
         bad = F.col(CORRUPT).isNotNull()
@@ -126,22 +148,43 @@ class SourceRecords:
                            F.lit(after))
         return frame.where(F.when(bad, F.raise_error(message)).otherwise(F.lit(True))).drop(CORRUPT)
 
-    def bad_records(self, spark, files: list[str], batch_id: int) -> pa.Table:
-        """The records of ``files`` (URIs) that its reader cannot read, as quarantine rows."""
+    def bad_records(self, spark, files: list[str], batch_id: int, unknown_types: bool = False) -> pa.Table:
+        """The records of ``files`` (URIs) that its reader cannot read, as quarantine rows; with
+        ``unknown_types``, also the change rows whose change type is unknown (a record that
+        reads, but is no change: its values as JSON, at its row in a Parquet file)."""
         from pyspark.sql import functions as F
 
-        if not self.parsed or not files:
+        from sqlext.functions.changes import CHANGE_TYPES
+
+        unknown_types = unknown_types and self.change_type is not None
+        if not (self.parsed or unknown_types) or not files:
             return QUARANTINE_SCHEMA.empty_table()
         frame = self.read_files(spark, files)
+        bad = F.col(CORRUPT).isNotNull() if self.parsed else F.lit(False)
+        if unknown_types:
+            bad = bad | self._unknown_type()
+        parquet = self.file_format.lower() == "parquet"
+        places = [F.col(FILE_PATH).alias(FILE)] + ([F.col("_metadata.row_index").alias("__sx_row")] if parquet else [])
         # every column is read (Spark refuses a query of its files that reads only CORRUPT)
-        found = frame.where(F.col(CORRUPT).isNotNull()).select("*", F.col(FILE_PATH).alias(FILE)).collect()
+        found = frame.where(bad).select("*", *places).collect()
         rows = []
         lines = _Lines(spark)
         for row in found:
-            file, record = unquote(row[FILE]), row[CORRUPT]
-            column, problem = self.problem(record)
-            rows.append({"batch": batch_id, "source": self.name, "file": file, "line": lines.of(file, record),
-                         "record": record, "error_class": "BAD_RECORD", "column": column, "problem": problem})
+            file = unquote(row[FILE])
+            record = row[CORRUPT] if self.parsed else None
+            if record is not None:
+                column, problem = self.problem(record)
+                rows.append({"batch": batch_id, "source": self.name, "file": file, "line": lines.of(file, record),
+                             "record": record, "error_class": "BAD_RECORD", "column": column, "problem": problem})
+                continue
+            kind = row[self.change_type]
+            values = {n: row[n] for n in self.schema.names}
+            rows.append({"batch": batch_id, "source": self.name, "file": file,
+                         "line": row["__sx_row"] + 1 if parquet else None,
+                         "record": json.dumps(values, default=str), "error_class": "UNKNOWN_CHANGE_TYPE",
+                         "column": self.change_type,
+                         "problem": f"has {self.change_type} = {sql_value(kind)}, which is none of "
+                                    f"{', '.join(CHANGE_TYPES)}"})
         return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
 
     def problem(self, record: str) -> tuple[str | None, str]:
@@ -389,8 +432,8 @@ class Door:
             files = self._files(spark, source, batch_id)
             if source.file_format.lower() == "parquet":
                 check_parquet_files(source, files)
-            elif source.parsed and source.mode == QUARANTINE:
-                quarantined.append(source.bad_records(spark, [f.uri for f in files], batch_id))
+            if source.mode == QUARANTINE:
+                quarantined.append(source.bad_records(spark, [f.uri for f in files], batch_id, unknown_types=True))
         if any(s.mode == QUARANTINE for s in self.sources):
             Quarantine(self.checkpoint).write(batch_id, pa.concat_tables(quarantined) if quarantined
                                               else QUARANTINE_SCHEMA.empty_table())

@@ -291,6 +291,17 @@ class Sources:
         folder = next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
         return None if folder is None else resolve(self.spark, folder)
 
+    def rows_folder(self, call: exp.Anonymous) -> Folder | None:
+        """The folder of Parquet files whose batch files a run may read its rows from itself
+        (:meth:`parquet_folder`), or None where Spark reads them: a source whose bad records go
+        to the quarantine, whose stream leaves out the change rows the quarantine takes."""
+        from sqlext.streaming.bad_records import QUARANTINE
+
+        names = stream_names(call)
+        if any(self.bad_records.get(n) == QUARANTINE for n in names if n in self.folders):
+            return None
+        return self.parquet_folder(call)
+
     def read(self, call: exp.Anonymous):
         """The streaming DataFrame ``STREAM(name)`` names, as change rows where it names a shape
         (``format => ...``). Its columns are compared with those the checkpoint's first run
@@ -349,7 +360,8 @@ class Sources:
             schema = self._declared(name, folder, stream_shape(call) == DEBEZIUM_SHAPE) if name in self.schemas \
                 else self._found(name, folder)
             records = SourceRecords(name, self.file_format, self.options.get(name, {}), schema,
-                                    self.bad_records.get(name, FAIL), index, resolve(self.spark, folder))
+                                    self.bad_records.get(name, FAIL), index, resolve(self.spark, folder),
+                                    change_rows=stream_shape(call) == DELTA_SHAPE)
             self.records.append(records)
             if name in self._nanos:
                 return self._read_nanos(name, folder, schema, records.reader_options())

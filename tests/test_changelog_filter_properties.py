@@ -68,7 +68,7 @@ def test_reference_logic_properties(events, shape):
     _check("pure", None, shape, events)
 
 
-@settings(max_examples=examples(12, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, shape=st.sampled_from(SHAPES))
 def test_native_rewrite_properties_and_agreement(spark, events, shape):
     native = _check("native", spark, shape, events)
@@ -119,7 +119,7 @@ def test_a_delete_and_an_insert_of_one_version_are_the_update_they_write(events,
     assert multiset(kernel.to_pylist()) == expected
 
 
-@settings(max_examples=examples(8, 80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(4, 80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, rewrite=rewrites)
 def test_the_native_rewrite_and_the_table_function_read_a_delete_and_an_insert_as_the_update(spark, events, rewrite):
     rows = cdf_rows(events)

@@ -300,7 +300,7 @@ def _versioned(events, gaps):
     return out
 
 
-@settings(max_examples=examples(25, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, join_type=st.sampled_from(["inner", "left"]), shape=st.sampled_from(SHAPES))
 def test_matches_reference_replay(spark, events, join_type, shape):
     expected = reference_outputs(events, join_type)
@@ -398,7 +398,7 @@ def join_kernel(events, join_type, emit, rewrite):
     return out.to_pylist()
 
 
-@settings(max_examples=examples(8, 80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(4, 80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=event_lists, join_type=st.sampled_from(["inner", "left"]), rewrite=rewrites)
 def test_a_delete_and_an_insert_of_one_version_are_the_update_in_the_batch_rule_and_the_kernel(
         spark, events, join_type, rewrite):

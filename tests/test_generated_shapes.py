@@ -16,7 +16,7 @@ from rows import multiset
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.session import SparkRelations
 
-SETTINGS = settings(max_examples=examples(12, 120), deadline=None,
+SETTINGS = settings(max_examples=examples(6, 120), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

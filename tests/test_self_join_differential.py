@@ -142,7 +142,7 @@ SHAPES = st.sampled_from([
 ])
 
 
-@settings(max_examples=examples(25, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12, 250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, extra=EXTRA, shape=SHAPES, x=st.integers(0, 12), y=st.integers(0, 12),
        in_where=st.booleans())
 def test_generated_self_joins_give_the_same_rows(spark, events, keys, band, extra, shape, x, y, in_where):
@@ -168,7 +168,7 @@ OTHERS = st.lists(st.sampled_from([
 CHAIN_SHAPES = st.sampled_from(["pairs", "aggregate", "grouped by other"])
 
 
-@settings(max_examples=examples(12, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, extra=EXTRA, others=OTHERS, shape=CHAIN_SHAPES, x=st.integers(0, 12),
        y=st.integers(0, 12), data=st.data())
 def test_generated_chains_of_joins_give_the_same_rows(spark, events, keys, band, extra, others, shape, x, y, data):
@@ -218,7 +218,7 @@ SECOND = st.sampled_from([
 ])
 
 
-@settings(max_examples=examples(10, 100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(5, 100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=KEYS, band=BANDS, second=SECOND, side=st.sampled_from(["a", "b"]), x=st.integers(0, 12),
        y=st.integers(0, 12), shape=st.sampled_from(["pairs", "aggregate"]), in_where=st.booleans())
 def test_generated_chains_of_two_self_joins_rewrite_the_first(spark, events, keys, band, second, side, x, y,

@@ -33,7 +33,7 @@ STATEMENTS = {
 }
 
 
-@settings(max_examples=examples(8, 80), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(4, 80), deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=histories(), cuts=st.lists(st.integers(1, 14), max_size=3), statement=st.sampled_from(sorted(STATEMENTS)),
        path=st.sampled_from(["driver", "spark"]))
 def test_the_aggregate_after_each_run_is_the_batch_aggregate(spark, tmp_path_factory, storage, history, cuts,

@@ -123,7 +123,7 @@ class Chain:
                 self.spark.catalog.dropTempView(name)
 
 
-@settings(max_examples=examples(9, 90), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 90), deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=histories(), cuts=st.lists(st.integers(1, 14), max_size=3), shape=st.sampled_from(sorted(SHAPES)),
        emit=st.sampled_from(["changes", "records", "final"]), path=st.sampled_from(["driver", "spark"]),
        net=st.booleans())

@@ -336,3 +336,40 @@ def test_a_change_of_unknown_type_is_quarantined_with_its_values_and_row(spark, 
 
 def rows_of(spark, folder) -> list[tuple]:
     return rows(spark, folder, "id", "balance")
+
+
+# ``sqlext stream`` that SIGKILLs its own process group inside micro-batch 1 of a statement that
+# keeps no state, once the batch's files are written and before they are committed
+KILLED_BEFORE_THE_OUTPUT_COMMIT = """
+import os, signal, sys
+from sqlext.cli import main
+from sqlext.streaming.run import BatchOutput
+
+commit = BatchOutput.commit
+def die_first(self, batch_id):
+    if batch_id == 1:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    commit(self, batch_id)
+BatchOutput.commit = die_first
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_statement_that_keeps_no_state_shows_readers_outside_spark_only_committed_rows(spark, tmp_path, storage):
+    from sqlext.cli import main
+
+    changes, out = tmp_path / "changes", tmp_path / "out"
+    changes.mkdir()
+    columns = ["id", "balance", "_change_type", "_commit_version"]
+    pd.DataFrame([(1, 5, "insert", 1), (2, -1, "insert", 1)], columns=columns).to_parquet(changes / "a.parquet")
+    query = tmp_path / "q.sql"
+    query.write_text("SELECT id, balance FROM STREAM(accounts) WHERE balance >= 0")
+    options = ["--source", f"accounts={changes}", "--checkpoint", str(tmp_path / "cp"), "--output", str(out)]
+    assert main(["stream", str(query), *options]) == 0
+    pd.DataFrame([(3, 7, "insert", 2)], columns=columns).to_parquet(changes / "b.parquet")
+    storage.run_until_killed(KILLED_BEFORE_THE_OUTPUT_COMMIT, "stream", str(query), *options)
+    assert sorted(pd.read_parquet(out)["id"]) == [1]  # the killed batch's files are not in the folder
+    assert not (out / "_spark_metadata").exists()
+    assert main(["stream", str(query), *options]) == 0
+    assert sorted(pd.read_parquet(out)["id"]) == [1, 3]
+    assert sorted(r["id"] for r in spark.read.parquet(str(out)).collect()) == [1, 3]

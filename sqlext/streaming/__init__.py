@@ -109,6 +109,10 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     return RunningQuery(query, checkpoint, reads)
 
 
+# the log Spark's file sink keeps in its output folder, of the files it committed
+SPARK_SINK_LOG = "_spark_metadata"
+
+
 def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
     from sqlext.streaming.bad_records import Door
 
@@ -128,7 +132,11 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
         else:  # nothing to keep between runs: Spark's own streaming query
             frame = _frame(spark, tree, sources)
             check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-            if output_format == "delta" and output is not None:  # a table Spark's file sink does not write
+            if output is not None and (output_format == "delta" or not (output / SPARK_SINK_LOG).exists()):
+                # each batch's files appear in one step at its commit, also to readers outside
+                # Spark (a Delta table: Spark's file sink does not write one). An output an
+                # earlier sqlext wrote with Spark's file sink keeps it: Spark reads such a
+                # folder through the log of that sink, which lists only the files it wrote.
                 from sqlext.streaming.run import FramesRun
 
                 writer = frame.writeStream.foreachBatch(FramesRun(checkpoint, output, output_format)) \

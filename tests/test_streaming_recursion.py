@@ -378,7 +378,7 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
     re-derives nodes 49 and 50 only, never the whole result (on the driver: the rows marked;
     in Spark: the rows the one recursion reaches)."""
-    from sqlext.streaming.recursion import TableStateRecursion
+    from sqlext.streaming.recursion import RecursionRun
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
@@ -388,14 +388,14 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     current.run(from_zero)
     sizes = []
     counted_method = "_suspects" if path == "driver" else "_recursion"
-    measured = getattr(TableStateRecursion, counted_method)
+    measured = getattr(RecursionRun, counted_method)
 
     def counted(self, *args):
         rows = measured(self, *args)
         sizes.append(rows.num_rows if path == "driver" else rows.count())
         return rows
 
-    monkeypatch.setattr(TableStateRecursion, counted_method, counted)
+    monkeypatch.setattr(RecursionRun, counted_method, counted)
     current.change([(48, 49, "delete", 2)])
     current.run(from_zero)
     assert sizes == [2]  # the rows the deleted edge reached: 49 and 50; nothing re-derives them
@@ -478,22 +478,22 @@ CHANGES = (
 KILLING_CLI = """
 import os, signal, sys
 from sqlext.cli import main
-from sqlext.streaming.recursion import TableStateRecursion
+from sqlext.streaming.recursion import RecursionRun
 
 def die(batch_id):
     if batch_id == 1:
         assert os.getpgrp() == os.getpid(), "not in a session of its own"
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
-point, call = sys.argv[1], TableStateRecursion.__call__
+point, call = sys.argv[1], RecursionRun.__call__
 if point == "before the output":
     def dying(write):
         def write_then_die(self, spark, rows, batch_id, *args, **kwargs):
             die(batch_id)
             write(self, spark, rows, batch_id, *args, **kwargs)
         return write_then_die
-    TableStateRecursion.write_statement = dying(TableStateRecursion.write_statement)
-    TableStateRecursion.write_rows = dying(TableStateRecursion.write_rows)
+    RecursionRun.write_statement = dying(RecursionRun.write_statement)
+    RecursionRun.write_rows = dying(RecursionRun.write_rows)
 elif point == "between the states":
     from sqlext.streaming.state import KeyedState
     commit = KeyedState.commit
@@ -506,7 +506,7 @@ else:
     def call_then_die(self, batch, batch_id):
         call(self, batch, batch_id)
         die(batch_id)
-    TableStateRecursion.__call__ = call_then_die
+    RecursionRun.__call__ = call_then_die
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -122,7 +122,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
                                   reason="its micro-batches write their rows into a folder",
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
-            source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
+            source, function = _stateful_function(spark, tree, sources, checkpoint, output, output_format)
             writer = source.writeStream.foreachBatch(Door(function, checkpoint, sources.records)) \
                 .option("checkpointLocation", checkpoint.uri)
         else:  # nothing to keep between runs: Spark's own streaming query
@@ -344,7 +344,7 @@ def one_statement(sql: str) -> exp.Expression:
     return statements[0]
 
 
-def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
+def _stateful_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
     """The streaming source and the foreachBatch function of a statement holding one
     CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
     around it)."""
@@ -355,20 +355,20 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
     if _is_recursion(tree) and streams and not calls:
-        from sqlext.streaming.recursion import RecursionShape, TableStateRecursion
+        from sqlext.streaming.recursion import RecursionRun, RecursionShape
 
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
-        return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema,
-                                           folder=sources.rows_folder(shape.stream.this))
+        return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
+                                    folder=sources.rows_folder(shape.stream.this))
     _refuse_recursion(tree)
-    from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
+    from sqlext.streaming.self_join import SelfJoinRun, SelfJoinShape, is_self_join
 
     if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
         shape = SelfJoinShape(spark, tree, source.schema)
-        return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
-                                          source.schema, sources.rows_folder(streams[0].this))
+        return source, SelfJoinRun(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
+                                   source.schema, sources.rows_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
     _order_by_streams(root)
     statement = to_sql(tree)
@@ -825,7 +825,7 @@ def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
 
 def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     """The columns of an incremental recursion's runs, found by the code of the run
-    (:class:`sqlext.streaming.recursion.TableStateRecursion`): the recursion's rows over the
+    (:class:`sqlext.streaming.recursion.RecursionRun`): the recursion's rows over the
     edges as the run reads them, through the outer query, and over a change feed of edges
     the change columns a run carries (``_change_type`` and the stream's ordering column)."""
     from pyspark.sql.types import StructField, StringType, StructType

@@ -53,7 +53,7 @@ from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
-from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
+from sqlext.streaming.run import (STEPS, StatefulRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.task_memory import task_memory
@@ -256,7 +256,7 @@ def source_frame(batch, index: int):
     return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
 
 
-class Pipeline(TableStateRun):
+class Pipeline(StatefulRun):
     """The ``foreachBatch`` function of a statement around a tree of keyed operators:
     ``operators`` leaves first, the last one the call the statement reads."""
 

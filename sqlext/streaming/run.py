@@ -80,8 +80,11 @@ def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
     return size <= limit and (state_bytes is None or state_bytes() * 4 <= CACHE_BYTES)
 
 
-class TableStateRun:
-    """The statement around the call, the batch call over the batch's views, and the output."""
+class StatefulRun:
+    """What the ``foreachBatch`` function of a statement that keeps state holds: the statement
+    around the call, the batch call over the batch's views, the state in the checkpoint, and
+    the output. :class:`~sqlext.streaming.engine.Pipeline`, the recursion and the self-join are
+    its kinds; :class:`FramesRun` is the run of a statement that keeps none."""
 
     def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: Folder, output: Folder,
                  output_format: str, function: str, arguments: tuple[str, ...]):

@@ -1,4 +1,4 @@
-"""Incremental runs of FK_JOIN on Structured Streaming (the 'tables' engine): the outputs of
+"""Incremental runs of FK_JOIN on Structured Streaming: the outputs of
 the runs, concatenated, equal the batch output over the whole input however the input is
 split into increments; KIP-213's event table fed one event per run gives each row of the
 table in the run that sees its event; a late change stops the run with nothing written.
@@ -48,7 +48,7 @@ class Feeds:
         }
         self.output, self.checkpoint = root / "out", root / "checkpoint"
         self.seen: list[dict] = []
-        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
+        self.path = "auto"  # where a run computes: the driver, Spark, or by size
         for name, schema in self.schemas.items():  # both folders hold their columns from the start
             spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(root / name))
 
@@ -175,16 +175,15 @@ def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
     assert current.output_frame().count() == 1
 
 
-@pytest.mark.parametrize("sql, engine, error", [
-    (join_sql(), "state_store", r"engine='tables'"),
+@pytest.mark.parametrize("sql, error", [
     # keys Spark compares only through an implicit cast: refused before any run, with the cast to write
-    (join_sql(foreign_key="CAST(fk AS STRING)"), "tables", r"foreign key of type string.*rid of type bigint.*"
-                                                              r"CAST\(CAST\(fk AS STRING\) AS BIGINT\)"),
+    (join_sql(foreign_key="CAST(fk AS STRING)"), r"foreign key of type string.*rid of type bigint.*"
+                                                 r"CAST\(CAST\(fk AS STRING\) AS BIGINT\)"),
 ])
-def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, engine, error):
+def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, error):
     current = feeds("cdf", [(1, "left", "k", {"fk": 1, "note": "n"})])
     with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*" + error):
-        run_available_now(current.spark, sql, **current.options(), engine=engine)
+        run_available_now(current.spark, sql, **current.options())
 
 
 @pytest.mark.storage("viewfs")
@@ -296,8 +295,8 @@ def test_bench_incremental_fk_checks_rows_against_the_batch(spark, capsys):
 
     results = bench_incremental(spark, rows=0, runs=1, percent=5, function="fk", left=3000, right=300)
     out = capsys.readouterr().out
-    assert set(results) == {"tables"} and "FK_JOIN emit => 'changes', engine 'tables'" in out
-    assert results["tables"]["rows"] > 0 and len(results["tables"]["incremental"]) == len(results["tables"]["floor"]) == 1
+    assert "FK_JOIN emit => 'changes': history" in out
+    assert results["rows"] > 0 and len(results["incremental"]) == len(results["floor"]) == 1
     assert "floor: a streaming run per input" in out
 
 

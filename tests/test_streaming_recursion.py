@@ -1,5 +1,5 @@
 """Incremental recursion over a growing edge set (``WITH RECURSIVE ... UNION`` over
-``STREAM(edges)``, engine 'tables'): however the edges are split into increments, the
+``STREAM(edges)``): however the edges are split into increments, the
 outputs of the runs, concatenated, equal the batch recursion over all edges; each run adds
 only rows that a new edge made reachable; a batch redone after a lost commit writes its rows
 once; what cannot run incrementally is a classed error.
@@ -48,7 +48,7 @@ class Edges:
         self.spark, self.root, self.storage = spark, root, storage
         self.source, self.output, self.checkpoint = root / "edges", root / "out", root / "checkpoint"
         self.all: list[tuple] = []
-        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
+        self.path = "auto"  # where a run computes: the driver, Spark, or by size
 
     def add(self, edges):
         if edges:
@@ -425,8 +425,8 @@ def test_bench_incremental_recursion_checks_rows_against_the_batch(spark, capsys
 
     results = bench_incremental(spark, rows=0, runs=1, percent=5, function="recursion", nodes=3000)
     out = capsys.readouterr().out
-    assert set(results) == {"tables"} and "WITH RECURSIVE (ancestors, UNION), engine 'tables'" in out
-    assert results["tables"]["rows"] > 3000 and len(results["tables"]["incremental"]) == 1
+    assert "WITH RECURSIVE (ancestors, UNION): history" in out
+    assert results["rows"] > 3000 and len(results["incremental"]) == 1
 
 
 def test_a_constant_anchor_and_columns_qualified_by_the_recursion_name(spark, edges):

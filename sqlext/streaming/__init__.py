@@ -39,31 +39,12 @@ FUNCTION = "sqlext stream"
 _views = itertools.count(1)
 
 
-ENGINES = ("tables",)
-# engines sqlext had and retired: why, in the words of the error a run that asks for one gets
-RETIRED = {
-    "state_store": "it was retired: it kept CHANGELOG_FILTER's state in Spark's state store, one Python call per key, "
-                   "and ran a 1% increment of 10M changes in 36.6 s where recomputing everything took about 10 s "
-                   "(0.27x the speed of the batch query)",
-}
 OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
-
-
-def check_engine(engine: str, function: str = FUNCTION) -> None:
-    """``engine`` is one sqlext runs; a retired one is UNSUPPORTED_STREAM saying why and what to use."""
-    if engine in RETIRED:
-        raise SqlextError("UNSUPPORTED_STREAM", function=function, what=f"engine {engine!r}", reason=RETIRED[engine],
-                          fix="Leave engine out, or pass engine='tables' (the default, --engine tables): it runs "
-                              "every incremental statement; for a sink other than a folder, "
-                              "sqlext.streaming.streaming_frame gives the output as a streaming DataFrame.")
-    if engine not in ENGINES:
-        raise SqlextError("INVALID_OPTION_VALUE", function=function, argument="engine", value=repr(engine),
-                          allowed=", ".join(repr(e) for e in ENGINES))
 
 
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None, engine: str = "tables",
+           source_format: str = "parquet", query_name: str | None = None,
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
            source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
            schema_evolution: Mapping[str, str] | None = None):
@@ -72,9 +53,8 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
 
-    ``engine`` is ``"tables"``, the one engine: the functions keep their state as Parquet
-    layers in the checkpoint (:mod:`sqlext.streaming.engine`). ``"state_store"`` was retired
-    (:data:`RETIRED`) and is refused, saying why. A statement whose functions keep no state
+    The functions keep their state as Parquet layers in the checkpoint
+    (:mod:`sqlext.streaming.engine`). A statement whose functions keep no state
     (``SELECT ... FROM STREAM(name) WHERE ...``) runs as Spark's own streaming query.
 
     ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
@@ -92,7 +72,6 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
 
     The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
     ``awaitTermination``, where the run failed with one."""
-    check_engine(engine)
     from sqlext.storage import resolve
 
     tree = one_statement(sql)
@@ -118,7 +97,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
         if not _stateless(tree):
             if output is None:
                 raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
-                                  what="engine 'tables' without an output folder",
+                                  what="a statement that keeps state without an output folder",
                                   reason="its micro-batches write their rows into a folder",
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
@@ -227,7 +206,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                     bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
 
-    A statement whose functions keep state runs on the 'tables' engine, as :func:`stream`
+    A statement whose functions keep state runs as :func:`stream`
     runs it: its micro-batches write their rows into ``output`` (by default the folder
     ``sqlext-output`` of ``checkpoint``, which it needs for its state), and the frame is
     Spark's file stream of that folder, which a sink query reads with a checkpoint of its
@@ -631,7 +610,7 @@ def _refuse_table_input(function: str, name: str, argument) -> None:
 
 
 def _refuse_shape(calls: list, streams: list) -> exp.Table:
-    """What the 'tables' engine runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
+    """What a run of keyed operators runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
     arguments are streams or other such calls (a pipeline), and no stream outside it; anything
     else is refused, saying what is missing or extra. Returns the outermost call."""
     if not streams:
@@ -669,14 +648,14 @@ def _is_recursion(tree: exp.Expression) -> bool:
 
 
 def _refuse_recursion(tree: exp.Expression) -> None:
-    """A recursion over a stream runs incrementally only on its own, on the 'tables' engine
+    """A recursion over a stream runs incrementally only on its own
     (:mod:`sqlext.streaming.recursion`); anywhere else it would see each micro-batch's rows alone."""
     if _is_recursion(tree) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion here",
-            reason="a recursion runs incrementally only as a statement of its own, on engine 'tables' (it would "
+            reason="a recursion runs incrementally only as a statement of its own (it would "
                    "see each micro-batch's rows alone)",
-            fix="Run WITH RECURSIVE over STREAM(edges) as its own statement with engine 'tables', or as a batch "
+            fix="Run WITH RECURSIVE over STREAM(edges) as its own statement, or as a batch "
                 "query (sqlext.sql).")
 
 

@@ -1,5 +1,4 @@
-"""Incremental CHANGELOG_FILTER on the 'tables' engine, one micro-batch at a time
-(``foreachBatch``).
+"""Incremental CHANGELOG_FILTER, one micro-batch at a time (``foreachBatch``).
 
 The state (:class:`~sqlext.streaming.state.KeyedState`, by the call's key) holds each key's
 last applied change: its row, ordering value, whether it leaves a row and whether that row

@@ -1,4 +1,4 @@
-"""Incremental FK_JOIN on the 'tables' engine, one micro-batch at a time.
+"""Incremental FK_JOIN, one micro-batch at a time.
 
 Both inputs arrive in one stream (each row in the column of its side, the left rows with their
 foreign key computed). The state is KIP-213's two stores, each a

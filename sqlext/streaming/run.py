@@ -1,4 +1,4 @@
-"""What every ``foreachBatch`` function of the 'tables' engine shares: the statement around the
+"""What every ``foreachBatch`` function of an incremental run shares: the statement around the
 function call, the increment as Arrow data, the choice of where a run computes, and the
 output folder's files.
 

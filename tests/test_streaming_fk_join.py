@@ -19,7 +19,6 @@ from feeds import computed_on
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
-from sqlext.streaming.engine import LAST_RUN
 from test_fk_join import (
     LEFT_CDF, LEFT_UPSERT, RIGHT_CDF, RIGHT_UPSERT, SEED_EVENTS, SEED_EXPECTED, compact, event_lists, feed, fk_join,
 )
@@ -73,7 +72,7 @@ class Feeds:
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, **self.options())
+            self.last_batch = run_available_now(self.spark, sql, **self.options()).last_batch
         rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) else []
         new, self.seen = added(rows, self.seen), rows
@@ -156,7 +155,7 @@ def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit, path, for
     for version, *_ in SEED_EVENTS:
         current.release(version - 1, version)
         got = compact(current.run(join_sql(join_type, emit, foreign_key=foreign_key)), emit)
-        assert LAST_RUN["placement"] == ("driver" if path == "driver" else "executors")
+        assert current.last_batch.placement == ("driver" if path == "driver" else "executors")
         assert got == [r for r in expected if r[4] == version], version
 
 

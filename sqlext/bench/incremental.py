@@ -334,7 +334,6 @@ def _copy_sql(name: str) -> str:
 def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: bool = False) -> dict:
     import sqlext
     from sqlext.streaming import jobs_of, run_available_now
-    from sqlext.streaming.run import STEPS
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
     named = "file://" + directory if uri else directory  # how the runs name the folders
@@ -347,9 +346,9 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         for name, copy in copies.items():  # the floor's queries read the history first, untimed
             run_available_now(spark, _copy_sql(name), **copy)
         started = time.perf_counter()
-        run_available_now(spark, workload.streamed, **options)
+        query = run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
-        initial_steps = dict(STEPS)
+        initial_steps = _steps(query)
         first_batch = _batch_over_history(spark, workload, directory)
         native_options = dict(sources=options["sources"], checkpoint=f"{directory}/native-checkpoint",
                               output=f"{directory}/native-out")
@@ -364,7 +363,7 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
             query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
             jobs.append(len(jobs_of(spark, query)))
-            steps.append(dict(STEPS))
+            steps.append(_steps(query))
             if workload.native_stream is not None:
                 settle(spark)
                 started = time.perf_counter()
@@ -429,6 +428,12 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
                 "jobs": jobs, "steps": steps, "native": native, "native_state": native_state}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _steps(query) -> dict[str, float]:
+    """The seconds of each step of a run's last micro-batch (none where it ran none)."""
+    last = query.last_batch
+    return {} if last is None else dict(last.steps)
 
 
 def _batch_over_history(spark, workload: Workload, directory: str) -> dict:

@@ -81,18 +81,21 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     try:
         reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records,
                         schema_evolution)
-        query = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
+        query, run = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
-    return RunningQuery(query, checkpoint, reads)
+    return RunningQuery(query, checkpoint, reads, run)
 
 
 def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
+    """The query started, and the ``foreachBatch`` function that runs its micro-batches (None
+    where Spark's own sink writes them)."""
     from sqlext.streaming.bad_records import Door
 
     sources.check_used(tree)
     claim(checkpoint, output, purpose_of(tree), start_over)
+    run = None
     try:
         if not _stateless(tree):
             if output is None:
@@ -101,8 +104,8 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
                                   reason="its micro-batches write their rows into a folder",
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
-            source, function = _stateful_function(spark, tree, sources, checkpoint, output, output_format)
-            writer = source.writeStream.foreachBatch(Door(function, checkpoint, sources.records)) \
+            source, run = _stateful_function(spark, tree, sources, checkpoint, output, output_format)
+            writer = source.writeStream.foreachBatch(Door(run, checkpoint, sources.records)) \
                 .option("checkpointLocation", checkpoint.uri)
         else:  # nothing to keep between runs: Spark's own streaming query
             frame = _frame(spark, tree, sources)
@@ -110,7 +113,8 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
             if output_format == "delta" and output is not None:  # a table Spark's file sink does not write
                 from sqlext.streaming.run import FramesRun
 
-                writer = frame.writeStream.foreachBatch(FramesRun(checkpoint, output, output_format)) \
+                run = FramesRun(checkpoint, output, output_format)
+                writer = frame.writeStream.foreachBatch(run) \
                     .option("checkpointLocation", checkpoint.uri)
             else:
                 writer = frame.writeStream.format(output_format).outputMode("append") \
@@ -123,7 +127,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=trigger)
-        return writer.start()
+        return writer.start(), run
     finally:
         sources.restore()  # the query keeps the settings it started with
 
@@ -154,10 +158,20 @@ class RunningQuery:
     the change-row rules) forgets the batch it had planned
     (:func:`~sqlext.streaming.batches.forget_batch`), so that the next run reads the folder as it
     is then: a file corrected under the same name, or replaced by another, is read, and the bad
-    one is not. Everything else is Spark's query."""
+    one is not. :attr:`last_batch` says how its last micro-batch went. Everything else is
+    Spark's query."""
 
-    def __init__(self, query, checkpoint, sources: "Sources | None" = None):
-        self._query, self._checkpoint, self._sources = query, checkpoint, sources
+    def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None):
+        self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
+        self._earlier = None if run is None else run.last  # a run function serves every run of its statement
+
+    @property
+    def last_batch(self):
+        """How this query's last micro-batch went (:class:`~sqlext.streaming.run.BatchReport`:
+        where it computed, the seconds of each step); None before its first, or where Spark's own
+        sink writes the statement's rows."""
+        last = None if self._run is None else self._run.last
+        return None if last is self._earlier else last
 
     def __getattr__(self, name: str):
         return getattr(self._query, name)

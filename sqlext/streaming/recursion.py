@@ -46,7 +46,7 @@ from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
-from sqlext.streaming.run import STEPS, StatefulRun, arrow_frame, on_driver, step
+from sqlext.streaming.run import StatefulRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, LayerWrites, exclude
 
 FUNCTION = "sqlext stream"
@@ -207,7 +207,6 @@ class RecursionRun(StatefulRun):
 
     def run(self, batch, batch_id: int) -> None:
         self._views: list[str] = []
-        STEPS.clear()
         try:
             walks = self._walks_on_driver(batch, batch_id)
             if CHANGE_TYPE in batch.columns and walks:

@@ -389,8 +389,8 @@ def _stateful_function(spark, tree, sources: "Sources", checkpoint, output, outp
 
 # The pipelines this process built, by statement, checkpoint and sources' columns: the next run
 # of a statement takes its operators, its foreachBatch function and its one stream of the
-# sources from here instead of building them again with Spark's analysis (about a quarter of a
-# second for a chain of three calls and an aggregate), as a query that keeps running uses one
+# sources from here instead of building them again with Spark's analysis (a large share of a
+# small run's time for a chain of calls), as a query that keeps running uses one
 # function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
 # files a new checkpoint writes anew are part of the key, and so is how each folder's records

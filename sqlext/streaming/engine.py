@@ -64,8 +64,8 @@ BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
 # an inner operator's forwarded rows are netted per key (see KeyedOperator.forwarded) from this
 # many on: below it, few keys change twice and netting costs more than it saves (an increment
-# of the pipeline bench forwards 100-250k rows whose keys change once: netting them took 0.05 s
-# each, and the readers' work did not shrink); a first run over a long history nets
+# whose keys change once is no smaller netted, and the readers' work does not shrink); a first
+# run over a long history nets
 NET_ROWS = 1_000_000
 INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
 

@@ -167,9 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--output-format", default="parquet", metavar="FORMAT",
                         help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
                              "Delta table, one commit a run")
-    stream.add_argument("--engine", default="tables", metavar="ENGINE",
-                        help="where the state lives: 'tables', Parquet tables in the checkpoint (the default and "
-                             "only engine; 'state_store' was retired)")
     how = stream.add_mutually_exclusive_group()
     how.add_argument("--available-now", action="store_true",
                      help="process what arrived since the last run, then stop (what happens without --every)")
@@ -276,7 +273,7 @@ def _add_bench(commands) -> None:
                            "A history lands and a first incremental run processes it; then, per timed run, an "
                            "increment lands, one incremental run processes it, and the batch query recomputes "
                            "everything. Both outputs are checked against each other.",
-                           "  sqlext bench incremental --rows 10000000 --runs 3 --engine tables\n"
+                           "  sqlext bench incremental --rows 10000000 --runs 3\n"
                            "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
                            "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3")
     incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin", "pipeline"],
@@ -297,9 +294,6 @@ def _add_bench(commands) -> None:
                              help="pipeline: region changes in the history (over a fifth as many regions)")
     incremental.add_argument("--percent", type=float, default=1.0, help="increment size, %% of the history")
     runs(incremental)
-    incremental.add_argument("--engine", default="tables", metavar="ENGINE",
-                             help="where the state lives: 'tables', the default and only engine ('state_store' "
-                                  "was retired)")
     incremental.add_argument("--path", choices=["auto", "driver", "spark"], default="auto", dest="place",
                              help="where a run's step computes: chosen by the engine (auto), the driver, or "
                                   "Spark's executors (spark)")
@@ -350,15 +344,6 @@ def _bench(args) -> int:
 
         bench_serve(args.runs, args.session.to_argv())
         return 0
-    if args.what == "incremental":
-        from sqlext.streaming import check_engine
-
-        try:
-            check_engine(args.engine, "sqlext bench incremental")  # before Spark starts
-        except SqlextError as error:
-            print(error, file=sys.stderr)
-            return 1
-
     spark = command_session(args.session, "sqlext bench", "sqlext-bench", attach=False)
     if args.what == "filter":
         from sqlext.bench.changes import bench_filter
@@ -380,7 +365,7 @@ def _bench(args) -> int:
         from sqlext.bench.incremental import bench_incremental
 
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
-                          engines=(args.engine,), function=args.function, left=args.left, right=args.right,
+                          function=args.function, left=args.left, right=args.right,
                           nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions)
     elif args.levels_only:
         from sqlext.bench.recursion import bench_levels
@@ -527,13 +512,8 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
 def _stream(args) -> int:
     from sqlext.runner import debug_traceback, report_line
     from sqlext.session import command_session
-    from sqlext.streaming import check_engine, run_available_now, stream
+    from sqlext.streaming import run_available_now, stream
 
-    try:
-        check_engine(args.engine)  # before Spark starts
-    except SqlextError as error:
-        print(error, file=sys.stderr)
-        return 1
     scripts = _parsed([args.file], "sqlext stream")
     if scripts is None:
         return 1
@@ -553,7 +533,7 @@ def _stream(args) -> int:
     for (name, key), value in reader_options.items():
         source_options.setdefault(name, {})[key] = value
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
-                   source_format=args.source_format, output_format=args.output_format, engine=args.engine,
+                   source_format=args.source_format, output_format=args.output_format,
                    source_options=source_options, bad_records=bad_records, schema_evolution=evolution)
     _say_stream_runs_its_own_spark()
     spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)

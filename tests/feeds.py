@@ -32,7 +32,7 @@ NULL_V = "NULL"  # an event value meaning: the row is present, its v is NULL (no
 
 @contextmanager
 def computed_on(spark, path: str):
-    """Where the 'tables' engine computes its runs inside the block: 'driver', 'spark', or by the
+    """Where the incremental runs compute inside the block: 'driver', 'spark', or by the
     increment's size ('auto')."""
     from sqlext.streaming.run import PATH_SETTING
 

@@ -61,7 +61,7 @@ BENCH_OPTIONS = {
                   "--levels-only"},
     "serve": {"--runs"},
     "incremental": {"--function", "--rows", "--keys", "--left", "--right", "--nodes", "--percent", "--runs",
-                    "--engine", "--path", "--uri", "--regions"},
+                    "--path", "--uri", "--regions"},
 }
 
 

@@ -9,7 +9,6 @@ a checkpoint; each costs a few seconds, so the data stays small.
 
 from __future__ import annotations
 
-import itertools
 import re
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from profiles import PROFILE, examples
+from profiles import examples
 
 from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
 from rows import added, multiset
@@ -36,11 +35,11 @@ class Feed:
     """A folder of change files, the runs' checkpoint and output folder: local paths to look at
     their files, named to sqlext and Spark in the form of ``storage`` (:meth:`uri`)."""
 
-    def __init__(self, spark, shape, root: Path, engine: str, storage):
-        self.spark, self.shape, self.root, self.engine, self.storage = spark, shape, root, engine, storage
+    def __init__(self, spark, shape, root: Path, storage):
+        self.spark, self.shape, self.root, self.storage = spark, shape, root, storage
         self.source, self.output, self.checkpoint = root / "changes", root / "out", root / "checkpoint"
         self.seen: list[dict] = []
-        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
+        self.path = "auto"  # where a run computes: the driver, Spark, or by size
 
     def add(self, events):
         from pyspark.sql.types import _parse_datatype_string
@@ -54,14 +53,14 @@ class Feed:
         return self.storage.uri(path)
 
     def options(self) -> dict:
-        """The folders of an incremental run (checkpoint, output, sources) and its engine."""
+        """The folders of an incremental run (checkpoint, output, sources)."""
         return dict(checkpoint=self.uri(self.checkpoint), output=self.uri(self.output),
-                    sources={"changes": self.uri(self.source)}, engine=self.engine)
+                    sources={"changes": self.uri(self.source)})
 
     def cli_options(self) -> list[str]:
         """The same, as options of ``sqlext stream``."""
         return ["--checkpoint", self.uri(self.checkpoint), "--output", self.uri(self.output),
-                "--source", f"changes={self.uri(self.source)}", "--engine", self.engine,
+                "--source", f"changes={self.uri(self.source)}",
                 "--conf", f"spark.sqlext.streaming.path={self.path}"]
 
     def output_frame(self):
@@ -77,29 +76,13 @@ class Feed:
         return new
 
 
-ENGINES = ("tables",)  # the one engine ('state_store' was retired: see the test of its error)
-_engine_turns = itertools.count()
-
-
-def pytest_generate_tests(metafunc):
-    """A test that names its engines runs on those; any other test that takes ``engine`` runs on
-    one engine, the engines taken in turn through the file (the nightly profile runs every such
-    test on each)."""
-    if "engine" not in metafunc.fixturenames:
-        return
-    if any(m.name == "parametrize" and "engine" in str(m.args[0]) for m in metafunc.definition.iter_markers()):
-        return
-    engines = list(ENGINES) if PROFILE == "nightly" else [ENGINES[next(_engine_turns) % len(ENGINES)]]
-    metafunc.parametrize("engine", engines)
-
-
 @pytest.fixture
-def feed(spark, engine, storage):
+def feed(spark, storage):
     roots = []
 
     def make(shape="cdf"):
         roots.append(Path(tempfile.mkdtemp(prefix="sqlext-stream-")))
-        return Feed(spark, shape, roots[-1], engine, storage)
+        return Feed(spark, shape, roots[-1], storage)
 
     yield make
     for root in roots:
@@ -112,7 +95,6 @@ histories = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
     .map(lambda evs: [(version + 1, key, v) for version, (key, v) in enumerate(evs)])
 
 
-@pytest.mark.parametrize("engine", ENGINES)  # the property every engine must hold, on each always
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(events=histories, cuts=st.lists(st.integers(1, 14), max_size=4), shape=st.sampled_from(["cdf", "upsert"]),
        emit=st.sampled_from(["changes", "records"]), path=st.sampled_from(["driver", "spark"]))
@@ -137,14 +119,14 @@ def test_increments_concatenate_to_the_batch_output(spark, feed, events, cuts, s
 @example(events=[(1, 0, 0), (2, 0, None)], cuts=[1], shape="cdf", share=0.5, path="driver")  # the table empties
 def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_path_factory, storage, events, cuts,
                                                                     shape, share, path):
-    """engine 'tables' rewrites its output folder as the final table each run: after every
+    """A run of emit => 'final' rewrites its output folder as the final table each run: after every
     run it holds exactly the batch run's final table over the changes so far (the state
     compacted now and then, or kept as deltas)."""
     import sqlext.streaming.state as stream_state
 
     last = len(events)
     bounds = sorted({min(c, last) for c in cuts} | {last}) + [last]
-    current = Feed(spark, shape, tmp_path_factory.mktemp("final"), "tables", storage)
+    current = Feed(spark, shape, tmp_path_factory.mktemp("final"), storage)
     current.path = path
     done = 0
     default, stream_state.COMPACT_SHARE = stream_state.COMPACT_SHARE, share
@@ -159,7 +141,7 @@ def test_emit_final_keeps_the_output_equal_to_the_batch_final_table(spark, tmp_p
         stream_state.COMPACT_SHARE = default
 
 
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
+@pytest.mark.parametrize("path", ["driver", "spark"], ids=["driver", "executors"])
 def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed, path):
     """The case table of KAFKA-3902, every case on its own key, one version per run: each
     run forwards exactly the batch output's rows of its version."""
@@ -175,7 +157,7 @@ def test_each_change_is_forwarded_by_the_run_that_sees_it(spark, feed, path):
         assert sorted(got, key=repr) == sorted([b for b in batch if b[2] == version], key=repr), version
 
 
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
+@pytest.mark.parametrize("path", ["driver", "spark"], ids=["driver", "executors"])
 def test_a_late_change_stops_the_run_and_writes_nothing(feed, path):
     current = feed("cdf")
     current.path = path
@@ -209,10 +191,10 @@ def test_sequence_by_cases_across_runs(spark, feed, case):
 
 
 def test_a_streaming_view_is_read_as_it_is(spark, tmp_path, storage):
-    """streaming_frame, for any sink: the 'tables' engine runs the statement into a folder of its
+    """streaming_frame, for any sink: the run writes the statement's rows into a folder of its
     checkpoint and the frame streams that folder, so a sink query (here foreachBatch, with a
     checkpoint of its own) gets each run's rows once."""
-    current = Feed(spark, "cdf", tmp_path, "tables", storage)
+    current = Feed(spark, "cdf", tmp_path, storage)
     current.add([(1, 1, 5), (2, 2, -1), (3, 1, NULL_V)])
     schema = spark.read.parquet(current.uri(current.source)).schema
     spark.readStream.schema(schema).parquet(current.uri(current.source)).createOrReplaceTempView("stream_view_changes")
@@ -242,7 +224,7 @@ def test_a_streaming_view_is_read_as_it_is(spark, tmp_path, storage):
 def test_streaming_frame_of_a_stateful_statement_needs_a_checkpoint_and_appends(spark, tmp_path, storage):
     """Without a checkpoint the state has nowhere to live; emit => 'final' is rewritten in place,
     which a stream cannot read: both are classed errors, before anything runs."""
-    current = Feed(spark, "cdf", tmp_path, "tables", storage)
+    current = Feed(spark, "cdf", tmp_path, storage)
     current.add([(1, 1, 5)])
     sources = {"changes": current.uri(current.source)}
     with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\] streaming_frame: .*checkpoint=\.\.\."):
@@ -254,29 +236,25 @@ def test_streaming_frame_of_a_stateful_statement_needs_a_checkpoint_and_appends(
     assert plain.isStreaming and plain.columns == ["id", "v"]  # no state: Spark's own stream, no checkpoint
 
 
-def test_the_state_store_engine_is_retired_with_a_classed_error(spark, feed, tmp_path, capsys):
-    """engine='state_store' (the API, sqlext stream --engine, the benchmark) says it was retired,
-    why, and to use the 'tables' engine; nothing is written."""
+def test_the_engine_choice_is_gone(tmp_path, capsys):
+    """There is one engine, so there is no engine to choose: ``engine=`` is an unexpected
+    keyword of the API, ``--engine`` an unrecognized option of the commands; nothing starts."""
     from sqlext.bench.incremental import bench_incremental
     from sqlext.cli import main
 
-    current = feed("cdf")
-    current.add([(1, 1, 5)])
-    retired = r"\[UNSUPPORTED_STREAM\].*engine 'state_store'.*retired.*0\.27x.*engine='tables'"
-    with pytest.raises(SqlextError, match=retired):
-        run_available_now(spark, filter_sql(), **{**current.options(), "engine": "state_store"})
-    assert not current.output.exists()
-    with pytest.raises(SqlextError, match=retired):
-        bench_incremental(spark, rows=100, runs=1, engines=("state_store",))
+    with pytest.raises(TypeError, match="engine"):
+        stream(None, filter_sql(), checkpoint=str(tmp_path / "checkpoint"), engine="tables")
+    with pytest.raises(TypeError, match="engine"):
+        bench_incremental(None, rows=100, runs=1, engines=("tables",))
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql() + ";\n")
-    options = [o if o != "tables" else "state_store" for o in current.cli_options()]
-    assert main(["stream", str(query), *options]) == 1
-    assert re.search(retired, capsys.readouterr().err)
-    assert main(["bench", "incremental", "--engine", "state_store"]) == 1
-    assert re.search(retired, capsys.readouterr().err)
-    with pytest.raises(SqlextError, match=r"\[INVALID_OPTION_VALUE\].*engine => 'rocks'.*'tables'"):
-        stream(spark, filter_sql(), **{**current.options(), "engine": "rocks"})
+    for argv in (["stream", str(query), "--checkpoint", str(tmp_path / "c"), "--output", str(tmp_path / "o"),
+                  "--engine", "tables"], ["bench", "incremental", "--engine", "tables"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert "unrecognized arguments: --engine" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.parametrize("sql, error", [
@@ -346,7 +324,7 @@ def _many_events(first_version, keys, versions):
 
 
 @pytest.mark.storage("viewfs")
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
+@pytest.mark.parametrize("path", ["driver", "spark"], ids=["driver", "executors"])
 def test_a_run_killed_mid_batch_is_redone_exactly_once(spark, feed, tmp_path, storage, path):
     """SIGKILL the process while its micro-batch runs (offsets logged, no commit yet); the next
     run redoes it: every expected row exactly once, and the state carries on as if nothing
@@ -415,7 +393,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("engine, path", [("tables", "driver"), ("tables", "spark")], ids=["driver", "executors"])
+@pytest.mark.parametrize("path", ["driver", "spark"], ids=["driver", "executors"])
 def test_readers_outside_spark_see_only_committed_output_and_the_redo_counts_its_files(spark, feed, tmp_path,
                                                                                         storage, path, capsys):
     """SIGKILL ``sqlext stream`` inside micro-batch 1 after its output is written and its state
@@ -492,15 +470,14 @@ def test_the_redo_of_a_batch_killed_while_moving_its_output_in_finishes_the_move
     assert not any(p.name.startswith("_sqlext_pending") for p in (tmp_path / "out").iterdir())
 
 
-def test_bench_incremental_checks_rows_and_reports_the_tables_engine(spark, capsys):
+def test_bench_incremental_checks_rows_and_reports(spark, capsys):
     from sqlext.bench.incremental import bench_incremental
 
     results = bench_incremental(spark, rows=4000, runs=1, percent=5)
     out = capsys.readouterr().out
     assert out.count("first incremental run") == 1 and out.count("ratio batch/incremental") == 1
-    assert set(results) == {"tables"}
-    assert len(results["tables"]["incremental"]) == len(results["tables"]["batch"]) == 1
-    assert results["tables"]["rows"] > 0
+    assert len(results["incremental"]) == len(results["batch"]) == 1
+    assert results["rows"] > 0
 
 
 def test_a_changed_input_schema_between_runs_is_a_classed_error(spark, feed):
@@ -546,8 +523,8 @@ def _layers(current) -> set[tuple[str, ...]]:
 
 @pytest.mark.storage("viewfs")
 @pytest.mark.parametrize("share", [0.0, float("inf")], ids=["compact-every-batch", "deltas-only"])
-def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, storage, share):
-    """The 'tables' engine keeps its state as a base and deltas: whether every batch writes a
+def test_state_layers_give_the_batch_output(spark, monkeypatch, storage, share):
+    """A run keeps its state as a base and deltas: whether every batch writes a
     new base or none after the first does, each run's output is the batch output, a batch
     redone after a lost commit gives it too, and only the layers a replay can read are kept."""
     import sqlext.streaming.state as stream_state
@@ -555,7 +532,7 @@ def test_tables_engine_state_layers_give_the_batch_output(spark, monkeypatch, st
     monkeypatch.setattr(stream_state, "COMPACT_SHARE", share)
     root = Path(tempfile.mkdtemp(prefix="sqlext-layers-"))
     try:
-        current = Feed(spark, "upsert", root, "tables", storage)
+        current = Feed(spark, "upsert", root, storage)
         for first in (1, 3, 5, 7):
             current.add(_many_events(first, 40, 2))
             _run_and_compare(spark, current)

@@ -1,4 +1,4 @@
-"""Incremental runs of FK_JOIN on Structured Streaming (the 'tables' engine): the outputs of
+"""Incremental runs of FK_JOIN on Structured Streaming: the outputs of
 the runs, concatenated, equal the batch output over the whole input however the input is
 split into increments; KIP-213's event table fed one event per run gives each row of the
 table in the run that sees its event; a late change stops the run with nothing written.
@@ -19,7 +19,6 @@ from feeds import computed_on
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
-from sqlext.streaming.engine import LAST_RUN
 from test_fk_join import (
     LEFT_CDF, LEFT_UPSERT, RIGHT_CDF, RIGHT_UPSERT, SEED_EVENTS, SEED_EXPECTED, compact, event_lists, feed, fk_join,
 )
@@ -48,7 +47,7 @@ class Feeds:
         }
         self.output, self.checkpoint = root / "out", root / "checkpoint"
         self.seen: list[dict] = []
-        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
+        self.path = "auto"  # where a run computes: the driver, Spark, or by size
         for name, schema in self.schemas.items():  # both folders hold their columns from the start
             spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(root / name))
 
@@ -73,7 +72,7 @@ class Feeds:
     def run(self, sql) -> list[dict]:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, **self.options())
+            self.last_batch = run_available_now(self.spark, sql, **self.options()).last_batch
         rows = [r.asDict() for r in self.output_frame().collect()] \
             if any(self.output.glob("*.parquet")) else []
         new, self.seen = added(rows, self.seen), rows
@@ -156,7 +155,7 @@ def test_kip_213_event_table_one_event_per_run(feeds, join_type, emit, path, for
     for version, *_ in SEED_EVENTS:
         current.release(version - 1, version)
         got = compact(current.run(join_sql(join_type, emit, foreign_key=foreign_key)), emit)
-        assert LAST_RUN["placement"] == ("driver" if path == "driver" else "executors")
+        assert current.last_batch.placement == ("driver" if path == "driver" else "executors")
         assert got == [r for r in expected if r[4] == version], version
 
 
@@ -175,16 +174,15 @@ def test_a_late_change_of_either_input_stops_the_run_and_writes_nothing(feeds):
     assert current.output_frame().count() == 1
 
 
-@pytest.mark.parametrize("sql, engine, error", [
-    (join_sql(), "state_store", r"engine='tables'"),
+@pytest.mark.parametrize("sql, error", [
     # keys Spark compares only through an implicit cast: refused before any run, with the cast to write
-    (join_sql(foreign_key="CAST(fk AS STRING)"), "tables", r"foreign key of type string.*rid of type bigint.*"
-                                                              r"CAST\(CAST\(fk AS STRING\) AS BIGINT\)"),
+    (join_sql(foreign_key="CAST(fk AS STRING)"), r"foreign key of type string.*rid of type bigint.*"
+                                                 r"CAST\(CAST\(fk AS STRING\) AS BIGINT\)"),
 ])
-def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, engine, error):
+def test_what_fk_join_cannot_run_incrementally_is_a_classed_error(feeds, sql, error):
     current = feeds("cdf", [(1, "left", "k", {"fk": 1, "note": "n"})])
     with pytest.raises(SqlextError, match=r"\[UNSUPPORTED_STREAM\].*" + error):
-        run_available_now(current.spark, sql, **current.options(), engine=engine)
+        run_available_now(current.spark, sql, **current.options())
 
 
 @pytest.mark.storage("viewfs")
@@ -296,8 +294,8 @@ def test_bench_incremental_fk_checks_rows_against_the_batch(spark, capsys):
 
     results = bench_incremental(spark, rows=0, runs=1, percent=5, function="fk", left=3000, right=300)
     out = capsys.readouterr().out
-    assert set(results) == {"tables"} and "FK_JOIN emit => 'changes', engine 'tables'" in out
-    assert results["tables"]["rows"] > 0 and len(results["tables"]["incremental"]) == len(results["tables"]["floor"]) == 1
+    assert "FK_JOIN emit => 'changes': history" in out
+    assert results["rows"] > 0 and len(results["incremental"]) == len(results["floor"]) == 1
     assert "floor: a streaming run per input" in out
 
 

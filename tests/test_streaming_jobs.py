@@ -1,6 +1,6 @@
 """An incremental run's cost includes the Spark jobs it starts (each costs planning and
 scheduling, whatever its size): a run over a small increment stays within a budget of jobs,
-counted with Spark's status tracker, for every function the 'tables' engine runs."""
+counted with Spark's status tracker, for every function that runs incrementally."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Incremental recursion over a growing edge set (``WITH RECURSIVE ... UNION`` over
-``STREAM(edges)``, engine 'tables'): however the edges are split into increments, the
+``STREAM(edges)``): however the edges are split into increments, the
 outputs of the runs, concatenated, equal the batch recursion over all edges; each run adds
 only rows that a new edge made reachable; a batch redone after a lost commit writes its rows
 once; what cannot run incrementally is a classed error.
@@ -48,7 +48,7 @@ class Edges:
         self.spark, self.root, self.storage = spark, root, storage
         self.source, self.output, self.checkpoint = root / "edges", root / "out", root / "checkpoint"
         self.all: list[tuple] = []
-        self.path = "auto"  # where the 'tables' engine computes: the driver, Spark, or by size
+        self.path = "auto"  # where a run computes: the driver, Spark, or by size
 
     def add(self, edges):
         if edges:
@@ -378,7 +378,7 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
     re-derives nodes 49 and 50 only, never the whole result (on the driver: the rows marked;
     in Spark: the rows the one recursion reaches)."""
-    from sqlext.streaming.recursion import TableStateRecursion
+    from sqlext.streaming.recursion import RecursionRun
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
@@ -388,14 +388,14 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     current.run(from_zero)
     sizes = []
     counted_method = "_suspects" if path == "driver" else "_recursion"
-    measured = getattr(TableStateRecursion, counted_method)
+    measured = getattr(RecursionRun, counted_method)
 
     def counted(self, *args):
         rows = measured(self, *args)
         sizes.append(rows.num_rows if path == "driver" else rows.count())
         return rows
 
-    monkeypatch.setattr(TableStateRecursion, counted_method, counted)
+    monkeypatch.setattr(RecursionRun, counted_method, counted)
     current.change([(48, 49, "delete", 2)])
     current.run(from_zero)
     assert sizes == [2]  # the rows the deleted edge reached: 49 and 50; nothing re-derives them
@@ -425,8 +425,8 @@ def test_bench_incremental_recursion_checks_rows_against_the_batch(spark, capsys
 
     results = bench_incremental(spark, rows=0, runs=1, percent=5, function="recursion", nodes=3000)
     out = capsys.readouterr().out
-    assert set(results) == {"tables"} and "WITH RECURSIVE (ancestors, UNION), engine 'tables'" in out
-    assert results["tables"]["rows"] > 3000 and len(results["tables"]["incremental"]) == 1
+    assert "WITH RECURSIVE (ancestors, UNION): history" in out
+    assert results["rows"] > 3000 and len(results["incremental"]) == 1
 
 
 def test_a_constant_anchor_and_columns_qualified_by_the_recursion_name(spark, edges):
@@ -478,22 +478,22 @@ CHANGES = (
 KILLING_CLI = """
 import os, signal, sys
 from sqlext.cli import main
-from sqlext.streaming.recursion import TableStateRecursion
+from sqlext.streaming.recursion import RecursionRun
 
 def die(batch_id):
     if batch_id == 1:
         assert os.getpgrp() == os.getpid(), "not in a session of its own"
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
-point, call = sys.argv[1], TableStateRecursion.__call__
+point, call = sys.argv[1], RecursionRun.__call__
 if point == "before the output":
     def dying(write):
         def write_then_die(self, spark, rows, batch_id, *args, **kwargs):
             die(batch_id)
             write(self, spark, rows, batch_id, *args, **kwargs)
         return write_then_die
-    TableStateRecursion.write_statement = dying(TableStateRecursion.write_statement)
-    TableStateRecursion.write_rows = dying(TableStateRecursion.write_rows)
+    RecursionRun.write_statement = dying(RecursionRun.write_statement)
+    RecursionRun.write_rows = dying(RecursionRun.write_rows)
 elif point == "between the states":
     from sqlext.streaming.state import KeyedState
     commit = KeyedState.commit
@@ -506,7 +506,7 @@ else:
     def call_then_die(self, batch, batch_id):
         call(self, batch, batch_id)
         die(batch_id)
-    TableStateRecursion.__call__ = call_then_die
+    RecursionRun.__call__ = call_then_die
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -1,5 +1,5 @@
 """CHANGELOG_FILTER over Arrow data, column-wise: the one kernel of its incremental runs
-(:func:`filter_increment`, which the 'tables' engine runs on the driver or in each task), and the
+(:func:`filter_increment`, which an incremental run runs on the driver or in each task), and the
 handler Spark runs when the function is called by name without sqlext's rewrite (a plain
 ``spark.sql``; :func:`filter_batch`, the kernel from an empty state).
 

@@ -50,8 +50,8 @@ FUNCTION = "RECURSIVE_EXPAND"
 # Open rows up to this count are broadcast to the join with the lists (no shuffle of the
 # lists, which grow to the size of the result); above it the round is a shuffled join.
 BROADCAST_OPEN_ROWS = 100_000
-# From the second round on, the keys jumped to are a small part of all keys (in a random
-# forest of 10^6 nodes: 28%, 10%, 2%): up to this many, they filter the lists map-side.
+# From the second round on, the keys jumped to are a small part of all keys, smaller each
+# round: up to this many, they filter the lists map-side.
 BROADCAST_TARGETS = 2_000_000
 
 _INTEGRAL = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}

@@ -7,8 +7,7 @@ building the state). Then, ``runs`` times: an increment of ``percent`` % of the 
 (updates of random accounts, with versions above everything before), one incremental run
 processes it (``availableNow``, from the text to the committed output), and the batch query
 recomputes the whole output from the history plus the increments (written to Spark's no-op
-sink). Medians and their ratio are reported, for the 'tables' engine (the state as Parquet
-layers in the checkpoint; the 'state_store' engine was retired and is refused).
+sink). Medians and their ratio are reported.
 
     sqlext bench incremental --rows 10000000 --runs 3
     sqlext bench incremental --rows 100000000 --keys 1250000 --runs 3   (10x the history, same keys)
@@ -296,17 +295,13 @@ def self_join_workload(events: int, percent: float) -> Workload:
 
 
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
-                      engines: tuple[str, ...] = ("tables",), function: str = "filter",
+                      function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
                       uri: bool = False, regions: int = 5_000) -> dict:
-    """Each engine (``tables``, the one engine; a retired one is refused) on its own copy of the
-    same history and increments; returns, per engine, the first run's seconds, the incremental
-    and batch seconds per increment, and the rows. ``function`` is ``filter`` (``rows`` changes
-    over ``keys`` keys) or ``fk`` (``left`` and ``right`` changes)."""
-    from sqlext.streaming import check_engine
-
-    for engine in engines:
-        check_engine(engine, "sqlext bench incremental")
+    """The incremental runs over a history and its increments, against the batch query; returns
+    the first run's seconds, the incremental and batch seconds per increment, and the rows.
+    ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
+    ``right`` changes)."""
     if function == "fk":
         workload = fk_workload(left, right, percent, keys)
     elif function in ("recursion", "moves"):
@@ -321,7 +316,7 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
 
     spark.conf.set(PATH_SETTING, place)
     try:
-        return {engine: _bench_engine(spark, workload, runs, percent, engine, uri) for engine in engines}
+        return _bench_workload(spark, workload, runs, percent, uri)
     finally:
         spark.conf.unset(PATH_SETTING)
 
@@ -336,14 +331,13 @@ def _copy_sql(name: str) -> str:
     return to_sql(exp.select("*").from_(stream))
 
 
-def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: str, uri: bool = False) -> dict:
+def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: bool = False) -> dict:
     import sqlext
     from sqlext.streaming import jobs_of, run_available_now
-    from sqlext.streaming.run import STEPS
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
     named = "file://" + directory if uri else directory  # how the runs name the folders
-    options = dict(checkpoint=f"{named}/checkpoint", output=f"{named}/out", engine=engine,
+    options = dict(checkpoint=f"{named}/checkpoint", output=f"{named}/out",
                    sources={name: f"{named}/{name}" for name in workload.feeds})
     try:
         workload.make_history(spark, directory)
@@ -352,9 +346,9 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
         for name, copy in copies.items():  # the floor's queries read the history first, untimed
             run_available_now(spark, _copy_sql(name), **copy)
         started = time.perf_counter()
-        run_available_now(spark, workload.streamed, **options)
+        query = run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
-        initial_steps = dict(STEPS)
+        initial_steps = _steps(query)
         first_batch = _batch_over_history(spark, workload, directory)
         native_options = dict(sources=options["sources"], checkpoint=f"{directory}/native-checkpoint",
                               output=f"{directory}/native-out")
@@ -369,7 +363,7 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
             query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
             jobs.append(len(jobs_of(spark, query)))
-            steps.append(dict(STEPS))
+            steps.append(_steps(query))
             if workload.native_stream is not None:
                 settle(spark)
                 started = time.perf_counter()
@@ -394,13 +388,13 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
             out_rows -= 2 * written.where("_change_type = 'delete'").count()
         batch_rows = sqlext.sql(spark, workload.batch).count()
         if out_rows != batch_rows:
-            raise SystemExit(f"bench incremental ({engine}): the runs wrote {out_rows} rows, the batch query "
+            raise SystemExit(f"bench incremental: the runs wrote {out_rows} rows, the batch query "
                              f"{batch_rows}")
         ratio = statistics.median(batch) / statistics.median(incremental)
-        print(f"{workload.name}, engine {engine!r}: history {workload.about}, increments of "
+        print(f"{workload.name}: history {workload.about}, increments of "
               f"{workload.increment:,} changes ({percent:g}%), {runs} runs", flush=True)
         print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s"
-              + ("" if engine != "tables" or not initial_steps else
+              + ("" if not initial_steps else
                  " (steps, s: " + ", ".join(f"{n} {t:.2f}" for n, t in initial_steps.items()) + ")"))
         print(f"  the batch statement over the same history: {first_batch['noop']:.2f} s computed, "
               f"{first_batch['parquet']:.2f} s computed and written as Parquet (as the run writes it); "
@@ -422,7 +416,7 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
             native_rows = spark.read.parquet(native_options["output"]).count()
             if native_rows != out_rows:
                 raise SystemExit(f"bench incremental: Spark's own join wrote {native_rows} rows, sqlext {out_rows}")
-        if engine == "tables" and steps and steps[-1]:
+        if steps and steps[-1]:
             names = list(steps[-1])
             print("  steps of an incremental run (median s): " + ", ".join(
                 f"{name} {statistics.median(s.get(name, 0.0) for s in steps):.2f}" for name in names))
@@ -434,6 +428,12 @@ def _bench_engine(spark, workload: Workload, runs: int, percent: float, engine: 
                 "jobs": jobs, "steps": steps, "native": native, "native_state": native_state}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _steps(query) -> dict[str, float]:
+    """The seconds of each step of a run's last micro-batch (none where it ran none)."""
+    last = query.last_batch
+    return {} if last is None else dict(last.steps)
 
 
 def _batch_over_history(spark, workload: Workload, directory: str) -> dict:

@@ -345,10 +345,10 @@ def late_change(function: str, key: str, order_by: str, value: str, last: str,
 def check_streamable_emit(function: str, emit: str, rewrites_output: bool = False) -> None:
     """An incremental run appends to its output: ``changes`` and ``records`` can; ``final``
     (the table after the last change, which changes in place) only where the run rewrites
-    its output (the 'tables' engine), not into a streaming sink."""
+    its output (as an incremental run of sqlext does), not into a streaming sink."""
     if emit == "final" and not rewrites_output:
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=function, what="emit => 'final' here",
             reason="the final table changes in place, and a streaming sink only appends",
-            fix="Use engine 'tables' (the default), which rewrites its output folder as the final table "
-                "each run, or stream emit => 'records' into a table that applies them.")
+            fix="Run it with sqlext stream (sqlext.streaming.stream), which rewrites its output folder as the final "
+                "table each run, or stream emit => 'records' into a table that applies them.")

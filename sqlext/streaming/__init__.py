@@ -39,31 +39,12 @@ FUNCTION = "sqlext stream"
 _views = itertools.count(1)
 
 
-ENGINES = ("tables",)
-# engines sqlext had and retired: why, in the words of the error a run that asks for one gets
-RETIRED = {
-    "state_store": "it was retired: it kept CHANGELOG_FILTER's state in Spark's state store, one Python call per key, "
-                   "and ran a 1% increment of 10M changes in 36.6 s where recomputing everything took about 10 s "
-                   "(0.27x the speed of the batch query)",
-}
 OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
-
-
-def check_engine(engine: str, function: str = FUNCTION) -> None:
-    """``engine`` is one sqlext runs; a retired one is UNSUPPORTED_STREAM saying why and what to use."""
-    if engine in RETIRED:
-        raise SqlextError("UNSUPPORTED_STREAM", function=function, what=f"engine {engine!r}", reason=RETIRED[engine],
-                          fix="Leave engine out, or pass engine='tables' (the default, --engine tables): it runs "
-                              "every incremental statement; for a sink other than a folder, "
-                              "sqlext.streaming.streaming_frame gives the output as a streaming DataFrame.")
-    if engine not in ENGINES:
-        raise SqlextError("INVALID_OPTION_VALUE", function=function, argument="engine", value=repr(engine),
-                          allowed=", ".join(repr(e) for e in ENGINES))
 
 
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None, engine: str = "tables",
+           source_format: str = "parquet", query_name: str | None = None,
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
            source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
            schema_evolution: Mapping[str, str] | None = None):
@@ -72,9 +53,8 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
 
-    ``engine`` is ``"tables"``, the one engine: the functions keep their state as Parquet
-    layers in the checkpoint (:mod:`sqlext.streaming.engine`). ``"state_store"`` was retired
-    (:data:`RETIRED`) and is refused, saying why. A statement whose functions keep no state
+    The functions keep their state as Parquet layers in the checkpoint
+    (:mod:`sqlext.streaming.engine`). A statement whose functions keep no state
     (``SELECT ... FROM STREAM(name) WHERE ...``) runs as Spark's own streaming query.
 
     ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
@@ -92,7 +72,6 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
 
     The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
     ``awaitTermination``, where the run failed with one."""
-    check_engine(engine)
     from sqlext.storage import resolve
 
     tree = one_statement(sql)
@@ -102,11 +81,11 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     try:
         reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records,
                         schema_evolution)
-        query = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
+        query, run = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
-    return RunningQuery(query, checkpoint, reads)
+    return RunningQuery(query, checkpoint, reads, run)
 
 
 # the log Spark's file sink keeps in its output folder, of the files it committed
@@ -114,20 +93,23 @@ SPARK_SINK_LOG = "_spark_metadata"
 
 
 def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
+    """The query started, and the ``foreachBatch`` function that runs its micro-batches (None
+    where Spark's own sink writes them)."""
     from sqlext.streaming.bad_records import Door
 
     sources.check_used(tree)
     claim(checkpoint, output, purpose_of(tree), start_over)
+    run = None
     try:
         if not _stateless(tree):
             if output is None:
                 raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
-                                  what="engine 'tables' without an output folder",
+                                  what="a statement that keeps state without an output folder",
                                   reason="its micro-batches write their rows into a folder",
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
-            source, function = _table_state_function(spark, tree, sources, checkpoint, output, output_format)
-            writer = source.writeStream.foreachBatch(Door(function, checkpoint, sources.records)) \
+            source, run = _stateful_function(spark, tree, sources, checkpoint, output, output_format)
+            writer = source.writeStream.foreachBatch(Door(run, checkpoint, sources.records)) \
                 .option("checkpointLocation", checkpoint.uri)
         else:  # nothing to keep between runs: Spark's own streaming query
             frame = _frame(spark, tree, sources)
@@ -139,7 +121,8 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
                 # folder through the log of that sink, which lists only the files it wrote.
                 from sqlext.streaming.run import FramesRun
 
-                writer = frame.writeStream.foreachBatch(FramesRun(checkpoint, output, output_format)) \
+                run = FramesRun(checkpoint, output, output_format)
+                writer = frame.writeStream.foreachBatch(run) \
                     .option("checkpointLocation", checkpoint.uri)
             else:
                 writer = frame.writeStream.format(output_format).outputMode("append") \
@@ -152,7 +135,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=trigger)
-        return writer.start()
+        return writer.start(), run
     finally:
         sources.restore()  # the query keeps the settings it started with
 
@@ -183,10 +166,20 @@ class RunningQuery:
     the change-row rules) forgets the batch it had planned
     (:func:`~sqlext.streaming.batches.forget_batch`), so that the next run reads the folder as it
     is then: a file corrected under the same name, or replaced by another, is read, and the bad
-    one is not. Everything else is Spark's query."""
+    one is not. :attr:`last_batch` says how its last micro-batch went. Everything else is
+    Spark's query."""
 
-    def __init__(self, query, checkpoint, sources: "Sources | None" = None):
-        self._query, self._checkpoint, self._sources = query, checkpoint, sources
+    def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None):
+        self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
+        self._earlier = None if run is None else run.last  # a run function serves every run of its statement
+
+    @property
+    def last_batch(self):
+        """How this query's last micro-batch went (:class:`~sqlext.streaming.run.BatchReport`:
+        where it computed, the seconds of each step); None before its first, or where Spark's own
+        sink writes the statement's rows."""
+        last = None if self._run is None else self._run.last
+        return None if last is self._earlier else last
 
     def __getattr__(self, name: str):
         return getattr(self._query, name)
@@ -235,7 +228,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                     bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
 
-    A statement whose functions keep state runs on the 'tables' engine, as :func:`stream`
+    A statement whose functions keep state runs as :func:`stream`
     runs it: its micro-batches write their rows into ``output`` (by default the folder
     ``sqlext-output`` of ``checkpoint``, which it needs for its state), and the frame is
     Spark's file stream of that folder, which a sink query reads with a checkpoint of its
@@ -352,7 +345,7 @@ def one_statement(sql: str) -> exp.Expression:
     return statements[0]
 
 
-def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
+def _stateful_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
     """The streaming source and the foreachBatch function of a statement holding one
     CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
     around it)."""
@@ -363,20 +356,20 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
     calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
     if _is_recursion(tree) and streams and not calls:
-        from sqlext.streaming.recursion import RecursionShape, TableStateRecursion
+        from sqlext.streaming.recursion import RecursionRun, RecursionShape
 
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
-        return source, TableStateRecursion(shape, checkpoint, output, output_format, spark, source.schema,
-                                           folder=sources.rows_folder(shape.stream.this))
+        return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
+                                    folder=sources.rows_folder(shape.stream.this))
     _refuse_recursion(tree)
-    from sqlext.streaming.self_join import SelfJoinShape, TableStateSelfJoin, is_self_join
+    from sqlext.streaming.self_join import SelfJoinRun, SelfJoinShape, is_self_join
 
     if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
         shape = SelfJoinShape(spark, tree, source.schema)
-        return source, TableStateSelfJoin(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
-                                          source.schema, sources.rows_folder(streams[0].this))
+        return source, SelfJoinRun(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
+                                   source.schema, sources.rows_folder(streams[0].this))
     root = _refuse_shape(calls, streams)
     _order_by_streams(root)
     statement = to_sql(tree)
@@ -404,8 +397,8 @@ def _table_state_function(spark, tree, sources: "Sources", checkpoint, output, o
 
 # The pipelines this process built, by statement, checkpoint and sources' columns: the next run
 # of a statement takes its operators, its foreachBatch function and its one stream of the
-# sources from here instead of building them again with Spark's analysis (about a quarter of a
-# second for a chain of three calls and an aggregate), as a query that keeps running uses one
+# sources from here instead of building them again with Spark's analysis (a large share of a
+# small run's time for a chain of calls), as a query that keeps running uses one
 # function for all its micro-batches (a streaming frame starts any number of queries). An
 # entry holds only while the checkpoint is the one it was built on: the statement and layout
 # files a new checkpoint writes anew are part of the key, and so is how each folder's records
@@ -639,7 +632,7 @@ def _refuse_table_input(function: str, name: str, argument) -> None:
 
 
 def _refuse_shape(calls: list, streams: list) -> exp.Table:
-    """What the 'tables' engine runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
+    """What a run of keyed operators runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
     arguments are streams or other such calls (a pipeline), and no stream outside it; anything
     else is refused, saying what is missing or extra. Returns the outermost call."""
     if not streams:
@@ -677,14 +670,14 @@ def _is_recursion(tree: exp.Expression) -> bool:
 
 
 def _refuse_recursion(tree: exp.Expression) -> None:
-    """A recursion over a stream runs incrementally only on its own, on the 'tables' engine
+    """A recursion over a stream runs incrementally only on its own
     (:mod:`sqlext.streaming.recursion`); anywhere else it would see each micro-batch's rows alone."""
     if _is_recursion(tree) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion here",
-            reason="a recursion runs incrementally only as a statement of its own, on engine 'tables' (it would "
+            reason="a recursion runs incrementally only as a statement of its own (it would "
                    "see each micro-batch's rows alone)",
-            fix="Run WITH RECURSIVE over STREAM(edges) as its own statement with engine 'tables', or as a batch "
+            fix="Run WITH RECURSIVE over STREAM(edges) as its own statement, or as a batch "
                 "query (sqlext.sql).")
 
 
@@ -833,7 +826,7 @@ def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
 
 def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     """The columns of an incremental recursion's runs, found by the code of the run
-    (:class:`sqlext.streaming.recursion.TableStateRecursion`): the recursion's rows over the
+    (:class:`sqlext.streaming.recursion.RecursionRun`): the recursion's rows over the
     edges as the run reads them, through the outer query, and over a change feed of edges
     the change columns a run carries (``_change_type`` and the stream's ordering column)."""
     from pyspark.sql.types import StructField, StringType, StructType

@@ -1,9 +1,8 @@
-"""Incremental CHANGELOG_FILTER on the 'tables' engine, one micro-batch at a time
-(``foreachBatch``).
+"""Incremental CHANGELOG_FILTER, one micro-batch at a time (``foreachBatch``).
 
 The state (:class:`~sqlext.streaming.state.KeyedState`, by the call's key) holds each key's
 last applied change: its row, ordering value, whether it leaves a row and whether that row
-passes the predicate. A micro-batch's step (:meth:`TableStateFilter.step`, the same wherever
+passes the predicate. A micro-batch's step (:meth:`FilterOperator.step`, the same wherever
 the engine runs it: :mod:`sqlext.streaming.engine`):
 
 1. takes its changes (without ``update_preimage`` rows), each with the predicate's value
@@ -34,7 +33,7 @@ PRESENT = "__sx_present"
 PASSED = "__sx_passed"
 
 
-class TableStateFilter(KeyedOperator):
+class FilterOperator(KeyedOperator):
     """One incremental CHANGELOG_FILTER: its state and its step."""
 
     function = FUNCTION

@@ -30,7 +30,7 @@ STATEMENT_FILE = "sqlext-statement.json"
 OUTPUT_FILE = "_sqlext_statement.json"
 SOURCES_FILE = "sqlext-sources.json"
 SOURCE_BUILDS_FILE = "sqlext-source-builds.json"  # the build of each source that is sqlext output
-# the 'tables' engine's state, and the file naming the layout its states are kept in
+# the incremental runs' state, and the file naming the layout its states are kept in
 STATE_FOLDER = "sqlext-state"
 LAYOUT_FILE = "layout"
 LAYOUT = "keyed state: one compacted base and one cumulative delta per state"

@@ -28,7 +28,7 @@ at the end of the batch, so a batch that fails anywhere (a late change in one bu
 nothing. A first run over a long history is no different: the tasks run the steps over
 the whole history, their states empty (no lookups), and write the output and the states in the
 same pass, which costs about what the batch statement costs to compute and write the same
-output; :data:`LAST_RUN` says where a run was computed.
+output; the run's report (:attr:`Pipeline.last`) says where a batch was computed.
 
 ``spark.sqlext.streaming.path`` forces ``driver`` or ``spark`` (the executors);
 ``spark.sqlext.streaming.driverBytes`` is the largest increment (Spark's estimate) the driver
@@ -53,8 +53,8 @@ from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
-from sqlext.streaming.run import (STEPS, TableStateRun, check_columns, on_driver, record_in,
-                                  recorded_in, spark_columns, spark_schema, step)
+from sqlext.streaming.run import (StatefulRun, check_columns, on_driver, record_in, recorded_in, spark_columns,
+                                  spark_schema, step, timed)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.task_memory import task_memory
 
@@ -64,12 +64,10 @@ BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
 # an inner operator's forwarded rows are netted per key (see KeyedOperator.forwarded) from this
 # many on: below it, few keys change twice and netting costs more than it saves (an increment
-# of the pipeline bench forwards 100-250k rows whose keys change once: netting them took 0.05 s
-# each, and the readers' work did not shrink); a first run over a long history nets
+# whose keys change once is no smaller netted, and the readers' work does not shrink); a first
+# run over a long history nets
 NET_ROWS = 1_000_000
 INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
-# how the last micro-batch ran: where ("driver" or "executors")
-LAST_RUN: dict = {}
 
 
 @dataclass
@@ -256,7 +254,7 @@ def source_frame(batch, index: int):
     return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
 
 
-class Pipeline(TableStateRun):
+class Pipeline(StatefulRun):
     """The ``foreachBatch`` function of a statement around a tree of keyed operators:
     ``operators`` leaves first, the last one the call the statement reads."""
 
@@ -273,13 +271,11 @@ class Pipeline(TableStateRun):
 
     def run(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
-        STEPS.clear()
         self._files: dict[int, list | None] = {}
         for operator in self.operators:
             operator.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
-        LAST_RUN.clear()
-        LAST_RUN.update(batch=batch_id, placement="driver" if driver else "executors")
+        self.last.placement = "driver" if driver else "executors"
         if driver:
             facts = self._on_driver(spark, batch, batch_id)
         else:
@@ -392,9 +388,10 @@ class Pipeline(TableStateRun):
                           for name, source in operator.inputs.items()}
                 job = _routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
             done = [pickle.loads(row["summary"]) for row in job.collect()]
+            steps = self.last.steps
             for summary in done:  # the slowest task's time of each step
                 for name, seconds in summary["steps"].items():
-                    STEPS["task: " + name] = max(STEPS.get("task: " + name, 0.0), seconds)
+                    steps["task: " + name] = max(steps.get("task: " + name, 0.0), seconds)
             for number, stage in enumerate(chain):
                 operator, mine = stage.operator, [s for s in done if s.get("stage", 0) == number]
                 parts[id(operator)] = [stage.pending / s["out"] for s in mine if s["out"]]
@@ -572,11 +569,11 @@ class _Stage:
 
 
 def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float,
-                kept: bool = True) -> tuple[dict, pa.Table | None]:
+                steps: dict[str, float], kept: bool = True) -> tuple[dict, pa.Table | None]:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the state layers written, not committed, and the forwarded rows written (or, not
-    ``kept``, returned for the next operator). Returns what the driver needs to commit them, and
-    the forwarded rows."""
+    ``kept``, returned for the next operator). Returns what the driver needs to commit them
+    (with ``steps``, the task's step times), and the forwarded rows."""
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
     result = op.step(rows, views, batch_id)
@@ -589,8 +586,8 @@ def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, 
     for name, delta in result.deltas.items():
         view = views[name] if name not in op.shared else views[name].owned(bucket)
         written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
-    STEPS["the task"] = time.perf_counter() - started
-    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(STEPS)}, \
+    steps["the task"] = time.perf_counter() - started
+    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps)}, \
         None if kept else forwarded
 
 
@@ -615,10 +612,10 @@ class _RoutedTasks:
                 return
             table = pa.Table.from_batches(batches)
             for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
-                STEPS.clear()
                 mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
-                summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
-                                         self.operator.rows_of(mine), started)
+                with timed({}) as steps:
+                    summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
+                                             self.operator.rows_of(mine), started, steps)
                 started = time.perf_counter()
                 yield _summary_row(summary)
 
@@ -639,11 +636,11 @@ class _FileTasks:
                     carried = None
                     for number, stage in enumerate(self.stages):
                         started = time.perf_counter()
-                        STEPS.clear()
-                        with step("read the increment"):
-                            mine = self._rows_of_bucket(stage, int(bucket), carried)
-                        summary, carried = _run_bucket(stage.operator, self.batch_id, stage.pending, int(bucket),
-                                                       mine, started, kept=stage.kept)
+                        with timed({}) as steps:
+                            with step("read the increment"):
+                                mine = self._rows_of_bucket(stage, int(bucket), carried)
+                            summary, carried = _run_bucket(stage.operator, self.batch_id, stage.pending,
+                                                           int(bucket), mine, started, steps, kept=stage.kept)
                         yield _summary_row({**summary, "stage": number})
 
     @staticmethod

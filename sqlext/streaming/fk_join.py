@@ -1,11 +1,11 @@
-"""Incremental FK_JOIN on the 'tables' engine, one micro-batch at a time.
+"""Incremental FK_JOIN, one micro-batch at a time.
 
 Both inputs arrive in one stream (each row in the column of its side, the left rows with their
 foreign key computed). The state is KIP-213's two stores, each a
 :class:`~sqlext.streaming.state.KeyedState`: the left rows by left key, each with its foreign
 key (looked up by foreign key, the left state is the subscription store), and the right rows by
 right key. Each holds the key's last applied change, present or not. A micro-batch's step
-(:meth:`TableStateFkJoin.step`, the same wherever the engine runs it:
+(:meth:`FkJoinOperator.step`, the same wherever the engine runs it:
 :mod:`sqlext.streaming.engine`):
 
 1. finds the rows its changes can meet: the left rows of the changed left keys and of the left
@@ -65,7 +65,7 @@ def one_stream(left, right, foreign_key: str):
                                         F.lit(None).cast(fk_type).alias(FOREIGN_KEY)))
 
 
-class TableStateFkJoin(KeyedOperator):
+class FkJoinOperator(KeyedOperator):
     """One incremental FK_JOIN: its two states and its step."""
 
     function = FUNCTION

@@ -24,7 +24,7 @@ on that derivation is met in step 1. So the outputs of the runs, concatenated, e
 batch result. ``UNION ALL`` is refused: it counts derivations, which this state does not keep.
 
 A stream with ``_change_type`` is a change feed of edges, which may also take edges away (see
-``TableStateRecursion._changes``): the state then counts each edge's inserts less its deletes,
+``RecursionRun._changes``): the state then counts each edge's inserts less its deletes,
 a batch that removes edges deletes and re-derives what they reached (DRed), and the output is
 the change feed of ``r``'s rows.
 
@@ -46,7 +46,7 @@ from sqlext.rewrites.dialect import is_stream as _is_stream
 from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
-from sqlext.streaming.run import STEPS, TableStateRun, arrow_frame, on_driver, step
+from sqlext.streaming.run import StatefulRun, arrow_frame, on_driver, step
 from sqlext.streaming.state import KeyedState, LayerWrites, exclude
 
 FUNCTION = "sqlext stream"
@@ -174,7 +174,7 @@ class RecursionShape:
                                f"Write SELECT ... FROM {self.name} [WHERE ...].")
 
 
-class TableStateRecursion(TableStateRun):
+class RecursionRun(StatefulRun):
     """The ``foreachBatch`` function of one incremental recursion.
 
     The state is two :class:`~sqlext.streaming.state.KeyedState`, each keyed by whole rows:
@@ -207,7 +207,6 @@ class TableStateRecursion(TableStateRun):
 
     def run(self, batch, batch_id: int) -> None:
         self._views: list[str] = []
-        STEPS.clear()
         try:
             walks = self._walks_on_driver(batch, batch_id)
             if CHANGE_TYPE in batch.columns and walks:
@@ -700,7 +699,7 @@ class TableStateRecursion(TableStateRun):
 
 
 # the present edges of recent edge states, by the state's folder: (the identity of the layers
-# they stand for, the edges); see TableStateRecursion._present
+# they stand for, the edges); see RecursionRun._present
 _PRESENT = Recent(4)
 
 
@@ -850,7 +849,7 @@ def _walk_plan(spark, shape: RecursionShape, rows, edges):
     return plan
 
 
-def _anchor_over(spark, run: "TableStateRecursion", edges: pa.Table) -> pa.Table:
+def _anchor_over(spark, run: "RecursionRun", edges: pa.Table) -> pa.Table:
     """The anchor over some edges (Arrow data); a constant anchor's rows whatever the edges.
     An anchor that only picks columns of the edge and constants is computed on Arrow data;
     any other runs as one Spark query."""

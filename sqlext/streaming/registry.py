@@ -41,15 +41,15 @@ class Keyed:
 
 
 def _filter(spark, table, literals, inputs, folder, buckets, feed):
-    from sqlext.streaming.changelog_filter import TableStateFilter
+    from sqlext.streaming.changelog_filter import FilterOperator
 
-    return TableStateFilter.build(spark, table, literals, inputs, folder, buckets, feed)
+    return FilterOperator.build(spark, table, literals, inputs, folder, buckets, feed)
 
 
 def _fk_join(spark, table, literals, inputs, folder, buckets, feed):
-    from sqlext.streaming.fk_join import TableStateFkJoin
+    from sqlext.streaming.fk_join import FkJoinOperator
 
-    return TableStateFkJoin.build(spark, table, literals, inputs, folder, buckets, feed)
+    return FkJoinOperator.build(spark, table, literals, inputs, folder, buckets, feed)
 
 
 def _registry() -> dict[str, Keyed]:

@@ -1,4 +1,4 @@
-"""What every ``foreachBatch`` function of the 'tables' engine shares: the statement around the
+"""What every ``foreachBatch`` function of an incremental run shares: the statement around the
 function call, the increment as Arrow data, the choice of where a run computes, and the
 output folder's files.
 
@@ -16,6 +16,8 @@ nor a row of a batch that did not commit.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import pyarrow as pa
@@ -25,24 +27,52 @@ from sqlext.rewrites.dialect import to_sql
 from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
 from sqlext.storage import Folder
 
-# the seconds each step of the last micro-batch took, by step (``sqlext bench incremental`` shows them)
-STEPS: dict[str, float] = {}
-
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
 DRIVER_BYTES = 8 * 1024 * 1024
 
 
+@dataclass
+class BatchReport:
+    """How one micro-batch of a run went: its id, where it computed (``driver`` or
+    ``executors``, for a run of keyed operators) and the seconds of each step, by step
+    (``sqlext bench incremental`` shows them; a step of the tasks is the slowest task's)."""
+
+    batch: int
+    placement: str | None = None
+    steps: dict[str, float] = field(default_factory=dict)
+
+
+# the step times of the micro-batch, or the task, that this thread runs (see timed)
+_TIMED: ContextVar[dict | None] = ContextVar("sqlext_step_times", default=None)
+
+
+@contextmanager
+def timed(steps: dict[str, float]):
+    """The :func:`step` blocks inside this one add their seconds to ``steps``: a run sets it
+    around a micro-batch, and a task around its bucket. The steps are deep inside the
+    operators, which run on the driver and in the tasks alike, so they are not handed the
+    report: they find it here."""
+    token = _TIMED.set(steps)
+    try:
+        yield steps
+    finally:
+        _TIMED.reset(token)
+
+
 @contextmanager
 def step(name: str):
-    """Time one step of a micro-batch into :data:`STEPS`."""
+    """Time one step of a micro-batch into the step times of the block of :func:`timed` it is
+    in (outside any, the time is not kept)."""
     import time
 
     started = time.perf_counter()
     try:
         yield
     finally:
-        STEPS[name] = STEPS.get(name, 0.0) + time.perf_counter() - started
+        steps = _TIMED.get()
+        if steps is not None:
+            steps[name] = steps.get(name, 0.0) + time.perf_counter() - started
 
 
 @contextmanager
@@ -80,8 +110,11 @@ def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
     return size <= limit and (state_bytes is None or state_bytes() * 4 <= CACHE_BYTES)
 
 
-class TableStateRun:
-    """The statement around the call, the batch call over the batch's views, and the output."""
+class StatefulRun:
+    """What the ``foreachBatch`` function of a statement that keeps state holds: the statement
+    around the call, the batch call over the batch's views, the state in the checkpoint, and
+    the output. :class:`~sqlext.streaming.engine.Pipeline`, the recursion and the self-join are
+    its kinds; :class:`FramesRun` is the run of a statement that keeps none."""
 
     def __init__(self, call: exp.Table, outer: exp.Expression, placeholder: str, checkpoint: Folder, output: Folder,
                  output_format: str, function: str, arguments: tuple[str, ...]):
@@ -93,10 +126,14 @@ class TableStateRun:
         self.output, self.output_format = output, output_format
         self.sink = batch_output(output, checkpoint, output_format)
         self.function, self.arguments = function, arguments
+        self.last: BatchReport | None = None  # how the last micro-batch went
 
     def __call__(self, batch, batch_id: int) -> None:
-        """The ``foreachBatch`` function: the batch (:meth:`run`), its output committed last."""
-        self.sink.around(batch.sparkSession, batch_id, lambda: self.run(batch, batch_id))
+        """The ``foreachBatch`` function: the batch (:meth:`run`), its output committed last;
+        :attr:`last` says how it went."""
+        self.last = BatchReport(batch_id)
+        with timed(self.last.steps):
+            self.sink.around(batch.sparkSession, batch_id, lambda: self.run(batch, batch_id))
 
     def run(self, batch, batch_id: int) -> None:
         """One micro-batch: its output written to :attr:`sink`, its state committed."""
@@ -158,6 +195,7 @@ class FramesRun:
     def __init__(self, checkpoint: Folder, output: Folder, output_format: str):
         self.checkpoint, self.output = checkpoint, output
         self.sink = batch_output(output, checkpoint, output_format)
+        self.last: BatchReport | None = None  # how the last micro-batch went
 
     def __call__(self, batch, batch_id: int) -> None:
         def write():
@@ -165,7 +203,9 @@ class FramesRun:
                                                          for f in batch.schema.fields])
             self.sink.write_frame(batch, batch_id)
 
-        self.sink.around(batch.sparkSession, batch_id, write)
+        self.last = BatchReport(batch_id)
+        with timed(self.last.steps):
+            self.sink.around(batch.sparkSession, batch_id, write)
 
 
 def outer_over(outer: exp.Expression, name: str, view: str, carry: Sequence[str] = ()) -> exp.Expression:

@@ -35,7 +35,7 @@ from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.rewrites.dialect import is_stream, to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.run import STEPS, TableStateRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
+from sqlext.streaming.run import StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped
 from sqlext.streaming.sources import batch_rows, stream_names
 from sqlext.streaming.state import KeyedState
@@ -288,7 +288,7 @@ class ArrowPairs:
         return evaluate(pairs, self.columns, where=self.condition).cast(self.output)
 
 
-class TableStateSelfJoin(TableStateRun):
+class SelfJoinRun(StatefulRun):
     """The ``foreachBatch`` function of one incremental self-join."""
 
     def __init__(self, shape: SelfJoinShape, placeholder: str, checkpoint: str, output: str, output_format: str,
@@ -314,7 +314,6 @@ class TableStateSelfJoin(TableStateRun):
 
     def run(self, batch, batch_id: int) -> None:
         spark, shape = batch.sparkSession, self.shape
-        STEPS.clear()
         view = self.events.before(batch_id)
         newest = instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
         kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair

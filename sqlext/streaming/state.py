@@ -820,8 +820,8 @@ def _codable(data_type: pa.DataType) -> bool:
 def _rows_among(table: pa.Table, columns: Sequence[str], keys: pa.Table, key_columns) -> np.ndarray | None:
     """Whether each row of ``table`` equals a row of ``keys`` on every column (NULL equal to
     NULL), by one integer code per row (:func:`~sqlext.udfs.column_wise.codes` of each column
-    and the keys' taken together). A few hundred thousand rows are matched so in a few
-    milliseconds, where a hash join and the grouping of the keys took some ten times as long.
+    and the keys' taken together), at a fraction of the cost of a hash join and the grouping
+    of the keys (docs/performance.md has the figures).
     None where a column's type is not :func:`_codable`, or differs from the key column's (but
     for integers of two widths)."""
     from sqlext.udfs.column_wise import codes, sorted_unique, together

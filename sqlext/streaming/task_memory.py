@@ -4,9 +4,7 @@ A task's step makes many short-lived arrays the size of a bucket's whole history
 each). By default each one is a fresh mapping: NumPy asks glibc, which maps arrays above its
 mmap threshold (at most 32 MB) and unmaps them when freed, and Arrow's own allocator (mimalloc)
 hands pages back as soon as they are free. Every array then costs page faults for pages the
-kernel must zero first. Measured on a 2-core VM over FK_JOIN's step for 5M left and 500k right
-changes in one process: 2.2 GB of fresh pages per call (560k faults), 1.5-1.9 s of system time
-beside 2.2-2.4 s of user time.
+kernel must zero first, and a step spends a large share of its time in the kernel doing so.
 
 While a task runs, the worker instead keeps freed memory and reuses it:
 
@@ -16,11 +14,8 @@ While a task runs, the worker instead keeps freed memory and reuses it:
   grows it 64 MB at a time;
 * Arrow allocates through glibc (the system pool), so its buffers share that heap.
 
-The same call measured 2.6 s (0.5 s system) against 4.3 s; the first run of
-``sqlext bench incremental --function fk --left 5000000 --right 500000`` (two such tasks at
-once) 6.1-6.7 s against 9.0 s, CHANGELOG_FILTER's over 10M changes 5.0 s. The price is a
-higher peak: one bucket's step (2.5M left changes) peaked 1.82 GB above its inputs against
-1.67-1.71 GB (a freed block does not always fit the next array). When the task ends, the defaults
+A step then pays far fewer page faults (docs/performance.md has the figures). The price is a
+higher peak (a freed block does not always fit the next array). When the task ends, the defaults
 come back and the free heap goes back to the system (``malloc_trim``), so a worker Spark
 keeps for later tasks does not hold the peak. Where the C library is not glibc, only NumPy's
 advice changes.

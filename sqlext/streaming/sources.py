@@ -6,7 +6,7 @@ name), a Delta table's change data feed (a folder given by name that holds a Del
 shape: its rows are mapped to sqlext's change rows
 (:mod:`sqlext.functions.input_formats`) as they are read, so that what reads the stream (a
 recursion, which has no argument list of its own to take ``format``, or a call, which then
-orders by the change rows' ordering column: ``sqlext.streaming._order_by_streams``) sees change
+orders by the change rows' ordering column: ``sqlext.streaming.bind.order_by_streams``) sees change
 rows."""
 
 from __future__ import annotations

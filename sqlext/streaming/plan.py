@@ -1,0 +1,341 @@
+"""Plan: the run of a bound statement built, once per statement and checkpoint in a process
+(:data:`_COMPILED`): its sources read as streams, its operators (one per stateful call, and the
+aggregate over them) and the ``foreachBatch`` function that runs them
+(:func:`stateful_function`), or, for a statement that keeps no state, Spark's own streaming frame
+(:func:`stateless_frame`). :func:`result_schema` gives the columns a statement's runs write
+without running it (a catalog table is made with them)."""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import ExitStack
+
+from sqlglot import exp
+
+from sqlext.functions.changes import CHANGE_TYPE
+from sqlext.errors import SqlextError
+from sqlext.rewrites.dialect import TableArgument, batch_form, parse_one, stream_options, to_sql
+from sqlext.rewrites.dialect import is_stream as _is_stream
+from sqlext.rewrites.sqltree import identifier_list
+from sqlext.streaming.bind import (FUNCTION, is_recursion, order_by_streams, reads_no_stream, refuse_recursion,
+                                   refuse_shape, refuse_table_input, replace_table)
+from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER
+from sqlext.streaming.recent import Recent
+from sqlext.streaming.registry import keyed_call
+from sqlext.streaming.sources import Sources, change_rows_frame
+
+_views = itertools.count(1)
+
+
+def stateful_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
+    """The streaming source and the foreachBatch function of a statement holding one
+    CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
+    around it)."""
+    from sqlext.session import ensure_installed
+
+    ensure_installed(spark)
+    tree = tree.copy()
+    calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
+    streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
+    if is_recursion(tree) and streams and not calls:
+        from sqlext.streaming.recursion import RecursionRun, RecursionShape
+
+        shape = RecursionShape(tree)
+        source = sources.read(shape.stream.this)
+        return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
+                                    folder=sources.rows_folder(shape.stream.this))
+    refuse_recursion(tree)
+    from sqlext.streaming.self_join import SelfJoinRun, SelfJoinShape, is_self_join
+
+    if not calls and is_self_join(tree):
+        source = sources.read(streams[0].this)
+        shape = SelfJoinShape(spark, tree, source.schema)
+        return source, SelfJoinRun(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
+                                   source.schema, sources.rows_folder(streams[0].this))
+    root = refuse_shape(calls, streams)
+    order_by_streams(root)
+    statement = to_sql(tree)
+    placeholder = f"__sx_result_{next(_views)}"
+    numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, numbered in the order of the text
+    frames = []
+    for table in numbered:
+        frames.append(sources.read(table.this))
+    converted = _as_change_rows(spark, root, numbered, frames)
+    from sqlext.streaming.engine import inputs_stream
+
+    folders = [sources.parquet_folder(t.this) for t in numbered]
+    key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources)
+    kept = _COMPILED.get(key)
+    if kept is not None:
+        return kept
+    pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
+                         converted)
+    compiled = inputs_stream(frames), pipeline
+    # under the key as it is now: a first run has just written the checkpoint's layout file
+    _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources),
+                  compiled)
+    return compiled
+
+
+# The pipelines this process built, by statement, checkpoint and sources' columns: the next run
+# of a statement takes its operators, its foreachBatch function and its one stream of the
+# sources from here instead of building them again with Spark's analysis (a large share of a
+# small run's time for a chain of calls), as a query that keeps running uses one
+# function for all its micro-batches (a streaming frame starts any number of queries). An
+# entry holds only while the checkpoint is the one it was built on: the statement and layout
+# files a new checkpoint writes anew are part of the key, and so is how each folder's records
+# are read (its format, reader options and bad-records mode: a strict stream refuses a bad
+# record inside Spark, so a run that asks for the quarantine needs a stream of its own).
+_COMPILED = Recent(8)
+
+
+def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,
+                  converted, sources: "Sources") -> tuple:
+    from sqlext.streaming.checkpoint import LAYOUT_FILE
+    from sqlext.streaming.engine import BUCKETS_SETTING
+
+    def written(folder, name):
+        return tuple((e.name, e.size, e.mtime_ns) for e in folder.entries() if e.name == name and not e.is_dir)
+
+    return (id(spark), statement, checkpoint.uri, output.uri, output_format,
+            tuple(f.schema.json() for f in frames), tuple(None if f is None else f.uri for f in folders),
+            tuple(sorted(converted)), spark.conf.get(BUCKETS_SETTING, ""),
+            tuple((r.name, r.file_format, tuple(sorted(r.options.items())), r.mode) for r in sources.records),
+            written(checkpoint, STATEMENT_FILE), written(checkpoint / STATE_FOLDER, LAYOUT_FILE))
+
+
+def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list, sources: "Sources", checkpoint, output,
+              output_format: str, converted):
+    """The operators of the statement's calls (and of its aggregate) and its foreachBatch function."""
+    from sqlext.streaming.aggregate import is_aggregate
+    from sqlext.streaming.engine import Pipeline
+
+    operators: list = []
+    buckets = _buckets(spark, checkpoint, [sources.parquet_folder(t.this) for t in numbered])
+
+    call = root.copy()
+    aggregated = is_aggregate(tree) and keyed_call(call).emit(call) == "final"
+    _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated,
+              converted=converted)
+    replace_table(root, placeholder)
+    if aggregated:
+        outer = _aggregate(spark, tree, placeholder, checkpoint, operators, buckets)
+        if outer is not None:
+            return Pipeline(operators, outer, placeholder, checkpoint, output, output_format)
+        # an aggregate without an incremental form: the statement runs over the call's final table
+        operators = []
+        numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
+        _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets,
+                  converted=converted)
+    return Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
+
+
+def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operators: list, buckets: int):
+    """The incremental GROUP BY over the call's change feed (appended to ``operators``) and the
+    statement that then reads its rows; None where the aggregate has no incremental form."""
+    from sqlext.streaming.aggregate import AggregateOperator, AggregateShape
+    from sqlext.streaming.run import spark_schema
+
+    import pyarrow as pa
+
+    upstream = operators[-1]
+    feed = spark_schema(upstream.output_arrow)
+    table = spark_schema(pa.schema([f for f in upstream.output_arrow if f.name not in (CHANGE_TYPE, upstream.order_by)]))
+    try:
+        shape = AggregateShape(spark, tree, placeholder, feed, table)
+    except SqlextError as error:
+        if error.error_class == "UNSUPPORTED_STREAM":
+            return None
+        raise
+    operator = AggregateOperator(shape, upstream.call, checkpoint / STATE_FOLDER / "aggregate", upstream, buckets)
+    if operator.fresh and any(not state.before(1 << 62).empty for op in operators for state in op.states.values()):
+        raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint.uri,
+                          differences="its runs kept the call's state without the aggregate's groups (an earlier "
+                                      "sqlext recomputed the aggregate each run)", fix=START_OVER)
+    operators.append(operator)
+    return exp.select("*").from_(exp.Table(this=exp.to_identifier(placeholder)))
+
+
+def _buckets(spark, checkpoint, folders: list) -> int:
+    """The buckets of a new state, from the bytes its statement's source folders hold now (a
+    first run over a long history gets more; see :meth:`KeyedOperator.state_buckets`). A state
+    that exists keeps the number it recorded, so the folders are only measured before the
+    first run has kept any."""
+    from sqlext.storage import folder_bytes
+    from sqlext.streaming.engine import KeyedOperator
+
+    if (checkpoint / STATE_FOLDER).entries():
+        return KeyedOperator.state_buckets(spark)
+    return KeyedOperator.state_buckets(spark, sum(folder_bytes(f) for f in folders if f is not None))
+
+
+def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,
+              buckets: int, feed: bool = False, converted: frozenset = frozenset()):
+    """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
+    each table argument a stream the statement reads, or another call's change feed. The
+    streams numbered in ``converted`` are read as change rows from another shape, so their
+    files are not the rows the operator reads."""
+    from sqlext.streaming.engine import Input
+    from sqlext.streaming.run import arrow_schema, spark_schema
+
+    keyed = keyed_call(table)
+    call = keyed.read(table)
+    inputs = {}
+    for name in keyed.tables:
+        argument = call.tables.get(name)
+        inner = argument.this if argument is not None else None
+        if inner is not None and _is_stream(inner):
+            index = next(i for i, t in enumerate(numbered) if t is inner)
+            frame = frames[index]
+            inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
+                                 folder=None if index in converted else sources.rows_folder(inner.this))
+        elif inner is not None and keyed_call(inner) is not None:
+            upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets,
+                                 converted=converted)
+            if upstream.emit != "changes":
+                raise SqlextError(
+                    "UNSUPPORTED_STREAM", function=FUNCTION, what=f"{upstream.function} with emit => "
+                    f"'{upstream.emit}' as the {name} input of {keyed.name}",
+                    reason="a call feeds another with its change feed, the rows emit => 'changes' gives",
+                    fix=f"Leave emit out of the inner {upstream.function} (or write emit => 'changes'); the outer "
+                        "call's emit says what the statement writes.")
+            inputs[name] = Input(name, upstream.output_arrow, spark_schema(upstream.output_arrow), upstream=upstream)
+        else:
+            refuse_table_input(keyed.name, name, argument)
+    operator = keyed.build(spark, table.copy(), call.literals, inputs, folder, buckets, feed)
+    operators.append(operator)
+    return operator
+
+
+def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> frozenset:
+    """Each stream a call reads in another shape (``format => ...``) as sqlext's change rows:
+    its frame in ``frames`` replaced by the query of :mod:`sqlext.functions.input_formats` over it,
+    and the call rewritten to read change rows (no ``format``; ``order_by`` naming the ordering
+    column of the change rows), so that the operators, their checks and the batch function a
+    first run may use all see one shape. Returns the indexes of the streams it replaced."""
+    from sqlext.functions.arguments import set_literal
+    from sqlext.functions.input_formats import ARGUMENT, DELTA, take_format
+
+    converted = set()
+    for table in [t for t in root.find_all(exp.Table) if keyed_call(t) is not None]:
+        keyed = keyed_call(table)
+        call = keyed.read(table)
+        if ARGUMENT not in call.literals:
+            continue
+        shape = take_format(keyed.name, call.literals)
+        set_literal(table, keyed.arguments, ARGUMENT, None)
+        if shape == DELTA:
+            continue
+        orders = []
+        for name in keyed.tables:
+            argument = call.tables.get(name)
+            inner = argument.this if argument is not None else None
+            if inner is not None and keyed_call(inner) is not None:
+                raise SqlextError(
+                    "INVALID_ARGUMENT_TYPE", function=keyed.name, argument="format",
+                    expected=f"'delta' where the {name} input is another call's change rows", value=f"'{shape}'",
+                    fix="Give format to the inner call, the one that reads the input in that shape.")
+            if inner is None or not _is_stream(inner):
+                continue  # an input the operator refuses
+            index = next(i for i, t in enumerate(numbered) if t is inner)
+            frames[index], order_by = change_rows_frame(spark, keyed.name, name, shape, frames[index],
+                                                        call.literals.get("order_by"))
+            converted.add(index)
+            orders.append(order_by)
+        if orders:
+            set_literal(table, keyed.arguments, "order_by", identifier_list(orders[:1]))
+    return frozenset(converted)
+
+
+def stateless_frame(spark, tree: exp.Expression, sources: "Sources"):
+    """The streaming DataFrame of a statement that keeps no state: each ``STREAM(...)`` read as
+    a stream, the rest Spark SQL. Its rows are Spark's own stream, with no place to set bad
+    records aside, so a quarantine is refused."""
+    from sqlext.session import ensure_installed
+    from sqlext.streaming.bad_records import QUARANTINE
+    from sqlext.streaming.engine import temporary_view
+
+    quarantined = [name for name, mode in sources.bad_records.items() if mode == QUARANTINE]
+    if quarantined:
+        raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
+                          what=f"a quarantine of {', '.join(quarantined)} in a statement that keeps no state",
+                          reason="such a statement is Spark's own streaming query, which has no place to set bad "
+                                 "records aside exactly once",
+                          fix="Leave bad_records out (a bad record then stops the run, named), or read the stream "
+                              "through CHANGELOG_FILTER(..., predicate => 'true').")
+    ensure_installed(spark)
+    tree = tree.copy()
+    with ExitStack() as views:
+        for table in list(tree.find_all(exp.Table)):
+            if _is_stream(table) and not isinstance(table.parent, TableArgument):
+                source = sources.read(table.this)
+                replace_table(table, views.enter_context(temporary_view(source)))
+        frame = spark.sql(to_sql(tree))
+    if not frame.isStreaming:
+        raise reads_no_stream()
+    return frame
+
+
+def result_schema(spark, sql: str, sources: Sources | None = None):
+    """The columns the statement's runs write, without running it: those of the statement
+    over the whole of each source read as a run reads it (a source in another shape,
+    ``STREAM(x, format => ...)``, as its change rows, and the calls over it ordered by their
+    ordering column: :func:`order_by_streams`; a folder of ``sources`` as the columns a run
+    reads from its files, with no row). sqlext computes a recursion when it is read, so a
+    recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
+    from sqlext.api import sql as run_sql
+    from sqlext.streaming.engine import temporary_view
+
+    sources = sources or Sources(spark)
+    tree = parse_one(sql)
+    if is_recursion(tree):
+        return _recursion_schema(spark, tree, sources)
+    order_by_streams(tree)
+    with ExitStack() as views:
+        for table in [t for t in tree.find_all(exp.Table) if _is_stream(t)]:
+            if stream_options(table.this) or sources.folder_of(table.this) is not None:
+                replace_table(table, views.enter_context(temporary_view(_batch_rows(spark, table.this, sources))))
+        return run_sql(spark, batch_form(to_sql(tree))).schema
+
+
+def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
+    """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
+    (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
+    reads from it."""
+    from sqlext.api import sql as run_sql
+    from sqlext.streaming.sources import DELTA_SHAPE, as_change_rows, stream_shape
+
+    if sources.folder_of(call) is not None:
+        return sources.batch_frame(call)
+    rows = run_sql(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
+    return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(spark, call, rows)
+
+
+def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
+    """The columns of an incremental recursion's runs, found by the code of the run
+    (:class:`sqlext.streaming.recursion.RecursionRun`): the recursion's rows over the
+    edges as the run reads them, through the outer query, and over a change feed of edges
+    the change columns a run carries (``_change_type`` and the stream's ordering column)."""
+    from pyspark.sql.types import StructField, StringType, StructType
+
+    from sqlext.runner import run_statement
+    from sqlext.streaming.engine import temporary_view
+    from sqlext.streaming.recursion import RecursionShape, _compiled
+    from sqlext.streaming.run import outer_over
+    from sqlext.streaming.sources import stream_order
+
+    shape = RecursionShape(tree)
+    edges = _batch_rows(spark, shape.stream.this, sources).schema
+    order = stream_order(shape.stream.this)
+    order_by = next((f.name for f in edges.fields if f.name.lower() == order.lower()), order)
+    fields = [f for f in edges.fields if f.name not in (CHANGE_TYPE, order_by)]
+    rows, _ = _compiled(spark, shape, StructType(fields))
+    carry = []
+    if CHANGE_TYPE in edges.names:
+        carry = [StructField(CHANGE_TYPE, StringType(), True)] + [f for f in edges.fields if f.name == order_by]
+    with temporary_view(spark.createDataFrame([], StructType(list(rows.fields) + carry))) as view:
+        # the outer query over the run's rows, as a run writes it (the change columns kept)
+        outer = outer_over(shape.main, shape.name, view, [f.name for f in carry])
+        return run_statement(spark, to_sql(outer)).schema
+
+

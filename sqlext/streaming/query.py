@@ -1,0 +1,259 @@
+"""Run: a bound and planned statement started as Spark's streaming query and waited for.
+:func:`stream` starts it (by default ``availableNow``: what arrived since the last run, then
+stop) and returns a :class:`RunningQuery`, whose errors are sqlext's classes and which forgets a
+batch that failed on its input; :func:`run_available_now` runs once and waits;
+:func:`streaming_frame` gives the run's output as a streaming DataFrame for any sink."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlext.errors import SqlextError, find_in
+from sqlext.streaming.bind import FUNCTION, one_statement, stateless
+from sqlext.streaming.checkpoint import START_OVER, Before, check_columns, claim
+from sqlext.streaming.plan import stateful_function, stateless_frame
+from sqlext.streaming.registry import purpose_of
+from sqlext.streaming.sources import Sources
+
+OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
+
+
+def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
+           output_format: str = "parquet", sources: Mapping[str, str] | None = None,
+           source_format: str = "parquet", query_name: str | None = None,
+           schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
+           source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
+           schema_evolution: Mapping[str, str] | None = None):
+    """Start the statement as a streaming query writing to ``output`` (a folder, in
+    ``output_format``) with its progress and state in ``checkpoint``; returns the
+    ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
+    then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
+
+    The functions keep their state as Parquet layers in the checkpoint
+    (:mod:`sqlext.streaming.engine`). A statement whose functions keep no state
+    (``SELECT ... FROM STREAM(name) WHERE ...``) runs as Spark's own streaming query.
+
+    ``schemas`` declares the columns of folder sources (``{name: "id BIGINT, v STRING, ..."}``),
+    so a run can start before a folder holds its first file; ``source_options`` gives Spark's
+    reader options of a folder's files (``{name: {"header": "true"}}``); ``bad_records`` says
+    what happens to a record of a folder that cannot be read: ``'fail'`` (the default: the run
+    stops, naming the file, the line and the column, and writes nothing) or ``'quarantine'``
+    (it goes to ``<checkpoint>/quarantine``; :mod:`sqlext.streaming.bad_records`);
+    ``schema_evolution`` how a source's columns may change between runs: ``'fail'`` (the
+    default), ``'add_columns'``, ``'widen_types'`` or ``'evolve'``
+    (:mod:`sqlext.streaming.schema_evolution`). A checkpoint
+    and its output belong to one statement (:mod:`sqlext.streaming.checkpoint`): another
+    statement on them is refused before anything is read or written; ``start_over`` says how to
+    start over, in the caller's words.
+
+    The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
+    ``awaitTermination``, where the run failed with one."""
+    from sqlext.storage import resolve
+
+    tree = one_statement(sql)
+    checkpoint = resolve(spark, checkpoint)
+    output = None if output is None else resolve(spark, output)
+    before = Before(checkpoint, output)
+    try:
+        reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records,
+                        schema_evolution)
+        query, run = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
+    except BaseException:
+        before.undo()  # a first run that fails before it starts leaves no records behind
+        raise
+    return RunningQuery(query, checkpoint, reads, run)
+
+
+# the log Spark's file sink keeps in its output folder, of the files it committed
+SPARK_SINK_LOG = "_spark_metadata"
+
+
+def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
+    """The query started, and the ``foreachBatch`` function that runs its micro-batches (None
+    where Spark's own sink writes them)."""
+    from sqlext.streaming.bad_records import Door
+
+    sources.check_used(tree)
+    claim(checkpoint, output, purpose_of(tree), start_over)
+    run = None
+    try:
+        if not stateless(tree):
+            if output is None:
+                raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
+                                  what="a statement that keeps state without an output folder",
+                                  reason="its micro-batches write their rows into a folder",
+                                  fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
+                                      "(it reads the output folder as a stream).")
+            source, run = stateful_function(spark, tree, sources, checkpoint, output, output_format)
+            writer = source.writeStream.foreachBatch(Door(run, checkpoint, sources.records)) \
+                .option("checkpointLocation", checkpoint.uri)
+        else:  # nothing to keep between runs: Spark's own streaming query
+            frame = stateless_frame(spark, tree, sources)
+            check_columns(checkpoint, output, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
+            if output is not None and (output_format == "delta" or not (output / SPARK_SINK_LOG).exists()):
+                # each batch's files appear in one step at its commit, also to readers outside
+                # Spark (a Delta table: Spark's file sink does not write one). An output an
+                # earlier sqlext wrote with Spark's file sink keeps it: Spark reads such a
+                # folder through the log of that sink, which lists only the files it wrote.
+                from sqlext.streaming.run import FramesRun
+
+                run = FramesRun(checkpoint, output, output_format)
+                writer = frame.writeStream.foreachBatch(run) \
+                    .option("checkpointLocation", checkpoint.uri)
+            else:
+                writer = frame.writeStream.format(output_format).outputMode("append") \
+                    .option("checkpointLocation", checkpoint.uri)
+                if output is not None:
+                    writer = writer.option("path", output.uri)
+        if query_name:
+            writer = writer.queryName(query_name)
+        if trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=trigger)
+        return writer.start(), run
+    finally:
+        sources.restore()  # the query keeps the settings it started with
+
+
+def run_available_now(spark, sql: str, **options):
+    """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
+    classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
+    from sqlext.storage import resolve
+
+    checkpoint, output = options.get("checkpoint"), options.get("output")
+    before = None if checkpoint is None else \
+        Before(resolve(spark, checkpoint), None if output is None else resolve(spark, output))
+    query = stream(spark, sql, trigger="available_now", **options)
+    try:
+        query.awaitTermination()
+    except Exception:
+        if before is not None:
+            before.undo()  # a first run that fails leaves no records behind
+        raise
+    return query
+
+
+class RunningQuery:
+    """Spark's ``StreamingQuery`` of a run, whose ``awaitTermination`` and
+    ``processAllAvailable`` raise sqlext's classed error where the run failed with one (Spark
+    wraps it twice: ``STREAM_FAILED``, ``FOREACH_BATCH_USER_FUNCTION_ERROR``). A run that failed
+    on its input (a bad record, a file whose columns are not the source's, a change that breaks
+    the change-row rules) forgets the batch it had planned
+    (:func:`~sqlext.streaming.batches.forget_batch`), so that the next run reads the folder as it
+    is then: a file corrected under the same name, or replaced by another, is read, and the bad
+    one is not. :attr:`last_batch` says how its last micro-batch went. Everything else is
+    Spark's query."""
+
+    def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None):
+        self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
+        self._earlier = None if run is None else run.last  # a run function serves every run of its statement
+
+    @property
+    def last_batch(self):
+        """How this query's last micro-batch went (:class:`~sqlext.streaming.run.BatchReport`:
+        where it computed, the seconds of each step); None before its first, or where Spark's own
+        sink writes the statement's rows."""
+        last = None if self._run is None else self._run.last
+        return None if last is self._earlier else last
+
+    def __getattr__(self, name: str):
+        return getattr(self._query, name)
+
+    def __repr__(self) -> str:
+        return repr(self._query)
+
+    def awaitTermination(self, timeout: int | None = None):
+        return self._classed(lambda: self._query.awaitTermination(timeout) if timeout is not None
+                             else self._query.awaitTermination())
+
+    def processAllAvailable(self) -> None:
+        return self._classed(self._query.processAllAvailable)
+
+    def _classed(self, call):
+        from sqlext.streaming.bad_records import Quarantine
+        from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
+
+        try:
+            return call()
+        except Exception as error:
+            ours = find_in(error)
+            if ours is None:
+                raise
+            if ours.error_class in INPUT_ERRORS:
+                forgotten = forget_batch(self._checkpoint)
+                if forgotten is not None:  # its quarantine file goes with it
+                    Quarantine(self._checkpoint).file(forgotten).delete()
+                if self._sources is not None:  # and the columns it accepted
+                    self._sources.forget_columns()
+            if ours is error:  # raised as sqlext's already, from Spark's (sqlext.spark_errors)
+                raise
+            raise ours from None
+
+
+def jobs_of(spark, query) -> list[int]:
+    """The Spark jobs a finished run started (Structured Streaming runs them in a job group
+    named by the run's id)."""
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
+
+
+def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+                    checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
+                    output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
+                    source_options: Mapping[str, Mapping[str, str]] | None = None,
+                    bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
+    """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
+
+    A statement whose functions keep state runs as :func:`stream`
+    runs it: its micro-batches write their rows into ``output`` (by default the folder
+    ``sqlext-output`` of ``checkpoint``, which it needs for its state), and the frame is
+    Spark's file stream of that folder, which a sink query reads with a checkpoint of its
+    own. ``trigger="available_now"`` (the default) runs what arrived since the last call and
+    returns once its rows are in the folder; an interval starts the run as a query that keeps
+    running (``query_name`` names it in ``spark.streams``). ``emit => 'final'`` is refused: its
+    folder is rewritten each run, which a stream cannot read. A statement that keeps no state
+    (``SELECT ... FROM STREAM(name) WHERE ...``) is Spark's own streaming DataFrame and needs no
+    checkpoint, unless a source is a Delta table, whose commits are staged there.
+
+    With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
+    first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
+    ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
+    from sqlext.storage import resolve
+
+    tree = one_statement(sql)
+    if stateless(tree):
+        folder = None if checkpoint is None else resolve(spark, checkpoint)
+        sources = Sources(spark, sources, source_format, schemas, folder, source_options, bad_records,
+                          schema_evolution)
+        sources.check_used(tree)
+        return stateless_frame(spark, tree, sources)
+    if checkpoint is None:
+        raise SqlextError("UNSUPPORTED_STREAM", function="streaming_frame", what="this statement without a checkpoint",
+                          reason="its function keeps its state, and the rows of each run, in a checkpoint folder "
+                                 "between runs",
+                          fix="Pass checkpoint=... (a folder of its own, not the one of the query that writes the "
+                              "frame to its sink).")
+    if purpose_of(tree).emit == "final":
+        raise SqlextError("UNSUPPORTED_STREAM", function="streaming_frame", what="emit => 'final' as a stream",
+                          reason="the final table is rewritten in place each run, and a stream only appends",
+                          fix="Run it with sqlext.streaming.stream(..., output=...) and read the output folder as a "
+                              "table, or stream emit => 'records' into a sink that applies them.")
+    folder = resolve(spark, checkpoint)
+    output = folder / OUTPUT_IN_CHECKPOINT if output is None else resolve(spark, output)
+    options = dict(checkpoint=folder.uri, output=output.uri, sources=sources, source_format=source_format,
+                   schemas=schemas, query_name=query_name, source_options=source_options, bad_records=bad_records,
+                   schema_evolution=schema_evolution)
+    if trigger == "available_now":
+        run_available_now(spark, sql, **options)
+    else:
+        stream(spark, sql, trigger=trigger, **options).processAllAvailable()
+    return spark.readStream.schema(_output_schema(spark, folder, output)).parquet(output.uri)
+
+
+def _output_schema(spark, checkpoint, output):
+    """The columns the runs write into ``output``: those the checkpoint recorded, else the files'."""
+    from sqlext.streaming.checkpoint import output_columns
+
+    return output_columns(checkpoint) or spark.read.parquet(output.uri).schema
+
+

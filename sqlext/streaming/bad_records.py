@@ -22,16 +22,15 @@ it. The run's summary counts them.
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from urllib.parse import unquote
 
 import pyarrow as pa
 
 from sqlext.errors import SqlextError, find_in, message_text, sql_value
 from sqlext.storage import Folder
+from sqlext.streaming.record_problems import Lines, columns_text, csv_problem, json_problem
 
 FUNCTION = "sqlext stream"
 CORRUPT = "__sx_bad_record"  # the column Spark's JSON and CSV readers put a record they cannot read in
@@ -141,7 +140,7 @@ class SourceRecords:
         # sqlext's message, the file and the record filled in by Spark; the door names the line
         # and the column where it can (Door._named)
         text = message_text("BAD_RECORD", function=FUNCTION, name=self.name, place=f"the file {_FILLED}",
-                            problem=f"does not fit the columns ({_columns(self.schema)})", record=_FILLED,
+                            problem=f"does not fit the columns ({columns_text(self.schema)})", record=_FILLED,
                             quarantine=_quarantine_hint(self.name))
         before, between, after = text.split(_FILLED)
         message = F.concat(F.lit(before), F.col(FILE_PATH), F.lit(between), F.substring(F.col(CORRUPT), 1, 300),
@@ -168,7 +167,7 @@ class SourceRecords:
         # every column is read (Spark refuses a query of its files that reads only CORRUPT)
         found = frame.where(bad).select("*", *places).collect()
         rows = []
-        lines = _Lines(spark)
+        lines = Lines(spark)
         for row in found:
             file = unquote(row[FILE])
             record = row[CORRUPT] if self.parsed else None
@@ -191,8 +190,8 @@ class SourceRecords:
         """What is wrong with a record its reader cannot read: the column (None where the record
         as a whole is wrong) and the words for it."""
         if self.file_format.lower() == "json":
-            return _json_problem(record, self.schema)
-        return _csv_problem(record, self.schema, self.options)
+            return json_problem(record, self.schema)
+        return csv_problem(record, self.schema, self.options)
 
 
 def reader_options(file_format: str, options: dict) -> dict:
@@ -218,172 +217,6 @@ def _quarantine_hint(name: str) -> str:
 
 def _shown(record: str, limit: int = 200) -> str:
     return repr(record if len(record) <= limit else record[:limit] + "...")
-
-
-def _columns(schema) -> str:
-    return ", ".join(f"{f.name} {f.dataType.simpleString().upper()}" for f in schema.fields)
-
-
-class _Lines:
-    """The line each bad record starts on, in its file (read once, through the storage module):
-    the n-th bad record of a file with a given text is the n-th place that text starts at."""
-
-    def __init__(self, spark):
-        self.spark, self.texts, self.after = spark, {}, {}
-
-    def of(self, file: str, record: str) -> int | None:
-        from sqlext.storage import resolve
-
-        if file not in self.texts:
-            try:
-                self.texts[file] = resolve(self.spark, file).read_bytes().decode("utf-8", errors="replace")
-            except (SqlextError, OSError):
-                self.texts[file] = None
-        text = self.texts[file]
-        if text is None:
-            return None
-        start = self.after.get((file, record), 0)
-        at = text.find(record, start)
-        while at > 0 and text[at - 1] not in "\r\n":  # a record starts a line
-            at = text.find(record, at + 1)
-        if at < 0:
-            return None
-        self.after[(file, record)] = at + max(len(record), 1)
-        return text.count("\n", 0, at) + 1
-
-
-# -- what is wrong with a record (for the message and the quarantine; Spark only marks it)
-
-def _json_problem(record: str, schema) -> tuple[str | None, str]:
-    """
-    >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
-    >>> schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
-    >>> _json_problem('{"id": 1, "name": "Ada"', schema)
-    (None, "does not parse as JSON (Expecting ',' delimiter at character 23)")
-    >>> _json_problem('{"id": "one", "name": "Ada"}', schema)
-    ('id', "has 'one' in column id, which is not a BIGINT")
-    """
-    try:
-        value = json.loads(record)
-    except ValueError as error:
-        reason = getattr(error, "msg", str(error))
-        position = getattr(error, "pos", None)
-        return None, f"does not parse as JSON ({reason}" + (f" at character {position})" if position is not None else ")")
-    if not isinstance(value, dict):
-        return None, f"is a JSON {type(value).__name__}, not an object of the columns"
-    found = _json_misfit(value, schema, "")
-    if found is not None:
-        return found
-    return None, f"does not fit the columns ({_columns(schema)})"
-
-
-def _json_misfit(value: dict, schema, prefix: str) -> tuple[str, str] | None:
-    from pyspark.sql.types import StructType
-
-    for column in schema.fields:
-        if column.name not in value or value[column.name] is None:
-            continue
-        name, item = prefix + column.name, value[column.name]
-        if isinstance(column.dataType, StructType):
-            if not isinstance(item, dict):
-                return name, f"has {_json_text(item)} in column {name}, which is not a struct"
-            inner = _json_misfit(item, column.dataType, name + ".")
-            if inner is not None:
-                return inner
-            continue
-        if not _json_fits(item, column.dataType):
-            return name, f"has {_json_text(item)} in column {name}, which is not a {column.dataType.simpleString().upper()}"
-    return None
-
-
-def _json_text(value) -> str:
-    return sql_value(value) if isinstance(value, (str, bool)) or value is None else json.dumps(value)
-
-
-def _json_fits(value, kind) -> bool:
-    """Whether Spark's JSON reader reads ``value`` (as json.loads gives it) as ``kind``."""
-    from pyspark.sql import types as T
-
-    if isinstance(kind, T.StringType):
-        return True
-    if isinstance(kind, T.BooleanType):
-        return isinstance(value, bool)
-    if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return isinstance(value, int) and not isinstance(value, bool) and _in_range(value, kind)
-    if isinstance(kind, (T.FloatType, T.DoubleType)):
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value in ("NaN", "Infinity", "-Infinity")
-    if isinstance(kind, T.DecimalType):
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and _fits_decimal(Decimal(str(value)), kind)
-    if isinstance(kind, T.ArrayType):
-        return isinstance(value, list) and all(v is None or _json_fits(v, kind.elementType) for v in value)
-    if isinstance(kind, (T.MapType, T.StructType)):
-        return isinstance(value, dict)
-    return True  # dates, timestamps and the rest: Spark's own parsing of their text decides
-
-
-def _in_range(value: int, kind) -> bool:
-    from pyspark.sql import types as T
-
-    bits = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}[type(kind)]
-    return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
-
-
-def _fits_decimal(value: Decimal, kind) -> bool:
-    if not value.is_finite():
-        return False
-    digits = value.as_tuple()
-    return len(digits.digits) + digits.exponent <= kind.precision - kind.scale  # the digits before the point
-
-
-def _csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
-    """
-    >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
-    >>> schema = StructType([StructField("id", LongType()), StructField("balance", LongType())])
-    >>> _csv_problem("1,abc", schema, {})
-    ('balance', "has 'abc' in column balance, which is not a BIGINT")
-    >>> _csv_problem("1,2,3", schema, {})
-    (None, 'has 3 fields, where the source has 2 columns (id BIGINT, balance BIGINT)')
-    """
-    lowered = {k.lower(): v for k, v in options.items()}
-    delimiter = lowered.get("sep", lowered.get("delimiter", ","))
-    quote = lowered.get("quote", '"')
-    null = lowered.get("nullvalue", "")
-    try:
-        fields = next(csv.reader([record], delimiter=delimiter[:1] or ",", quotechar=quote[:1] or '"',
-                                 escapechar=lowered.get("escape", "\\")[:1] or None))
-    except (csv.Error, StopIteration) as error:
-        return None, f"does not parse as CSV ({error})"
-    if [f.strip().lower() for f in fields] == [c.name.lower() for c in schema.fields]:
-        return None, "is a header line (the column names); files with one are read with the reader option header=true"
-    if len(fields) != len(schema.fields):
-        return None, (f"has {len(fields)} field{'s' if len(fields) != 1 else ''}, where the source has "
-                      f"{len(schema.fields)} columns ({_columns(schema)})")
-    for column, text in zip(schema.fields, fields):
-        if text == null or text == "":
-            continue
-        if not _csv_fits(text.strip(), column.dataType):
-            return column.name, (f"has {sql_value(text)} in column {column.name}, which is not a "
-                                 f"{column.dataType.simpleString().upper()}")
-    return None, f"does not fit the columns ({_columns(schema)})"
-
-
-def _csv_fits(text: str, kind) -> bool:
-    """Whether Spark's CSV reader reads ``text`` as ``kind``."""
-    from pyspark.sql import types as T
-
-    try:
-        if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-            return _in_range(int(text), kind)
-        if isinstance(kind, (T.FloatType, T.DoubleType)):
-            float(text)
-            return True
-        if isinstance(kind, T.DecimalType):
-            return _fits_decimal(Decimal(text), kind)
-        if isinstance(kind, T.BooleanType):
-            return text.lower() in ("true", "false")
-    except (ValueError, InvalidOperation, OverflowError):
-        return False
-    return True
 
 
 # -- the files of a batch: their columns, their bad records, and the quarantine

@@ -92,7 +92,7 @@ def order_by_streams(tree: exp.Expression) -> None:
     from sqlext.functions.arguments import set_literal
     from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
     from sqlext.rewrites.dialect import stream_argument
-    from sqlext.streaming.sources import stream_order, stream_shape
+    from sqlext.streaming.shapes import stream_order, stream_shape
 
     # inner calls first: an outer call reads their change rows, ordered as they are
     for table in reversed([t for t in tree.find_all(exp.Table, bfs=False) if keyed_call(t) is not None]):

@@ -308,7 +308,7 @@ class Pipeline(StatefulRun):
         """A source's files in this batch, where it is a folder of Parquet files whose columns
         Arrow reads as Spark does; None otherwise (Spark reads it)."""
         from sqlext.streaming.batches import batch_files
-        from sqlext.streaming.sources import readable_files
+        from sqlext.streaming.source_files import readable_files
 
         if source.source not in self._files:
             files = None if source.folder is None else \

@@ -22,7 +22,8 @@ from sqlext.streaming.bind import (FUNCTION, is_recursion, order_by_streams, rea
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.registry import keyed_call
-from sqlext.streaming.sources import Sources, change_rows_frame
+from sqlext.streaming.shapes import change_rows_frame
+from sqlext.streaming.sources import Sources
 
 _views = itertools.count(1)
 
@@ -303,7 +304,7 @@ def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
     (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
     reads from it."""
     from sqlext.api import sql as run_sql
-    from sqlext.streaming.sources import DELTA_SHAPE, as_change_rows, stream_shape
+    from sqlext.streaming.shapes import DELTA_SHAPE, as_change_rows, stream_shape
 
     if sources.folder_of(call) is not None:
         return sources.batch_frame(call)
@@ -322,7 +323,7 @@ def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     from sqlext.streaming.engine import temporary_view
     from sqlext.streaming.recursion import RecursionShape, _compiled
     from sqlext.streaming.run import outer_over
-    from sqlext.streaming.sources import stream_order
+    from sqlext.streaming.shapes import stream_order
 
     shape = RecursionShape(tree)
     edges = _batch_rows(spark, shape.stream.this, sources).schema

@@ -191,7 +191,7 @@ class RecursionRun(StatefulRun):
 
         self.shape = shape
         # the ordering column of the change rows (the stream's order_by, or its shape's default)
-        from sqlext.streaming.sources import stream_order
+        from sqlext.streaming.shapes import stream_order
 
         order = stream_order(shape.stream.this)
         self.order_by = next((f.name for f in edge_schema.fields if f.name.lower() == order.lower()), order)
@@ -225,7 +225,7 @@ class RecursionRun(StatefulRun):
 
     def _increment(self, batch, batch_id: int) -> pa.Table:
         from sqlext.streaming.run import arrow_schema
-        from sqlext.streaming.sources import batch_rows
+        from sqlext.streaming.source_files import batch_rows
 
         return batch_rows(batch, batch_id, self.checkpoint, self.source_folder, arrow_schema(batch.schema))
 

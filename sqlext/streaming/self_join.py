@@ -37,7 +37,8 @@ from sqlext.rewrites.dialect import is_stream, to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.run import StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped
-from sqlext.streaming.sources import batch_rows, stream_names
+from sqlext.streaming.shapes import stream_names
+from sqlext.streaming.source_files import batch_rows
 from sqlext.streaming.state import KeyedState
 
 FUNCTION = "sqlext stream"

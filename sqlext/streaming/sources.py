@@ -3,138 +3,31 @@ name), a Delta table's change data feed (a folder given by name that holds a Del
 ``delta.`path```), a streaming temporary view, or a table Spark can read as a stream.
 
 ``STREAM(name, format => 'debezium' | 'iceberg' [, order_by => ...])`` reads a source in another
-shape: its rows are mapped to sqlext's change rows
-(:mod:`sqlext.functions.input_formats`) as they are read, so that what reads the stream (a
-recursion, which has no argument list of its own to take ``format``, or a call, which then
-orders by the change rows' ordering column: ``sqlext.streaming.bind.order_by_streams``) sees change
-rows."""
+shape (:mod:`sqlext.streaming.shapes`): its rows are mapped to sqlext's change rows as they are
+read, so that what reads the stream (a recursion, which has no argument list of its own to take
+``format``, or a call, which then orders by the change rows' ordering column:
+:func:`sqlext.streaming.bind.order_by_streams`) sees change rows. What a folder's files hold is
+read from the files themselves (:mod:`sqlext.streaming.source_files`)."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
 from typing import Mapping
 
-import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.rewrites.dialect import stream_argument, stream_options, to_sql
-from sqlext.storage import Folder, resolve, walk_files
-from sqlext.streaming.batches import batch_files
+from sqlext.storage import Folder, resolve
+from sqlext.streaming.shapes import (DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope,
+                                     stream_names, stream_order, stream_shape)
+from sqlext.streaming.source_files import (FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of,
+                                           condition_of, data_files, disagreement, first_file, has_nanos, microseconds,
+                                           named_file, schema_json)
 
 FUNCTION = "sqlext stream"
-_shape_views = itertools.count(1)
 # formats whose files hold no column types (Spark infers them, as BIGINT for any JSON number)
 TEXT_FORMATS = ("json", "csv", "text")
-
-
-def stream_names(call: exp.Anonymous) -> tuple[str, ...]:
-    """The spellings of the name ``STREAM(...)`` reads that the ``sources`` and ``schemas``
-    options may use: as written in SQL (backticks kept) and as plain dotted text."""
-    argument = stream_argument(call)
-    if isinstance(argument, exp.Literal):
-        return (argument.this,)
-    return (to_sql(argument), ".".join(part.name for part in argument.parts))
-
-
-DELTA_SHAPE, DEBEZIUM_SHAPE = "delta", "debezium"
-# the fields of a Debezium event's source block a declared envelope reads (the connectors' order
-# columns among them: Postgres's lsn, MySQL's file and pos); the block's other fields are not read
-DEBEZIUM_SOURCE = (("lsn", "long"), ("ts_ms", "long"), ("txId", "long"), ("file", "string"), ("pos", "long"),
-                   ("row", "integer"), ("db", "string"), ("table", "string"))
-
-
-def debezium_envelope(schema):
-    """Declared columns of a Debezium topic's files: as declared where they are an envelope
-    (they name ``op``), else the row's columns, around which the envelope is built: ``before``
-    and ``after`` rows of those columns, ``op``, ``ts_ms`` and a ``source`` block.
-
-    >>> from pyspark.sql.types import StructType, StructField, LongType
-    >>> debezium_envelope(StructType([StructField("id", LongType())])).simpleString()[:70]
-    'struct<before:struct<id:bigint>,after:struct<id:bigint>,op:string,ts_m'
-    """
-    from pyspark.sql.types import StructType
-
-    if any(f.name.lower() == "op" for f in schema.fields):
-        return schema
-
-    def field(name, kind):
-        return {"name": name, "type": kind, "nullable": True, "metadata": {}}
-
-    source = {"type": "struct", "fields": [field(name, kind) for name, kind in DEBEZIUM_SOURCE]}
-    return StructType.fromJson({"type": "struct", "fields": [
-        field("before", schema.jsonValue()), field("after", schema.jsonValue()), field("op", "string"),
-        field("ts_ms", "long"), field("source", source)]})
-
-
-def stream_shape(call: exp.Anonymous) -> str:
-    """The shape ``STREAM(...)`` reads its source in (``format =>``; ``'delta'``, change rows,
-    when absent); an unknown one is ``INVALID_OPTION_VALUE``."""
-    from sqlext.functions.changes import check_option
-    from sqlext.functions.input_formats import FORMATS
-
-    return check_option("STREAM", "format", stream_options(call).get("format", DELTA_SHAPE), FORMATS)
-
-
-def stream_order(call: exp.Anonymous) -> str:
-    """The name of the ordering column of the change rows ``STREAM(...)`` gives: its
-    ``order_by`` as the shape names it there (``'source.lsn'`` is ``source_lsn``), else the
-    shape's default (``_commit_version`` for change rows)."""
-    from sqlext.functions.input_formats import order_column
-
-    return order_column(stream_shape(call), stream_options(call).get("order_by"))
-
-
-def read_by_recursion(call: exp.Anonymous) -> bool:
-    """Whether the stream is read by a recursive CTE itself (its rows are edges, without a
-    key), not by a table function inside one."""
-    from sqlext.rewrites.dialect import TableArgument
-
-    node = call.parent
-    while node is not None:
-        if isinstance(node, TableArgument):
-            return False
-        if isinstance(node, exp.CTE) and isinstance(node.parent, exp.With) and node.parent.args.get("recursive"):
-            return True
-        node = node.parent
-    return False
-
-
-def as_change_rows(spark, call: exp.Anonymous, frame):
-    """``frame``, the rows of the source ``STREAM(...)`` reads (a stream, or all of them in a
-    batch), as sqlext's change rows for the stream's shape. A stream a recursion reads itself
-    has no key: an update must carry the row it replaces."""
-    rows, _ = change_rows_frame(spark, "STREAM", to_sql(call), stream_shape(call), frame,
-                                stream_options(call).get("order_by"), keyless=read_by_recursion(call))
-    return rows
-
-
-def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by, keyless: bool = False):
-    """``frame`` (rows in ``shape``) as sqlext's change rows (the query of
-    :mod:`sqlext.functions.input_formats` over it), and the name of their ordering column."""
-    from pyspark.sql.types import StructType
-
-    from sqlext.functions.arguments import quote
-    from sqlext.functions.input_formats import change_rows, connect_payload
-
-    def fields(column: str):
-        kind = frame.schema[column].dataType if column in frame.columns else None
-        return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
-
-    payload = connect_payload(shape, frame.columns, fields)
-    if payload is not None:  # Kafka Connect's JSON form: the envelopes are its payloads
-        frame = frame.select(f"{quote(payload)}.*")
-
-    view = f"__sx_shape_{next(_shape_views)}"
-    frame.createOrReplaceTempView(view)
-    try:
-        rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
-                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString())
-        return spark.sql(to_sql(rows.query)), rows.order_by
-    finally:
-        spark.catalog.dropTempView(view)
 
 
 class Sources:
@@ -190,7 +83,7 @@ class Sources:
         def holders(columns: list[str]) -> list[str]:
             wanted = {c.lower() for c in columns}
             found = []
-            for file in _data_files(folder):
+            for file in data_files(folder):
                 try:
                     if wanted & {n.lower() for n in file.parquet_schema().names}:
                         found.append(file.uri)
@@ -218,7 +111,7 @@ class Sources:
             return None
 
         def absent() -> list[str]:
-            held = [{n for n in file.parquet_schema().names} for file in _data_files(folder)]
+            held = [{n for n in file.parquet_schema().names} for file in data_files(folder)]
             return sorted(set().union(*held) - set.intersection(*held)) if held else []
 
         return absent
@@ -439,7 +332,7 @@ class Sources:
         spark = self.spark
         if getattr(spark, "_jvm", None) is None:  # Spark Connect: no JVM here to give the schema to
             raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
-                              file=_first_file(spark, folder, _has_nanos) or folder,
+                              file=first_file(spark, folder, has_nanos) or folder,
                               cause="nanosecond timestamps, which a Spark Connect session does not read",
                               fix=NANOS_FIX)
         self._allow_nanos()
@@ -478,8 +371,8 @@ class Sources:
             return json.loads(reader.load(folder)._jdf.schema().json())
         except Exception:  # noqa: BLE001 - Spark cannot: say what to do instead
             raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
-                              file=_first_file(self.spark, folder, _has_nanos) or folder,
-                              cause=_cause(error), fix=NANOS_FIX) from None
+                              file=first_file(self.spark, folder, has_nanos) or folder,
+                              cause=cause_of(error), fix=NANOS_FIX) from None
 
     def _declared(self, name: str, folder: str, debezium: bool = False):
         """The declared columns; the folder's files, if any, must hold the same. For a Debezium
@@ -516,7 +409,7 @@ class Sources:
         """The columns of the folder's files (every file's: a changed file is noticed). Parquet
         files already read by an earlier run of the checkpoint are not read again: only the
         footers of new files are compared with the columns recorded then."""
-        known = _FileColumns(self.checkpoint, name, resolve(self.spark, folder)) \
+        known = FileColumns(self.checkpoint, name, resolve(self.spark, folder)) \
             if self.file_format == "parquet" and self.checkpoint is not None else None
         if known is not None and known.unchanged():
             return self._as_read(name, known.schema)
@@ -530,7 +423,7 @@ class Sources:
         timestamps become Spark's own, and the name is noted to be read with a cast."""
         from pyspark.sql.types import StructType
 
-        micro = _microseconds(schema)
+        micro = microseconds(schema)
         if micro != schema:
             self._nanos[name] = schema
         return StructType.fromJson(micro)
@@ -546,7 +439,7 @@ class Sources:
         if self.file_format == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
-            schema = _schema_json(reader.load(folder))
+            schema = schema_json(reader.load(folder))
         except Exception as error:  # noqa: BLE001 - sorted out below
             schema = self._unread(name, folder, error)
         if schema is not None:  # a record inference could not read: no column of the source's
@@ -567,7 +460,7 @@ class Sources:
         if self.file_format != "parquet" or not widens(self.schema_evolution.get(name, FAIL)):
             return None, None
         try:
-            return merged_footers((f.uri, f.parquet_schema()) for f in _data_files(resolve(self.spark, folder))), None
+            return merged_footers((f.uri, f.parquet_schema()) for f in data_files(resolve(self.spark, folder))), None
         except ValueError as error:
             return None, str(error)
         except Exception:  # noqa: BLE001 - a footer Arrow cannot read: Spark's own words then
@@ -576,8 +469,8 @@ class Sources:
     def _unread(self, name: str, folder: str, error: Exception) -> dict | None:
         """What a failure to read a folder's columns means: no files (None), files whose columns
         disagree, nanosecond timestamps (read again as Spark 4 can), or a file Spark cannot read."""
-        condition = _condition(error)
-        if condition in _NO_FILES:
+        condition = condition_of(error)
+        if condition in NO_FILES:
             return None
         said = [line.strip() for line in str(error).splitlines()
                 if ("merge" in line.lower() or "incompatible" in line.lower()) and not line.strip().startswith("at ")]
@@ -585,13 +478,13 @@ class Sources:
             widened, problem = self._widened(name, folder)
             if widened is not None:
                 return widened
-            change = problem or _disagreement(self.spark, folder) or f"its files disagree ({said[0][:300]})"
+            change = problem or disagreement(self.spark, folder) or f"its files disagree ({said[0][:300]})"
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=name, change=change) from None
         if condition == "PARQUET_TYPE_ILLEGAL" and "NANOS" in str(error):
             return self._nanos_schema(name, folder, error)
         raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
-                          file=_named_file(error) or _first_file(self.spark, folder) or folder,
-                          cause=_cause(error),
+                          file=named_file(error) or first_file(self.spark, folder) or folder,
+                          cause=cause_of(error),
                           fix=f"Check that it is a {self.file_format} file of changes, or move it out of the "
                               "folder.") from None
 
@@ -601,224 +494,6 @@ def _columns(columns) -> str:
 
 
 # -- files Spark cannot read as they are
-
-# Spark's classes for a folder that is missing or holds no file to read columns from
-_NO_FILES = ("UNABLE_TO_INFER_SCHEMA", "PATH_NOT_FOUND")
-# Spark 4's setting that reads Parquet's nanosecond timestamps (pandas' and pyarrow's default
-# unit) as TIMESTAMP_NTZ(9) and TIMESTAMP_LTZ(9); without it they are PARQUET_TYPE_ILLEGAL
-NANOS_SETTING = "spark.sql.timestampNanosTypes.enabled"
-_NANOS_TYPE = re.compile(r"^timestamp(?P<kind>_ntz|_ltz)?\([7-9]\)$")
-_TYPE_KEYS = ("type", "elementType", "keyType", "valueType")
-
-
-def _condition(error: BaseException) -> str | None:
-    """A Spark error's class (for a JVM error PySpark did not wrap, the class it names)."""
-    try:
-        condition = error.getCondition()
-    except Exception:  # noqa: BLE001 - not a PySpark error, or no JVM to ask
-        condition = None
-    if condition is None:
-        found = re.search(r"\[([A-Z][A-Z0-9_]+)(?:\.[A-Z0-9_]+)?\]", str(error))
-        condition = found.group(1) if found else None
-    return condition
-
-
-def _schema_json(frame) -> dict:
-    """A frame's schema as JSON, from the JVM where there is one: PySpark has no type for
-    Spark 4's nanosecond timestamps, which a session with their setting on reads."""
-    jdf = getattr(frame, "_jdf", None)
-    return json.loads(jdf.schema().json()) if jdf is not None else frame.schema.jsonValue()
-
-
-def _microseconds(schema):
-    """A schema's JSON with nanosecond timestamps (``timestamp_ntz(9)``, ``timestamp_ltz(9)``,
-    at any depth) as Spark's microsecond ``timestamp_ntz`` and ``timestamp``.
-
-    >>> _microseconds({"type": "struct", "fields": [{"name": "ts", "type": "timestamp_ntz(9)"},
-    ...     {"name": "a", "type": {"type": "array", "elementType": "timestamp_ltz(9)"}}]})["fields"]
-    [{'name': 'ts', 'type': 'timestamp_ntz'}, {'name': 'a', 'type': {'type': 'array', 'elementType': 'timestamp'}}]
-    """
-    if isinstance(schema, list):
-        return [_microseconds(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    changed = {}
-    for key, value in schema.items():
-        if key in _TYPE_KEYS and isinstance(value, str) and _NANOS_TYPE.match(value):
-            changed[key] = "timestamp_ntz" if _NANOS_TYPE.match(value).group("kind") == "_ntz" else "timestamp"
-        elif key in _TYPE_KEYS or key == "fields":
-            changed[key] = _microseconds(value)
-        else:
-            changed[key] = value
-    return changed
-
-
-def _cause(error: BaseException) -> str:
-    """Spark's reason, on one line, without the JVM exception's name before it."""
-    from sqlext.errors import spark_error_summary
-
-    return re.sub(r"^[\w.$]+(?:Exception|Error): ", "", spark_error_summary(error)).rstrip(".")
-
-
-def _named_file(error: BaseException) -> str | None:
-    """The file a Spark error names ("... reading file file:/data/x.parquet. ...")."""
-    found = re.search(r"\bfile (\S+?)\.?(?:\s|$)", str(error))
-    return found.group(1) if found else None
-
-
-def _data_files(folder: Folder) -> list[Folder]:
-    """A folder's data files, at any depth (not Spark's or sqlext's records), in order."""
-    return sorted((f for f in walk_files(folder) if not f.name.startswith((".", "_"))), key=lambda f: f.uri)
-
-
-def _first_file(spark, folder: str, test=None) -> str | None:
-    """The first data file of a folder (that ``test`` holds for, given its Arrow schema, or
-    that Arrow cannot read), or None."""
-    try:
-        files = _data_files(resolve(spark, folder))
-    except Exception:  # noqa: BLE001 - a folder that cannot be listed: name the folder
-        return None
-    for file in files:
-        if test is None:
-            return file.uri
-        try:
-            if test(file.parquet_schema()):
-                return file.uri
-        except Exception:  # noqa: BLE001 - Arrow cannot read it either: that is the file
-            return file.uri
-    return None
-
-
-def _disagreement(spark, folder: str) -> str | None:
-    """Where a folder's Parquet files disagree on a column's type: the column, and a file of each
-    type (from the files' footers); None where the footers do not tell."""
-    seen: dict[str, tuple[str, str]] = {}
-    try:
-        for file in _data_files(resolve(spark, folder)):
-            for field in file.parquet_schema():
-                kind = str(field.type)
-                first = seen.setdefault(field.name.lower(), (kind, file.uri))
-                if first[0] != kind:
-                    return (f"its files disagree on the type of {field.name}: {kind} in {file.uri}, "
-                            f"{first[0]} in {first[1]}")
-    except Exception:  # noqa: BLE001 - a footer Arrow cannot read: Spark's own words then
-        return None
-    return None
-
-
-def _has_nanos(schema) -> bool:
-    """Whether an Arrow schema holds a nanosecond timestamp, at any depth."""
-    import pyarrow as pa
-
-    def nanos(kind) -> bool:
-        if pa.types.is_timestamp(kind):
-            return kind.unit == "ns"
-        return any(nanos(kind.field(i).type) for i in range(kind.num_fields)) if kind.num_fields else False
-
-    return any(nanos(field.type) for field in schema)
-
-
-FILE_COLUMNS_FILE = "sqlext-source-files.json"
-
-
-class _FileColumns:
-    """What an earlier run of a checkpoint learned of a Parquet folder's columns: Spark's schema,
-    the files' own (Arrow) schema, and the files it read them from (in
-    ``<checkpoint>/sqlext-source-files.json``). A later run reads the footers of new files only."""
-
-    def __init__(self, checkpoint: Folder, name: str, folder: Folder):
-        self.path, self.name, self.folder = checkpoint / FILE_COLUMNS_FILE, name, folder
-        self.schema = None
-
-    def _files(self) -> list[Folder] | None:
-        """The folder's data files; None where it holds folders (partitions), left to Spark."""
-        entries = self.folder.entries()
-        if not entries:
-            return None
-        files = []
-        for entry in entries:
-            if entry.name.startswith((".", "_")):
-                continue
-            if entry.is_dir:
-                return None
-            files.append(self.folder / entry.name)
-        return sorted(files, key=lambda f: f.name)
-
-    def _recorded(self) -> dict:
-        return self.path.read_json() or {}
-
-    def unchanged(self) -> bool:
-        """Whether the recorded columns still hold: every file not read before has the same
-        footer schema as those that were."""
-        record = self._recorded().get(self.name)
-        files = self._files()
-        if record is None or not files:
-            return False
-        seen = set(record["files"])
-        if seen - {file.name for file in files}:  # a file was taken away: the columns may be fewer
-            return False
-        try:
-            for file in files:
-                if file.name not in seen and _footer(file.parquet_schema()) != record["footer"]:
-                    return False
-        except Exception:  # noqa: BLE001 - not a Parquet file Arrow can read: Spark decides
-            return False
-        self.schema = record["spark"]
-        self.record(self.schema, files)
-        return True
-
-    def record(self, schema: dict, files: list[Folder] | None = None) -> None:
-        files = self._files() if files is None else files
-        if not files:
-            return
-        try:
-            footer = _footer(files[0].parquet_schema())
-        except Exception:  # noqa: BLE001 - nothing to record: Spark reads every file next time
-            return
-        records = self._recorded()
-        records[self.name] = {"spark": schema, "footer": footer, "files": [f.name for f in files]}
-        self.path.write_json(records)
-
-
-def _footer(schema) -> str:
-    """A Parquet file's columns as Arrow reads them (names and types). Whether a column is
-    required is left out: Spark reads every column of a Parquet file as nullable, so files that
-    differ only there (one written from a literal, one from a join) read as the same columns."""
-    return str(pa.schema([field.with_nullable(True) for field in schema]))
-
-
-# -- the rows of one micro-batch, read without Spark
-
-def batch_rows(batch, batch_id: int, checkpoint: Folder, folder: Folder | None, schema):
-    """Micro-batch ``batch_id``'s rows of a query reading one stream, as Arrow data of
-    ``schema``: read straight from their files in ``folder`` (the stream's Parquet folder, or
-    None) where Arrow reads them as Spark does (no Spark job), else collected from Spark."""
-    from sqlext.storage import read_parquet
-
-    if folder is not None:
-        files = batch_files(checkpoint, batch_id, 0, folder)
-        if files is not None and readable_files(files, schema):
-            return read_parquet(files, schema)
-    return batch.toArrow().cast(schema)
-
-
-def readable_files(files: list[Folder], schema) -> bool:
-    """Whether every Parquet file holds each column of ``schema`` (Arrow) under its name with
-    its type, so that Arrow reads the files as Spark does (from their footers)."""
-    import pyarrow as pa
-
-    from sqlext.errors import SqlextError
-
-    try:
-        for file in files:
-            found = file.parquet_schema(as_read=True)
-            for field in schema:
-                index = found.get_field_index(field.name)
-                if index < 0 or found.field(index).type != field.type:
-                    return False
-    except (OSError, pa.ArrowException, SqlextError):
-        return False
-    return True
 
 
 def table_name(table: str) -> exp.Table:

@@ -167,7 +167,7 @@ def _names_read(sql: str) -> set:
     from sqlglot import exp
 
     from sqlext.rewrites.dialect import is_stream, parse_one
-    from sqlext.streaming.sources import stream_names
+    from sqlext.streaming.shapes import stream_names
 
     try:
         tree = parse_one(sql)

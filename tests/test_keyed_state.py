@@ -14,7 +14,10 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 
 import sqlext.streaming.state as state_module
 from sqlext.storage import local
-from sqlext.streaming.state import KeyedState, exclude, restrict
+import sqlext.streaming.keyed_rows as keyed_rows
+import sqlext.streaming.layer_cache as layer_cache
+from sqlext.streaming.keyed_rows import exclude, restrict
+from sqlext.streaming.state import KeyedState
 
 SCHEMA = StructType([StructField("k1", LongType()), StructField("k2", StringType()),
                      StructField("v", LongType()), StructField("ok", BooleanType())])
@@ -94,7 +97,7 @@ def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches,
             assert by_time.num_rows == by_value.num_rows
     finally:
         state_module.COMPACT_SHARE = default
-    assert any(indexes for _, _, indexes in state_module.LAYERS.tables.values())
+    assert any(indexes for _, _, indexes in layer_cache.LAYERS.tables.values())
 
 
 @settings(max_examples=examples(100, 1000), deadline=None)
@@ -103,7 +106,7 @@ def test_lookups_by_one_column_find_what_a_scan_finds(tmp_path_factory, batches,
 def test_a_sorted_index_finds_the_positions_a_scan_finds(column, distinct, asked):
     """A column's index (one search per value where each value is in one row, two otherwise)
     gives the positions of the rows holding any value asked for, NULL matching NULL."""
-    from sqlext.streaming.state import _Index
+    from sqlext.streaming.layer_cache import Index as _Index
 
     if distinct:
         column = list(dict.fromkeys(column))
@@ -162,12 +165,12 @@ def test_matching_rows_by_their_codes_finds_what_the_hash_join_finds(rows, wante
                                                   ("v", pa.int64())]))
     for how in (restrict, exclude):
         by_codes = how(table, keys, names).to_pylist()
-        codes = state_module._rows_among
-        state_module._rows_among = lambda *args: None
+        codes = keyed_rows.rows_among
+        keyed_rows.rows_among = lambda *args: None
         try:
             by_join = how(table, keys.cast(table.schema), names).to_pylist()  # a join takes one type
         finally:
-            state_module._rows_among = codes
+            keyed_rows.rows_among = codes
         assert by_codes == by_join
 
 
@@ -208,9 +211,9 @@ def test_a_new_state_gets_a_bucket_for_each_share_of_a_long_history(spark):
 def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_limit(tmp_path, monkeypatch):
     """The cache counts what it holds (layers and their indexes) as it goes, and past its limit
     drops the layers used longest ago, never the one just kept."""
-    layers = state_module._Layers()
+    layers = layer_cache.Layers()
     table = _table([(i, "a", i, True) for i in range(1000)])
-    monkeypatch.setattr(state_module, "CACHE_BYTES", int(table.nbytes * 3.5))
+    monkeypatch.setattr(layer_cache, "CACHE_BYTES", int(table.nbytes * 3.5))
     folders = []
     for i in range(5):
         folder = local(tmp_path / f"layer-{i}")
@@ -218,11 +221,11 @@ def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_lim
         (folder / "part-00000.parquet").write_parquet(table)
         layers.put(folder, table)
         folders.append(folder)
-        assert layers.total == sum(layers.sizes.values()) <= state_module.CACHE_BYTES
+        assert layers.total == sum(layers.sizes.values()) <= layer_cache.CACHE_BYTES
     assert [f.uri for f in folders[-3:]] == list(layers.tables)
     assert layers.lookup(folders[-1], "k1", pa.array([3, 7])).tolist() == [3, 7]  # an index, counted too
     assert layers.sizes[folders[-1].uri] > table.nbytes  # the layer and its index
-    assert layers.total == sum(layers.sizes.values()) <= state_module.CACHE_BYTES
+    assert layers.total == sum(layers.sizes.values()) <= layer_cache.CACHE_BYTES
     assert list(layers.tables)[-1] == folders[-1].uri and len(layers.tables) == 2  # the oldest went
     layers.forget(folders[-1])
     assert layers.total == sum(layers.sizes.values()) and folders[-1].uri not in layers.tables

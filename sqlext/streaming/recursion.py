@@ -47,7 +47,8 @@ from sqlext.rewrites.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.run import StatefulRun, arrow_frame, on_driver, step
-from sqlext.streaming.state import KeyedState, LayerWrites, exclude
+from sqlext.streaming.keyed_rows import exclude
+from sqlext.streaming.state import KeyedState, LayerWrites
 
 FUNCTION = "sqlext stream"
 # an edge's count in the state (inserts less deletes), and before the batch
@@ -328,7 +329,7 @@ class RecursionRun(StatefulRun):
         """Keep ``present``, the edges after this batch, for the next batch, under the identity
         of the layers this batch has just written (a later batch reads them; a replay of this
         one reads the layers before them, and finds nothing kept for those)."""
-        from sqlext.streaming.state import CACHE_BYTES
+        from sqlext.streaming.layer_cache import CACHE_BYTES
 
         uri = self.edges.folder.uri
         identity = _identity(self.edges.before(batch_id + 1)) if present.nbytes * 4 <= CACHE_BYTES else None
@@ -494,7 +495,7 @@ class RecursionRun(StatefulRun):
             derived.append(self._cast(walk_step(kept, EdgeIndex.build(edges, plan.key_e), plan)))
         if not derived:
             return suspects.slice(0, 0)
-        from sqlext.streaming.state import restrict
+        from sqlext.streaming.keyed_rows import restrict
 
         return _distinct(restrict(pa.concat_tables(derived), suspects, self.columns))
 
@@ -754,7 +755,7 @@ class _Present:
     def among(self, rows: pa.Table) -> pa.Table:
         """The present edges (with their counts) equal to some row of ``rows`` (edge columns;
         NULL equal to NULL)."""
-        from sqlext.streaming.state import restrict
+        from sqlext.streaming.keyed_rows import restrict
 
         if rows.num_rows == 0 or (self.index.table.num_rows == 0 and self.loose.num_rows == 0):
             return self.loose.slice(0, 0)  # nothing to meet (a first run): no search of every row
@@ -768,7 +769,7 @@ class _Present:
         none of them is present yet."""
         import pyarrow.compute as pc
 
-        from sqlext.streaming.state import exclude, restrict
+        from sqlext.streaming.keyed_rows import exclude, restrict
 
         drop, loose = None, self.loose
         if not new and counts.num_rows:
@@ -891,7 +892,7 @@ def _picked(anchor: exp.Select, columns: list[str]):
 
 def _counts_of(net: pa.Table, every: pa.Table, columns) -> pa.Array:
     """Each edge of ``net``'s count in ``every`` (0 where it has none)."""
-    from sqlext.streaming.state import restrict
+    from sqlext.streaming.keyed_rows import restrict
 
     if every.num_rows == 0 or net.num_rows == 0:
         return pa.array([0] * net.num_rows, pa.int64())
@@ -903,7 +904,7 @@ def _counts_of(net: pa.Table, every: pa.Table, columns) -> pa.Array:
 def _narrowed(rows: pa.Table, wanted: pa.Table, pairs, wanted_columns) -> pa.Table:
     """``rows`` whose columns named in ``pairs`` ((position in ``wanted``, column of ``rows``))
     hold the values of some row of ``wanted`` there; all of ``rows`` where no pair applies."""
-    from sqlext.streaming.state import restrict
+    from sqlext.streaming.keyed_rows import restrict
 
     present = {c.lower(): c for c in rows.column_names}
     pairs = [(i, present[c.lower()]) for i, c in pairs if c.lower() in present]

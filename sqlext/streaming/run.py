@@ -95,7 +95,7 @@ def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
     when Spark estimates the increment at no more than ``limit`` (by default
     ``spark.sqlext.streaming.driverBytes``) and the state (``state_bytes()``, its stored bytes,
     where given) is small enough for the driver's cache to hold it."""
-    from sqlext.streaming.state import CACHE_BYTES
+    from sqlext.streaming.layer_cache import CACHE_BYTES
 
     spark = batch.sparkSession
     forced = spark.conf.get(PATH_SETTING, "auto").lower()

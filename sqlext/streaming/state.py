@@ -22,18 +22,13 @@ what it read before and writes the same layers again. Layers that no replay can
 read any more are deleted.
 
 Lookups run on the driver over Arrow data (a scan of the key or foreign-key column and an
-in-memory hash join: no Spark job), or as Spark frames for large batches. The layers a process
-reads or writes on the driver stay in its memory for the next batch (:data:`CACHE_BYTES` in
-all, the least recently used dropped first), as Spark's own state stores keep the loaded version
-of their state between micro-batches: a layer is immutable once committed, and a layer written
-again (a replayed batch) has new files, which the cache tells by their names, sizes and times.
+in-memory hash join, :mod:`sqlext.streaming.keyed_rows`: no Spark job), or as Spark frames for
+large batches. The layers a process reads or writes on the driver stay in its memory for the
+next batch (:mod:`sqlext.streaming.layer_cache`).
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,7 +38,8 @@ import pyarrow.compute as pc
 
 from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, read_parquet
-from sqlext.udfs.column_wise import sorted_unique
+from sqlext.streaming.keyed_rows import among, buckets_of, exclude, over, restrict
+from sqlext.streaming.layer_cache import CACHE_BYTES, LAYERS, same_columns
 
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
@@ -51,20 +47,6 @@ SCHEMA_FILE = "schema.json"
 BUCKETS_FILE = "buckets.json"
 # Parquet row groups this small keep the statistics that let a lookup skip most of them
 ROW_GROUP_BYTES = 2 * 1024 * 1024
-
-
-def _cache_bytes() -> int:
-    """A quarter of the machine's memory, at most 4 GB: a state of 10M keys (two layers of a few
-    hundred MB and their indexes) stays in memory on a 16 GB machine."""
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        memory = 4 * 1024 ** 3  # no sysconf (Windows): assume a small machine
-    return min(4 * 1024 ** 3, memory // 4)
-
-
-# the layers kept in the driver's memory between batches, in Arrow bytes
-CACHE_BYTES = _cache_bytes()
 
 
 class KeyedState:
@@ -493,7 +475,7 @@ class PartView:
             return self._loaded[batch_id]
         folder = self.path_of(batch_id)
         table = LAYERS.get(folder)
-        if table is not None and _same_columns(table.schema, self.state.arrow_schema):
+        if table is not None and same_columns(table.schema, self.state.arrow_schema):
             return table  # (a state whose columns evolved since reads its layers again)
         entries = [e for e in folder.entries() if _is_part(e.name)]
         if not entries:
@@ -533,7 +515,7 @@ class PartView:
         elif whole is not None:  # in memory, masks are quicker than a filter expression
             base = restricted(whole)
         else:  # too large to keep: the lookup pushed into the Parquet reader
-            base = restricted(self.read_layer(self.base, filter=None if asked is None else _among(*asked)))
+            base = restricted(self.read_layer(self.base, filter=None if asked is None else among(*asked)))
         if self.delta is None:
             return base
         delta = self.read_layer(self.delta)
@@ -548,207 +530,6 @@ def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     state gained by schema evolution that this run's input no longer holds) is NULL."""
     return pa.table([rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
                      for f in schema], schema=schema)
-
-
-def _same_columns(one: pa.Schema, other: pa.Schema) -> bool:
-    return one.names == other.names and one.types == other.types
-
-
-class _Layers:
-    """The layers in memory, by folder, each with the folder's identity when it was read and
-    the sorted indexes built over its columns (:class:`_Index`). The bytes they hold are kept
-    as a running total, so that keeping one more layer costs the same however many are kept.
-    The queries of a process run their batches in threads of their own: one lock keeps the
-    entries and the total together."""
-
-    def __init__(self):
-        self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
-        self.sizes: dict[str, int] = {}
-        self.total = 0
-        self.lock = threading.RLock()
-
-    def get(self, folder: Folder) -> pa.Table | None:
-        entry = self._entry(folder)
-        return None if entry is None else entry[1]
-
-    def _entry(self, folder: Folder):
-        identity = folder.identity()  # the folder listed outside the lock
-        with self.lock:
-            entry = self.tables.get(folder.uri)
-            if entry is None or entry[0] != identity:
-                return None
-            self.tables.move_to_end(folder.uri)
-            return entry
-
-    def put(self, folder: Folder, table: pa.Table, identity: tuple | None = None) -> None:
-        identity = folder.identity() if identity is None else identity
-        size = table.nbytes
-        with self.lock:
-            self.forget(folder)
-            if not identity or size > CACHE_BYTES:
-                return
-            self.tables[folder.uri] = (identity, table, {})
-            self._grow(folder.uri, size)
-
-    def _grow(self, uri: str, size: int) -> None:
-        with self.lock:
-            self.sizes[uri] = self.sizes.get(uri, 0) + size
-            self.total += size
-            while len(self.tables) > 1 and self.total > CACHE_BYTES:
-                oldest, _ = self.tables.popitem(last=False)
-                self.total -= self.sizes.pop(oldest, 0)
-
-    def lookup(self, folder: Folder, column: str, values) -> np.ndarray | None:
-        """The positions of the rows of the layer in memory whose ``column`` is among ``values``
-        (NULL among them matching NULL), by its sorted index; None where the layer is not in
-        memory or the column's type has no index (text: the caller scans)."""
-        entry = self._entry(folder)
-        if entry is None:
-            return None
-        indexes = entry[2]
-        index = indexes.get(column)
-        if index is None:
-            index = _Index.of(entry[1][column])
-            if index is None:
-                return None
-            with self.lock:  # counted while the layer is kept, once (another thread may have been quicker)
-                if column not in indexes and self.tables.get(folder.uri) is entry:
-                    indexes[column] = index
-                    self._grow(folder.uri, index.nbytes)
-        return index.rows(values)
-
-    def forget(self, folder: Folder) -> None:
-        with self.lock:
-            if self.tables.pop(folder.uri, None) is not None:
-                self.total -= self.sizes.pop(folder.uri, 0)
-
-
-class _Index:
-    """One column of a layer in memory, its values sorted once (with the rows they are in): the
-    rows holding any of many values are then found by binary search, in time that follows the
-    values asked for, not the layer's rows (a 10M-key state is probed as quickly as a 1M one)."""
-
-    def __init__(self, ordered: np.ndarray, rows: np.ndarray, nulls: np.ndarray):
-        self.ordered, self.order, self.nulls = ordered, rows, nulls
-        # each value in one row (a key column): one search finds it, not two
-        self.unique = not bool((ordered[1:] == ordered[:-1]).any())
-
-    @property
-    def nbytes(self) -> int:
-        return self.ordered.nbytes + self.order.nbytes + self.nulls.nbytes
-
-    @classmethod
-    def of(cls, column) -> "_Index | None":
-        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        numbers = _numbers(column)
-        if numbers is None:
-            return None
-        valid = np.asarray(pc.is_valid(column), dtype=bool)
-        present = np.nonzero(valid)[0]
-        order = present[np.argsort(numbers[present])]  # rows() sorts what it finds: no need of a stable sort
-        return cls(numbers[order], order, np.nonzero(~valid)[0])
-
-    def rows(self, values) -> np.ndarray | None:
-        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-        wanted = _numbers(values.drop_null())
-        if wanted is None:
-            return None
-        wanted = sorted_unique(wanted)  # a value asked for twice finds its rows once
-        low = np.searchsorted(self.ordered, wanted, side="left")
-        if self.unique:
-            found = low < len(self.ordered)
-            found[found] = self.ordered[low[found]] == wanted[found]
-            positions = self.order[low[found]]
-        else:
-            high = np.searchsorted(self.ordered, wanted, side="right")
-            lengths = high - low
-            found = lengths > 0
-            low, lengths = low[found], lengths[found]
-            starts = np.repeat(low - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-            positions = self.order[starts + np.arange(int(lengths.sum()))]
-        if values.null_count:
-            positions = np.concatenate([positions, self.nulls])
-        return np.sort(positions)
-
-
-def _numbers(array: pa.Array) -> np.ndarray | None:
-    """A column's values as 64-bit integers that sort as they do (integers, dates, times), NULL
-    as 0; None for other types."""
-    kind = array.type
-    if not (pa.types.is_integer(kind) or pa.types.is_temporal(kind)) or pa.types.is_uint64(kind):
-        return None
-    try:
-        numbers = array.cast(pa.int64()) if pa.types.is_integer(kind) else \
-            array.view(pa.int32() if pa.types.is_date32(kind) or pa.types.is_time32(kind) else pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
-        return None
-    return np.asarray(pc.fill_null(numbers, 0), dtype=np.int64)
-
-
-LAYERS = _Layers()
-
-
-def buckets_of(rows: pa.Table, columns: Sequence[str], count: int) -> np.ndarray:
-    """The bucket (0 to ``count - 1``) of each row, by a hash of its ``columns`` that every
-    process computes alike (the driver and Spark's Python workers): integers and times by their
-    value, anything else by its text; NULL is a value of its own."""
-    if count == 1 or rows.num_rows == 0:
-        return np.zeros(rows.num_rows, dtype=np.int64)
-    hashed = np.full(rows.num_rows, 0x9E3779B97F4A7C15, dtype=np.uint64)
-    for column in columns:
-        hashed = _mixed(hashed ^ _hashed(rows[column]))
-    return (hashed % np.uint64(count)).astype(np.int64)
-
-
-def _hashed(column) -> np.ndarray:
-    import pandas as pd
-
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    numbers = _numbers(column)
-    if numbers is not None:
-        hashed = _mixed(numbers.view(np.uint64))
-    else:
-        text = pc.fill_null(column.cast(pa.string()), "").to_numpy(zero_copy_only=False)
-        hashed = pd.util.hash_array(np.asarray(text, dtype=object), categorize=False).astype(np.uint64)
-    if column.null_count:
-        hashed[np.asarray(pc.is_null(column), dtype=bool)] = np.uint64(0x5851F42D4C957F2D)
-    return hashed
-
-
-def _mixed(values: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: every bit of the input reaches every bit of the output."""
-    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return values ^ (values >> np.uint64(31))
-
-
-def over(rows, newer, keys):
-    """The rows of ``newer`` over those of ``rows`` (Spark frames): the rows of keys ``newer``
-    does not hold, then all of ``newer``'s."""
-    return rows.join(newer.select(*[quote(k) for k in keys]), key_match(rows, newer, keys), "left_anti") \
-        .unionByName(newer)
-
-
-def _among(column: str, values: pa.Array):
-    """The filter ``column IN values`` for a read; with the values' range too, so that Parquet's
-    row-group statistics skip row groups holding none of them (new keys, times that move on)."""
-    among = pc.is_in(pc.field(column), value_set=values, skip_nulls=False)
-    if values.null_count or len(values) == 0:
-        return among
-    try:
-        low, high = pc.min_max(values).values()
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a type without an order
-        return among
-    return (pc.field(column) >= low) & (pc.field(column) <= high) & among
-
-
-def key_match(left, right, keys):
-    """Equal (NULL equal to NULL) on every column of ``keys``, for Spark frames."""
-    match = None
-    for k in keys:
-        term = left[quote(k)].eqNullSafe(right[quote(k)])
-        match = term if match is None else match & term
-    return match
 
 
 def _rows(folder: Folder) -> int:
@@ -766,99 +547,3 @@ def _parts(folder: Folder) -> list[Folder]:
 
 # -- matching rows by key on Arrow data (NULL equal to NULL, as the functions group keys)
 
-def restrict(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns: Sequence[str] | None = None):
-    """The rows of ``table`` whose ``columns`` equal those of a row of ``keys`` (its
-    ``key_columns``, by default the same names)."""
-    return _match(table, keys, columns, key_columns, "left semi")
-
-
-def exclude(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns: Sequence[str] | None = None):
-    """The rows of ``table`` whose ``columns`` equal those of no row of ``keys``."""
-    return _match(table, keys, columns, key_columns, "left anti")
-
-
-def _match(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns, how: str) -> pa.Table:
-    key_columns = list(key_columns or columns)
-    if table.num_rows == 0 or keys.num_rows == 0:
-        return table if how == "left anti" or table.num_rows == 0 else table.slice(0, 0)
-    # a row can match only if its first column holds a value of the keys': a set membership
-    # test, which is the whole answer for one column; the few candidates of several go to a join
-    inside = pc.is_in(table[columns[0]], value_set=pc.unique(keys[key_columns[0]].combine_chunks()),
-                      skip_nulls=False)
-    if len(columns) == 1:
-        return table.filter(inside if how == "left semi" else pc.invert(inside))
-    joined = _joined(table.filter(inside), keys, columns, key_columns, how)
-    return joined if how == "left semi" else pa.concat_tables([table.filter(pc.invert(inside)), joined])
-
-
-def _joined(table: pa.Table, keys: pa.Table, columns: Sequence[str], key_columns, how: str) -> pa.Table:
-    """The rows of ``table`` with (``left semi``) or without (``left anti``) a row of ``keys``
-    equal on every column, in their order: by integer codes of the rows where the columns' types
-    allow (:func:`_rows_among`), else a hash join on the columns encoded NULL-safe."""
-    if table.num_rows == 0:
-        return table
-    among = _rows_among(table, columns, keys, key_columns)
-    if among is not None:
-        return table.filter(pa.array(among if how == "left semi" else ~among))
-    mine, theirs = _encoded(table, columns), _encoded(keys, key_columns)
-    names = mine.column_names
-    row = pa.array(range(table.num_rows), pa.int64())
-    chosen = mine.append_column("__sx_row", row).join(theirs.group_by(names).aggregate([]), keys=names,
-                                                      join_type=how)
-    kept = chosen["__sx_row"]
-    return table.take(kept.take(pc.sort_indices(kept)))
-
-
-def _codable(data_type: pa.DataType) -> bool:
-    """A type whose equal values, and only those, get one dictionary code, as they match in a
-    join (floating point's NaN and -0.0 do not; nested values are not dictionary-encoded)."""
-    return pa.types.is_integer(data_type) or pa.types.is_string(data_type) or pa.types.is_large_string(data_type) \
-        or pa.types.is_binary(data_type) or pa.types.is_boolean(data_type) or pa.types.is_temporal(data_type) \
-        or pa.types.is_decimal(data_type)
-
-
-def _rows_among(table: pa.Table, columns: Sequence[str], keys: pa.Table, key_columns) -> np.ndarray | None:
-    """Whether each row of ``table`` equals a row of ``keys`` on every column (NULL equal to
-    NULL), by one integer code per row (:func:`~sqlext.udfs.column_wise.codes` of each column
-    and the keys' taken together), at a fraction of the cost of a hash join and the grouping
-    of the keys (docs/performance.md has the figures).
-    None where a column's type is not :func:`_codable`, or differs from the key column's (but
-    for integers of two widths)."""
-    from sqlext.udfs.column_wise import codes, sorted_unique, together
-
-    for column, key_column in zip(columns, key_columns):
-        mine_type, their_type = table.schema.field(column).type, keys.schema.field(key_column).type
-        if not (_codable(mine_type) and (mine_type == their_type or
-                                         pa.types.is_integer(mine_type) and pa.types.is_integer(their_type))):
-            return None
-    combined = codes([together(table[column], keys[key_column]) for column, key_column in zip(columns, key_columns)])
-    count = table.num_rows
-    theirs = sorted_unique(combined[count:])
-    mine = combined[:count]
-    position = np.minimum(np.searchsorted(theirs, mine), max(len(theirs) - 1, 0))
-    return theirs[position] == mine if len(theirs) else np.zeros(count, dtype=bool)
-
-
-def _encoded(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """The key columns as columns a hash join matches NULL with NULL on: each value with its
-    NULLs filled, and whether it was NULL."""
-    arrays, names = [], []
-    for i, column in enumerate(columns):
-        values = table[column].combine_chunks()
-        arrays += [pc.fill_null(values, _zero(values.type)) if values.null_count else values, pc.is_null(values)]
-        names += [f"__sx_v{i}", f"__sx_n{i}"]
-    return pa.table(arrays, names=names)
-
-
-def _zero(data_type: pa.DataType):
-    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
-        return pa.scalar("", data_type)
-    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
-        return pa.scalar(b"", data_type)
-    if pa.types.is_boolean(data_type):
-        return pa.scalar(False)
-    if pa.types.is_date32(data_type):
-        return pa.array([0], pa.int32()).cast(data_type)[0]
-    if pa.types.is_temporal(data_type):
-        return pa.array([0], pa.int64()).cast(data_type)[0]
-    return pa.scalar(0).cast(data_type)

@@ -21,7 +21,8 @@ first, each one's output feeding the next:
   Where an operator's inputs are files (a folder of Parquet files, or the parts an upstream
   operator's tasks wrote) and its step needs no Spark to read them, the tasks read the files
   themselves: one stage, no shuffle. Otherwise Spark routes the rows (an Arrow function of the
-  key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition).
+  key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition:
+  :mod:`sqlext.streaming.executors`).
 
 Either way nothing is visible until the driver commits every operator's layers and the output
 at the end of the batch, so a batch that fails anywhere (a late change in one bucket) writes
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -49,17 +49,13 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
-from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
-from sqlext.storage import Folder, _HadoopIO, parquet_slices, read_parquet
+from sqlext.storage import Folder, _HadoopIO, read_parquet
 from sqlext.streaming.run import (StatefulRun, check_columns, on_driver, record_in, recorded_in, spark_columns,
-                                  spark_schema, step, timed)
+                                  spark_schema, step)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
-from sqlext.streaming.task_memory import task_memory
+from sqlext.streaming.executors import FileTasks, Stage, carried_input, routed
 
-BUCKET = "__sx_bucket"
-EVERY = -1  # a row every bucket's task must see
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
 # an inner operator's forwarded rows are netted per key (see KeyedOperator.forwarded) from this
@@ -148,7 +144,7 @@ class KeyedOperator:
         raise NotImplementedError
 
     def route(self, table: pa.Table) -> np.ndarray:
-        """Each row's bucket (of the states' buckets), or :data:`EVERY`, from the columns
+        """Each row's bucket (of the states' buckets), or :data:`~sqlext.streaming.executors.EVERY`, from the columns
         :meth:`route_columns` names."""
         raise NotImplementedError
 
@@ -380,13 +376,13 @@ class Pipeline(StatefulRun):
                                         for name, source in stage.operator.inputs.items()
                                         if source.upstream is not None and name != stage.carried})
                 job = spark.range(0, first.operator.buckets, 1, first.operator.buckets).mapInArrow(
-                    _FileTasks(chain, batch_id), summary_schema)
+                    FileTasks(chain, batch_id), summary_schema)
             else:  # Spark routes the rows to the buckets
                 operator = first.operator
                 frames = {name: _read_frame(spark, parts[id(source.upstream)], source)
                           if source.upstream is not None else source_frame(batch, source.source)
                           for name, source in operator.inputs.items()}
-                job = _routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
+                job = routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
             done = [pickle.loads(row["summary"]) for row in job.collect()]
             steps = self.last.steps
             for summary in done:  # the slowest task's time of each step
@@ -406,7 +402,7 @@ class Pipeline(StatefulRun):
         root.delete()
         return facts
 
-    def _chains(self, root: Folder, batch_id: int) -> list[list["_Stage"]]:
+    def _chains(self, root: Folder, batch_id: int) -> list[list["Stage"]]:
         """The operators in the statement's order, in runs that one Spark job computes: where an
         operator reads its input from the one before it, and bucket b's task of the one before
         forwards all the rows bucket b's task of this one needs of that input (both send a row
@@ -414,14 +410,14 @@ class Pipeline(StatefulRun):
         same task runs both, handing the rows over in memory: no files written and read back,
         no job of its own. Each operator of a run reads its other inputs' files itself; its
         tasks write under ``root``."""
-        chains: list[list[_Stage]] = []
+        chains: list[list[Stage]] = []
         for number, operator in enumerate(self.operators):
             folder = root / str(number)
             files = self._task_files(operator, batch_id)
             last = chains[-1][-1] if chains else None
             carried = None if last is None or last.files is None or files is None \
-                or self._readers(last.operator) != 1 else _carried_input(last.operator, operator)
-            stage = _Stage(operator, folder, files, carried)
+                or self._readers(last.operator) != 1 else carried_input(last.operator, operator)
+            stage = Stage(operator, folder, files, carried)
             if carried is not None:
                 last.kept = False  # its rows go on in memory
                 chains[-1].append(stage)
@@ -466,11 +462,6 @@ def _read_frame(spark, files: list, source: Input):
     return spark.read.schema(source.spark_schema).parquet(*[f.uri for f in files])
 
 
-def _concatenated(parts: list):
-    """Rows of an operator's form (an Arrow table, or a tuple of them) put together."""
-    if isinstance(parts[0], tuple):
-        return tuple(_concatenated([part[i] for part in parts]) for i in range(len(parts[0])))
-    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
 def _combined(facts: list[dict]) -> dict:
@@ -498,178 +489,3 @@ def temporary_view(frame):
         frame.sparkSession.catalog.dropTempView(name)
 
 
-def _routed(operator: KeyedOperator, frame, batch_id: int, pending: Folder, summary_schema):
-    """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
-    each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
-    bucket, and each partition's task runs the buckets it holds."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.functions import arrow_udf
-    from pyspark.sql.types import IntegerType
-    from pyspark.util import PythonEvalType
-
-    from sqlext.streaming.run import arrow_schema
-
-    import warnings
-
-    columns = operator.route_columns()
-    router = _Router(operator, columns)
-    with warnings.catch_warnings():  # the kind is given: Spark would rather read it from type hints
-        warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)
-    bucket = udf(*[F.col(quote(c)) for c in columns])
-    everywhere = F.sequence(F.lit(0), F.lit(operator.buckets - 1))
-    tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
-    task = _RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema))
-    return tagged.repartition(operator.buckets, BUCKET).mapInArrow(task, summary_schema)
-
-
-class _Router:
-    """The Arrow function that gives each row of an operator's rows its bucket, from its routing
-    columns (Spark ships only those to Python)."""
-
-    def __init__(self, operator: KeyedOperator, columns: list[str]):
-        self.operator, self.columns = operator, columns
-
-    def __call__(self, *arrays: pa.Array) -> pa.Array:
-        table = pa.table(list(arrays), names=self.columns)
-        return pa.array(self.operator.route(table).astype(np.int32), pa.int32())
-
-
-def _carried_input(upstream: KeyedOperator, operator: KeyedOperator) -> str | None:
-    """The input of ``operator`` that ``upstream``'s tasks can hand over in memory (see
-    :meth:`Pipeline._chains`), or None."""
-    names = [name for name, source in operator.inputs.items() if source.upstream is upstream]
-    if len(names) != 1:
-        return None
-    theirs, ours = operator.routed_by(names[0]), upstream.forwarded_by()
-    if theirs is None or ours is None:
-        return None
-    (state, columns), (upstream_state, upstream_columns) = theirs, ours
-
-    def key_types(s: KeyedState):
-        return [s.arrow_schema.field(k).type for k in s.bucket_by]
-
-    same = columns == upstream_columns and state.buckets == upstream_state.buckets \
-        and key_types(state) == key_types(upstream_state) \
-        and all(c in upstream.output_arrow.names for c in columns)
-    return names[0] if same else None
-
-
-@dataclass
-class _Stage:
-    """One operator in a Spark job's tasks: where its tasks put what they write, the files of
-    each input they read, the input they take in memory from the operator before (``carried``),
-    and whether its forwarded rows are written (``kept``) or handed on."""
-
-    operator: KeyedOperator
-    pending: Folder
-    files: dict | None
-    carried: str | None = None
-    kept: bool = True
-
-
-def _run_bucket(op: KeyedOperator, batch_id: int, pending: Folder, bucket: int, rows, started: float,
-                steps: dict[str, float], kept: bool = True) -> tuple[dict, pa.Table | None]:
-    """One bucket's task: the operator's step over the bucket's rows and its bucket of the
-    states; the state layers written, not committed, and the forwarded rows written (or, not
-    ``kept``, returned for the next operator). Returns what the driver needs to commit them
-    (with ``steps``, the task's step times), and the forwarded rows."""
-    views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
-             for name, state in op.states.items()}
-    result = op.step(rows, views, batch_id)
-    forwarded = op.forwarded(result.out)  # a key's rows are all in its bucket
-    out = None
-    if kept and forwarded is not None and forwarded.num_rows:
-        out = f"part-{bucket:05d}.parquet"
-        (pending / out).write_parquet(forwarded)
-    written = {}
-    for name, delta in result.deltas.items():
-        view = views[name] if name not in op.shared else views[name].owned(bucket)
-        written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
-    steps["the task"] = time.perf_counter() - started
-    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps)}, \
-        None if kept else forwarded
-
-
-def _summary_row(summary: dict) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([pickle.dumps(summary)], pa.binary())], names=["summary"])
-
-
-class _RoutedTasks:
-    """The tasks over the rows Spark routed (``mapInArrow`` after the shuffle by bucket): each
-    runs the buckets its partition holds."""
-
-    def __init__(self, operator: KeyedOperator, batch_id: int, pending: Folder, schema: pa.Schema):
-        self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
-
-    def __call__(self, batches):
-        import pyarrow.compute as pc
-
-        with task_memory():
-            started = time.perf_counter()
-            batches = list(batches)
-            if not batches:
-                return
-            table = pa.Table.from_batches(batches)
-            for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
-                mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
-                with timed({}) as steps:
-                    summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
-                                             self.operator.rows_of(mine), started, steps)
-                started = time.perf_counter()
-                yield _summary_row(summary)
-
-
-class _FileTasks:
-    """The tasks that read their operators' input files themselves (``mapInArrow`` over the
-    bucket numbers): for each bucket it is given, a task runs the operators of its chain in
-    turn (:meth:`Pipeline._chains`), each reading its files once and taking the rows the one
-    before forwarded from memory."""
-
-    def __init__(self, stages: list[_Stage], batch_id: int):
-        self.stages, self.batch_id = stages, batch_id
-
-    def __call__(self, batches):
-        with task_memory():
-            for batch in batches:
-                for bucket in batch.column(0).to_pylist():
-                    carried = None
-                    for number, stage in enumerate(self.stages):
-                        started = time.perf_counter()
-                        with timed({}) as steps:
-                            with step("read the increment"):
-                                mine = self._rows_of_bucket(stage, int(bucket), carried)
-                            summary, carried = _run_bucket(stage.operator, self.batch_id, stage.pending,
-                                                           int(bucket), mine, started, steps, kept=stage.kept)
-                        yield _summary_row({**summary, "stage": number})
-
-    @staticmethod
-    def _rows_of_bucket(stage: _Stage, bucket: int, carried: pa.Table | None):
-        """The rows bucket ``bucket`` sees, the files read a slice at a time (each slice turned
-        into the operator's rows, the bucket's share kept), so that a task holds its share of
-        a long history, not all of it; and the rows the operator before forwarded, all of them
-        this bucket's."""
-        op = stage.operator
-        empty = {name: op.inputs[name].schema.empty_table() for name in op.inputs}
-        parts = [op.of_bucket(op.rows_from(None, {**empty, name: chunk}), bucket)
-                 for name, files in stage.files.items()
-                 for chunk in parquet_slices(files, op.inputs[name].schema)]
-        if stage.carried is not None:
-            schema = op.inputs[stage.carried].schema
-            table = schema.empty_table() if carried is None else \
-                pa.Table.from_arrays([carried[f.name].cast(f.type) for f in schema], schema=schema)
-            rows = op.rows_from(None, {**empty, stage.carried: table})
-            mine = op.of_bucket(rows, bucket)
-            if _count(mine) != _count(rows):  # the chain's rule broken: never leave rows out
-                raise SqlextError("INTERNAL_ERROR", function=op.function,
-                                  reason=f"bucket {bucket}'s task was handed rows of another bucket by the function "
-                                         "before it (nothing of the run was committed)")
-            parts.append(mine)
-        if not parts:
-            return op.of_bucket(op.rows_from(None, empty), bucket)
-        return _concatenated(parts)
-
-
-def _count(rows) -> int:
-    """The rows of an operator's form (an Arrow table, or a tuple of them)."""
-    return sum(_count(part) for part in rows) if isinstance(rows, tuple) else rows.num_rows

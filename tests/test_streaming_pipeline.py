@@ -227,7 +227,8 @@ def test_a_task_handed_rows_of_another_bucket_fails_rather_than_leave_them_out()
     import numpy as np
     import pyarrow as pa
 
-    from sqlext.streaming.engine import Input, KeyedOperator, _FileTasks, _Stage
+    from sqlext.streaming.engine import Input, KeyedOperator
+    from sqlext.streaming.executors import FileTasks, Stage
 
     schema = pa.schema([("k", pa.int64())])
 
@@ -243,8 +244,8 @@ def test_a_task_handed_rows_of_another_bucket_fails_rather_than_leave_them_out()
         def route(self, table):
             return np.asarray(table["k"]) % 2
 
-    stage = _Stage(ByParity(), None, {}, carried="input")
-    mine = _FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 2, 4]}))
+    stage = Stage(ByParity(), None, {}, carried="input")
+    mine = FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 2, 4]}))
     assert mine.column("k").to_pylist() == [0, 2, 4]
     with pytest.raises(SqlextError, match=r"\[INTERNAL_ERROR\] BY_PARITY: .*bucket 0's task was handed rows of another"):
-        _FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 1]}))
+        FileTasks._rows_of_bucket(stage, 0, pa.table({"k": [0, 1]}))

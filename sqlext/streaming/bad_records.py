@@ -115,14 +115,7 @@ class SourceRecords:
         return next((n for n in self.schema.names if n.lower() == CHANGE_TYPE), None) if self.change_rows else None
 
     def _unknown_type(self):
-        """A Spark condition: the row's change type is none a change row has (NULL too)."""
-        from pyspark.sql import functions as F
-
-        from sqlext.functions.arguments import quote
-        from sqlext.functions.changes import CHANGE_TYPES
-
-        kind = F.col(quote(self.change_type))
-        return kind.isNull() | ~kind.isin(*CHANGE_TYPES)
+        return unknown_change_type(self.change_type)
 
     def checked(self, frame):
         """``frame`` (read with :meth:`read_schema`) as the statement reads it: a bad record
@@ -192,6 +185,17 @@ class SourceRecords:
         if self.file_format.lower() == "json":
             return json_problem(record, self.schema)
         return csv_problem(record, self.schema, self.options)
+
+
+def unknown_change_type(column: str):
+    """A Spark condition: the row's change type (in ``column``) is none a change row has, or NULL."""
+    from pyspark.sql import functions as F
+
+    from sqlext.functions.arguments import quote
+    from sqlext.functions.changes import CHANGE_TYPES
+
+    kind = F.col(quote(column))
+    return kind.isNull() | ~kind.isin(*CHANGE_TYPES)
 
 
 def reader_options(file_format: str, options: dict) -> dict:
@@ -321,7 +325,7 @@ class Door:
 
         from sqlext.errors import SqlextSparkError
         from sqlext.functions.arguments import quote
-        from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES
+        from sqlext.functions.changes import CHANGE_TYPE
 
         key = None if error.error_class == "UNKNOWN_CHANGE_TYPE" else _named_key(str(error))
         if key is None and error.error_class != "UNKNOWN_CHANGE_TYPE":
@@ -329,7 +333,7 @@ class Door:
         for source in self.sources:
             names = {n.lower(): n for n in source.schema.names}
             if key is None and CHANGE_TYPE in names:
-                wanted = ~(F.col(CHANGE_TYPE).isin(*CHANGE_TYPES) & F.col(CHANGE_TYPE).isNotNull())
+                wanted = unknown_change_type(CHANGE_TYPE)
             elif key is not None and all(k.lower() in names for k in key):
                 wanted = F.lit(True)
                 for column, value in key.items():

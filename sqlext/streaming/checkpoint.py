@@ -157,11 +157,12 @@ def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple
     if recorded is None:
         return
     before = None if recorded.get("columns") is None else [tuple(c) for c in recorded["columns"]]
+    if before == [tuple(c) for c in columns] and recorded.get("sources") is not None:
+        return  # the write of every batch: no more reads
     sources = _sources_fingerprint(checkpoint)
-    if before == [tuple(c) for c in columns]:
-        if recorded.get("sources") is None:  # a checkpoint of an earlier sqlext: noted from now on
-            recorded["sources"] = sources
-            path.write_json(recorded)
+    if before == [tuple(c) for c in columns]:  # a checkpoint of an earlier sqlext: noted from now on
+        recorded["sources"] = sources
+        path.write_json(recorded)
         return
     evolved = before is None or recorded.get("sources") not in (None, sources)
     wider = grown(before, columns) if before is not None and evolved else columns
@@ -287,7 +288,8 @@ def check_source_columns(checkpoint: Folder, name: str, schema, holders=None, mo
     # an entry is the list of columns, or (once a file may lack some) the columns and those
     before, added = (entry, []) if isinstance(entry, list) else (entry["columns"], list(entry.get("added", [])))
     refused = changes(before, now, mode)
-    new = [n for n, _ in now if n not in {c for c, _ in before}]
+    known = {c for c, _ in before}
+    new = [n for n, _ in now if n not in known]
     files = holders(new) if holders is not None and new and refused else []
     if files:
         refused.append(f"in {', '.join(files[:3])}{' and others' if len(files) > 3 else ''}")

@@ -92,22 +92,11 @@ def changes(before: Sequence[Sequence[str]], after: Sequence[Sequence[str]], mod
     return refused
 
 
-def grown(before: Sequence[Sequence[str]], after: Sequence[Sequence[str]]) -> list[tuple[str, str]] | None:
-    """The columns (name, type) of an output that held ``before`` once a run gives ``after``,
-    where the two differ by schema evolution: ``after``'s columns, each at the wider type of the
-    two, then those only ``before`` holds (a column a forgotten run accepted: its rows read
-    NULL). None where a column's types do not widen to one, or only the order differs.
-
-    >>> grown([("id", "bigint"), ("v", "int")], [("id", "bigint"), ("c", "string"), ("v", "bigint")])
-    [('id', 'bigint'), ('c', 'string'), ('v', 'bigint')]
-    >>> grown([("id", "bigint"), ("v", "bigint"), ("c", "string")], [("id", "bigint"), ("v", "int")])
-    [('id', 'bigint'), ('v', 'bigint'), ('c', 'string')]
-    >>> grown([("id", "bigint"), ("v", "int")], [("v", "int"), ("id", "bigint")]) is None
-    True
-    """
+def _merged(before: Sequence[Sequence[str]], after: Sequence[Sequence[str]]) -> list[tuple[str, str]] | None:
+    """``after``'s columns (name, type) in its order, each at the wider type of the two, then
+    those only ``before`` holds (a column a forgotten run accepted: its rows read NULL); None
+    where a column's types do not widen to one."""
     old, new = dict(before), dict(after)
-    if old == new:
-        return None
     columns = []
     for name, kind in after:
         kind = wider(old[name], kind) if name in old else kind
@@ -117,26 +106,37 @@ def grown(before: Sequence[Sequence[str]], after: Sequence[Sequence[str]]) -> li
     return columns + [(n, t) for n, t in before if n not in new]
 
 
+def grown(before: Sequence[Sequence[str]], after: Sequence[Sequence[str]]) -> list[tuple[str, str]] | None:
+    """The columns (name, type) of an output that held ``before`` once a run gives ``after``,
+    where the two differ by schema evolution (:func:`_merged`). None where a column's types do
+    not widen to one, or only the order differs.
+
+    >>> grown([("id", "bigint"), ("v", "int")], [("id", "bigint"), ("c", "string"), ("v", "bigint")])
+    [('id', 'bigint'), ('c', 'string'), ('v', 'bigint')]
+    >>> grown([("id", "bigint"), ("v", "bigint"), ("c", "string")], [("id", "bigint"), ("v", "int")])
+    [('id', 'bigint'), ('v', 'bigint'), ('c', 'string')]
+    >>> grown([("id", "bigint"), ("v", "int")], [("v", "int"), ("id", "bigint")]) is None
+    True
+    """
+    return None if dict(before) == dict(after) else _merged(before, after)
+
+
 def merged_fields(before, after):
-    """The columns of a state or an output that held ``before`` (Spark fields) once its input
-    evolved to give ``after``: ``after``'s columns in its order, each at the wider type of the
-    two; a column only ``before`` holds is kept (at the end) so that earlier rows keep it. None
-    where the two disagree in a way no evolution explains (a narrowing, another type)."""
+    """The columns of a state that held ``before`` (Spark fields) once its input evolved to give
+    ``after``, as :func:`_merged` merges them; a column keeps its field (and whether it may be
+    NULL) where its type stays, and is nullable where it is new or widened. None where the two
+    disagree in a way no evolution explains (a narrowing, another type)."""
     from pyspark.sql.types import StructField
 
-    old = {f.name: f for f in before}
-    fields = []
-    for field in after:
-        kept = old.get(field.name)
-        if kept is None:
-            fields.append(StructField(field.name, field.dataType, True))
-            continue
-        kind = wider(kept.dataType.simpleString(), field.dataType.simpleString())
-        if kind is None:
-            return None
-        fields.append(kept if kind == kept.dataType.simpleString() else StructField(field.name, field.dataType, True))
-    seen = {f.name for f in after}
-    return fields + [f for f in before if f.name not in seen]
+    def pairs(fields):
+        return [(f.name, f.dataType.simpleString()) for f in fields]
+
+    columns = _merged(pairs(before), pairs(after))
+    if columns is None:
+        return None
+    old, new = {f.name: f for f in before}, {f.name: f for f in after}
+    return [old[name] if name in old and old[name].dataType.simpleString() == kind
+            else StructField(name, new[name].dataType, True) for name, kind in columns]
 
 
 def merged_footers(files) -> dict:

@@ -103,8 +103,8 @@ class KeyedState:
             self._schema, self._buckets = schema, int(buckets)
             return
         fields = merged_fields(self.schema.fields, schema.fields)
-        if fields is not None and [f.name for f in fields] != self.schema.names \
-                or fields is not None and [f.dataType for f in fields] != [f.dataType for f in self.schema.fields]:
+        if fields is not None and [(f.name, f.dataType) for f in fields] != \
+                [(f.name, f.dataType) for f in self.schema.fields]:
             from pyspark.sql.types import StructType
 
             evolved = StructType(fields)

@@ -25,7 +25,7 @@ another relation moves to WHERE, the same conjunction for inner joins. The deriv
 the pairs of the join of ``a`` and ``b`` on the pair's own conditions, so the chain's rows are
 the original's, one for one.
 
->>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.language.dialect import parse_one, to_sql
 >>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
 >>> print(to_sql(band_self_join_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))))
@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
-from sqlext.rewrites.sqltree import col, halias, helper, ident
+from sqlext.language.sqltree import col, halias, helper, ident
 from sqlext.rewrites.self_joins import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
 )

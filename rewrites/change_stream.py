@@ -14,7 +14,7 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from sqlext.rewrites.sqltree import (
+from sqlext.language.sqltree import (
     alias, and_, halias, case, col, fragment, hcol, lateral_explode, over, paren, select_from, string,
 )
 from sqlext.functions.arguments import SqlValue, key_text, raise_error

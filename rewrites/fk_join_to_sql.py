@@ -33,10 +33,10 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.rewrites.change_stream import checked_changes, minimal_changes_from_parts, window
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, table_inputs
-from sqlext.rewrites.sqltree import (
+from sqlext.language.sqltree import (
     alias, and_, broadcast_hint, case, col, fragment, halias, hcol, helper, htable, lateral_explode, or_, paren,
     select_from, string, subquery, with_ctes,
 )

@@ -11,7 +11,7 @@ the two subqueries were. Only deterministic subqueries are merged (``rand()`` ev
 or twice gives different rows), and only for inner joins, the joins the self-join rules
 rewrite. In a chain of inner joins, one pair of identical subqueries is merged the same way.
 
->>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.language.dialect import parse_one, to_sql
 >>> q = parse_one("SELECT a.k FROM (SELECT k, ts FROM e WHERE v > 0) a JOIN (SELECT k, ts FROM e WHERE v > 0) b ON a.k = b.k")
 >>> to_sql(merge_duplicate_sources(q))
 'WITH __sx_source_1 AS (SELECT k, ts FROM e WHERE v > 0) SELECT a.k FROM __sx_source_1 AS a JOIN __sx_source_1 AS b ON a.k = b.k'
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.self_joins import has_non_deterministic
-from sqlext.rewrites.sqltree import helper
+from sqlext.language.sqltree import helper
 
 RULE = "merge_duplicate_sources"
 PREFIX = helper("source_")

@@ -23,10 +23,10 @@ from sqlext.rewrites.fk_join_to_sql import fk_join_to_sql
 from sqlext.rewrites.merge_duplicate_sources import merge_duplicate_sources
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
-from sqlext.rewrites.dialect import SparkExt, is_stream, parse_one, to_sql
+from sqlext.language.dialect import SparkExt, is_stream, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import MappingRelations, Relations, Scope
-from sqlext.rewrites.sqltree import fresh
+from sqlext.language.sqltree import fresh
 from sqlext.functions.arguments import find_calls, read_call
 from sqlext.functions.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
 from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND

@@ -22,7 +22,7 @@ no join, filter, limit or generator cannot end any record's recursion either; bo
 refused with ``[RECURSION_NON_TERMINATING]``. Recursion of any other shape (the step reads
 ``r`` twice or inside a subquery, aggregates, windows, several steps) is left for Spark.
 
->>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.language.dialect import parse_one, to_sql
 >>> tree = parse_one("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r")
 >>> to_sql(recursive_cte_to_expand(tree))
 "WITH r AS (SELECT * FROM RECURSIVE_EXPAND(name => 'r', columns => 'n', anchor => TABLE(SELECT 1), step => 'SELECT n + 1 FROM r WHERE n < 3', distinct => FALSE, max_level => 10000)) SELECT * FROM r"
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import TableArgument, to_sql
+from sqlext.language.dialect import TableArgument, to_sql
 from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.sqltree import identifier_list
+from sqlext.language.sqltree import identifier_list
 from sqlext.errors import SqlextError
 
 RULE = "recursive_cte_to_expand"

@@ -15,8 +15,8 @@ from sqlglot import exp
 
 from sqlext.functions.arguments import Call, check_table_arguments, relation_source
 from sqlext.functions.input_formats import DELTA, change_rows, connect_payload, payload_rows, take_format
-from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
-from sqlext.rewrites.sqltree import identifier_list
+from sqlext.language.dialect import TableArgument, parse_one, to_sql
+from sqlext.language.sqltree import identifier_list
 
 
 class Relations(Protocol):
@@ -60,7 +60,7 @@ class MappingRelations:
 
     def expression_type(self, query: str, expression: str) -> str | None:
         """The type of a bare column of a described table (through ``SELECT *`` and CTEs)."""
-        from sqlext.rewrites.dialect import parse_one
+        from sqlext.language.dialect import parse_one
 
         try:
             column = parse_one(expression)
@@ -130,7 +130,7 @@ class Scope:
     :meth:`wrap` puts a query inside the CTEs it reads, keeping each level nested in the one
     around it, so that shadowing names resolve as they did in the statement.
 
-    >>> from sqlext.rewrites.dialect import parse_one
+    >>> from sqlext.language.dialect import parse_one
     >>> tree = parse_one("WITH a AS (SELECT 1 AS x), b AS (WITH a AS (SELECT 2 AS x) SELECT * FROM a) SELECT 3")
     >>> inside_b = tree.args["with_"].expressions[1].this.args["from_"]
     >>> to_sql(Scope.at(inside_b).wrap(parse_one("SELECT x FROM a")))

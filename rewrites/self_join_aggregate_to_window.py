@@ -29,7 +29,7 @@ exactly as it repeated the row's pairs; the sums of partials over the group stay
 over the pairs. A condition joining ``b`` to another relation would make that multiplicity
 depend on ``b``, which one partial per row cannot carry: the band form takes such a query.
 
->>> from sqlext.rewrites.dialect import parse_one, to_sql
+>>> from sqlext.language.dialect import parse_one, to_sql
 >>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
 >>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
-from sqlext.rewrites.sqltree import halias, helper
+from sqlext.language.sqltree import halias, helper
 from sqlext.rewrites.self_joins import (
     INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
 )

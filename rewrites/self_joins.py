@@ -18,7 +18,7 @@ BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds exactly the rows ``b`` with
 What a window does not do and a join does is dropping NULL keys and NULL times (``=`` and
 ``<=`` are never true on NULL); :meth:`SelfJoin.not_null_condition` adds that back.
 
->>> from sqlext.rewrites.dialect import parse_one
+>>> from sqlext.language.dialect import parse_one
 >>> from sqlext.rewrites.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 2")
 >>> join = match_self_join(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))
@@ -33,9 +33,9 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
+from sqlext.language.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
 from sqlext.rewrites.relations import Relations, Scope, standalone_query
-from sqlext.rewrites.sqltree import and_ as and_tree, col, over
+from sqlext.language.sqltree import and_ as and_tree, col, over
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.

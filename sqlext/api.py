@@ -77,7 +77,7 @@ def _session_and_text(given: tuple, spark, function: str) -> tuple:
 def _defines_temp_view(text: str) -> bool:
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     try:
         tree = parse_one(text)

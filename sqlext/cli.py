@@ -607,7 +607,7 @@ def _report(path: Path, statement: Statement, message: str) -> None:
 
 def _explain(path: Path, no_spark: bool, verbose: bool = False, options: SessionOptions = SessionOptions()) -> int:
     from sqlext.api import explain
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     from sqlext.syntax import check
 
@@ -661,7 +661,7 @@ def _print_topologies(spark, result) -> None:
     from pyspark.errors import PySparkException
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
     from sqlext.runner import _is_connect
     from sqlext.topology import topology
 

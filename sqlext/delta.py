@@ -51,7 +51,7 @@ def path_of(name: exp.Expression) -> str | None:
     """The path of a Delta table named by its path, ``delta.`/data/t``` (a table, or a column
     as it stands inside ``STREAM(...)``); None for any other name.
 
-    >>> from sqlext.rewrites.dialect import parse_one
+    >>> from sqlext.language.dialect import parse_one
     >>> path_of(parse_one("SELECT * FROM delta.`/data/t`").find(exp.Table))
     '/data/t'
     >>> path_of(parse_one("SELECT * FROM db.t").find(exp.Table)) is None
@@ -236,7 +236,7 @@ def with_change_feeds(spark, text: str, function: str) -> tuple[str, list[str]]:
     function (the whole feed) and ``table_changes('path', start[, end])`` (the commits from
     ``start`` to ``end``; the path also as ``'delta.`path`'``). Text without them, or that
     does not parse, comes back as it is."""
-    from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+    from sqlext.language.dialect import TableArgument, parse_one, to_sql
 
     lowered = text.lower()
     if "delta" not in lowered and "table_changes" not in lowered:
@@ -271,7 +271,7 @@ def with_change_feeds(spark, text: str, function: str) -> tuple[str, list[str]]:
 
 def _table_changes_arguments(call: exp.Anonymous) -> tuple[str, int, int | None]:
     """The path, first and last version of ``table_changes('path', start[, end])``."""
-    from sqlext.rewrites.dialect import SparkExt, to_sql
+    from sqlext.language.dialect import SparkExt, to_sql
 
     arguments = call.expressions
     usage = "Write table_changes('/data/accounts', 1) or table_changes('delta.`/data/accounts`', 1, 5)."

@@ -67,7 +67,7 @@ def explain_text(spark, text: str) -> str:
     """Each statement of ``text`` before and after rewriting, what every rule did, and the path
     each recursion will take."""
     from sqlext.api import explain
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     parts = []
     for result in explain(text, spark=spark):

@@ -79,7 +79,7 @@ def _drop_views(spark, views: list[str]) -> None:
 def stream_in_batch(streams: list[str], text: str, function: str = FUNCTION) -> SqlextError:
     """The error of a batch run over ``STREAM(...)``: only an incremental run reads a stream.
     It shows the same statement with each source read whole, the batch query it adds up to."""
-    from sqlext.rewrites.dialect import batch_form
+    from sqlext.language.dialect import batch_form
 
     try:
         batch = batch_form(text)
@@ -135,7 +135,7 @@ def recursion_paths(spark, plan) -> list[str]:
 
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
     from sqlext.udfs.recursion import choose_path
 
     lines = []

@@ -224,7 +224,7 @@ class Shell:
         """Make ``database`` the current one (``--database``); False after reporting an error."""
         from sqlglot import exp
 
-        from sqlext.rewrites.dialect import to_sql
+        from sqlext.language.dialect import to_sql
 
         statement = to_sql(exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True))))
         outcome = self.execute(statement)

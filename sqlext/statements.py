@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlext.rewrites.dialect import scan
+from sqlext.language.dialect import scan
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def trailing_comma(statement: Statement, function: str) -> Problem | None:
     ``FROM`` as a column, and the error comes only when the statement runs."""
     from sqlglot.tokens import TokenType
 
-    from sqlext.rewrites.dialect import SparkExt
+    from sqlext.language.dialect import SparkExt
 
     try:
         tokens = SparkExt().tokenize(statement.text)
@@ -133,7 +133,7 @@ def _sqlglot_problem(statement: Statement, function: str) -> Problem | None:
     """sqlext's parser's error of the statement, at the token it stopped at."""
     from sqlglot.errors import ParseError, TokenError
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     try:
         parse_one(statement.text)

@@ -313,7 +313,7 @@ def test_recursion_with_awkward_names(spark, edges, path, union, route):
 
 def test_recursion_columns_holding_commas_reach_the_expansion():
     """A column name with a comma survives the column list the rule hands RECURSIVE_EXPAND."""
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
     from sqlext.functions.arguments import find_calls, read_call
     from sqlext.functions.recursive_expand import ARGUMENTS, spec_from_call
 

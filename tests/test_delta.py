@@ -326,7 +326,7 @@ def test_the_spellings_of_a_delta_table_parse_without_spark():
     from sqlglot import exp
 
     from sqlext.delta import _table_changes_arguments, path_of
-    from sqlext.rewrites.dialect import parse_one, stream_argument, to_sql
+    from sqlext.language.dialect import parse_one, stream_argument, to_sql
 
     sql = ("SELECT * FROM FK_JOIN(left => TABLE(delta.`/data/o``rders`), right => TABLE(STREAM(delta.`s3a://b/c`)), "
            "left_key => 'id', foreign_key => 'fk', right_key => 'rid')")

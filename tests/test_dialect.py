@@ -4,7 +4,7 @@ import pytest
 from sqlglot import exp
 
 from rows import multiset
-from sqlext.rewrites.dialect import TableArgument, parse_one, to_sql
+from sqlext.language.dialect import TableArgument, parse_one, to_sql
 
 ROUND_TRIPS = [
     "SELECT * FROM F(arg => TABLE(t), x => 'y')",
@@ -56,7 +56,7 @@ def test_spark_accepts_what_the_dialect_writes(spark):
 
 
 def test_stream_takes_a_name_then_named_arguments():
-    from sqlext.rewrites.dialect import batch_form, stream_argument, stream_options
+    from sqlext.language.dialect import batch_form, stream_argument, stream_options
 
     sql = "SELECT * FROM STREAM(`my ``edges`, format => 'debezium', ORDER_BY => 'source.`l sn`') AS e"
     call = parse_one(sql).find(exp.Anonymous)
@@ -75,7 +75,7 @@ def test_stream_takes_a_name_then_named_arguments():
 ])
 def test_stream_arguments_it_does_not_take_are_classed_errors(sql, error):
     from sqlext.errors import SqlextError
-    from sqlext.rewrites.dialect import stream_argument
+    from sqlext.language.dialect import stream_argument
 
     with pytest.raises(SqlextError, match=error):
         stream_argument(parse_one(sql).find(exp.Anonymous))

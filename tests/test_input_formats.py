@@ -23,8 +23,8 @@ from feeds import cdf_rows, compact, computed_on
 from rows import added, multiset
 from sqlext.functions.input_formats import change_rows
 from sqlext.errors import SqlextError, find_in
-from sqlext.rewrites.dialect import to_sql
-from sqlext.rewrites.sqltree import table
+from sqlext.language.dialect import to_sql
+from sqlext.language.sqltree import table
 from sqlext.streaming import batch_form, run_available_now
 from test_changelog_filter_cases import CASES, KEYS_PER_CASE
 from test_fk_join import SEED_EVENTS, event_lists, feed
@@ -134,7 +134,7 @@ def test_an_iceberg_snapshot_id_is_no_order():
 
 def test_without_spark_an_envelope_of_unknown_fields_is_left_to_spark_and_iceberg_expands():
     from sqlext.rewrites.changelog_filter_to_sql import changelog_filter_to_sql
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
     from sqlext.rewrites.relations import MappingRelations
 
     relations = MappingRelations({"env": ["before", "after", "op", "source"],

@@ -5,8 +5,8 @@ and no modules import each other in a cycle. ``sqlext.rewrite`` works without py
 
 Layers, bottom to top:
 
-0. errors, the SQL dialect and the builders of generated SQL trees: ``sqlext.errors``,
-   ``sqlext.rewrites.dialect``, ``sqlext.rewrites.sqltree``;
+0. errors and the SQL sqlext reads and writes (its dialect, the builders of generated SQL
+   trees): ``sqlext.errors`` and the folder ``sqlext.language``;
 1. the function catalogue: ``sqlext.functions`` (arguments, their checks, change rows);
 2. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
 3. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
@@ -24,15 +24,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # where each installed package's files live (pyproject.toml maps the folders the same way)
 FOLDERS = {"sqlext": ROOT / "sqlext", "sqlext.rewrites": ROOT / "rewrites", "sqlext.udfs": ROOT / "udfs"}
-BASE = {"sqlext.errors", "sqlext.rewrites.dialect", "sqlext.rewrites.sqltree"}
+# each layer is folders (packages), and a module's layer is the folder it lives in
+LAYERS = (("sqlext.errors", 0), ("sqlext.language", 0), ("sqlext.functions", 1), ("sqlext.rewrites", 2),
+          ("sqlext.udfs", 2))
 
 
 def layer(module: str) -> tuple[int, str]:
-    if module in BASE:
-        return 0, "base"
-    for prefix, rank in (("sqlext.functions", 1), ("sqlext.rewrites", 2), ("sqlext.udfs", 2)):
+    for prefix, rank in LAYERS:
         if module == prefix or module.startswith(prefix + "."):
-            return rank, prefix
+            return rank, "base" if rank == 0 else prefix
     return 3, "surfaces"
 
 
@@ -75,7 +75,7 @@ def test_the_layout_is_what_the_test_reads():
     found = graph()
     assert {"sqlext", "sqlext.api", "sqlext.runner", "sqlext.errors", "sqlext.rewrites.pipeline",
             "sqlext.udfs.recursion", "sqlext.functions.arguments"} <= set(found)
-    assert "sqlext.rewrites.dialect" in found["sqlext.rewrites.pipeline"]
+    assert "sqlext.language.dialect" in found["sqlext.rewrites.pipeline"]
 
 
 def test_no_module_imports_a_layer_above_it_or_its_sibling():

@@ -126,7 +126,7 @@ FRAGMENTS = ["v", "id", " > ", "0", "1=1", ")", "(", "'", "''", "\\'", ";", " UN
 @given(parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8),
        argument=st.sampled_from(["predicate", "key", "order_by"]))
 def test_argument_strings_are_rejected_or_confined_to_one_expression(parts, argument):
-    from sqlext.rewrites.dialect import parse
+    from sqlext.language.dialect import parse
     from sqlext.functions.arguments import sql_string
 
     value = "".join(parts)

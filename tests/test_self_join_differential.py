@@ -225,7 +225,7 @@ def test_generated_chains_of_two_self_joins_rewrite_the_first(spark, events, key
                                                                shape, in_where):
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     column, template = band
     pair = " AND ".join(keys + [template.format(a=f"a.{column}", b=f"b.{column}", x=x, y=y)])

@@ -5,7 +5,7 @@ import pytest
 
 import sqlext
 from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
-from sqlext.rewrites.dialect import parse_one, to_sql
+from sqlext.language.dialect import parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.relations import MappingRelations

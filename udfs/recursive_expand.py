@@ -588,7 +588,7 @@ def _own_levels(spark, spec: RecursiveSpec, anchor, scoped):
     """sqlext's own loop: one Spark query per level over the previous level."""
     from pyspark.sql import functions as F
 
-    from sqlext.rewrites.sqltree import fresh, helper
+    from sqlext.language.sqltree import fresh, helper
 
     working_view, union_view = fresh("rec_working_"), fresh("rec_union_")
     step_sql = substitute_step(spec.step_sql, spec.name, working_view, union_view)
@@ -631,7 +631,7 @@ def _native_frame(spark, spec: RecursiveSpec, anchor, scoped):
     sqlext's own loop, which reports whatever is wrong in it with the user's own text."""
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     step = cast_projections(parse_one(spec.step_sql), anchor.schema)
     union = exp.Union(this=parse_one(spec.anchor_sql), expression=step, distinct=False)
@@ -692,14 +692,14 @@ def cast_projections(step, schema):
     columns, a type sqlglot does not read back).
 
     >>> from pyspark.sql.types import IntegerType, StructField, StructType
-    >>> from sqlext.rewrites.dialect import parse_one, to_sql
+    >>> from sqlext.language.dialect import parse_one, to_sql
     >>> to_sql(cast_projections(parse_one("SELECT n + 1L AS m FROM r"), StructType([StructField("n", IntegerType())])))
     'SELECT CAST(n + CAST(1 AS BIGINT) AS INT) AS m FROM r'
     """
     from sqlglot import exp
     from sqlglot.errors import ParseError
 
-    from sqlext.rewrites.dialect import SparkExt
+    from sqlext.language.dialect import SparkExt
 
     projections = step.expressions if isinstance(step, exp.Select) else []
     if len(projections) != len(schema.fields) or any(p.is_star for p in projections):
@@ -845,7 +845,7 @@ def _same_rows(a, b) -> bool:
 def _nondeterministic(step_sql: str) -> bool:
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     return any(isinstance(f, exp.Rand) or f.sql_name().lower() in _NONDETERMINISTIC
                for f in parse_one(step_sql).find_all(exp.Func))
@@ -882,7 +882,7 @@ def substitute_step(step_sql: str, name: str, working_view: str, union_view: str
     """
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     tree = parse_one(step_sql)
     for table in list(tree.find_all(exp.Table)):

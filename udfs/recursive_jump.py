@@ -208,7 +208,7 @@ def _integer(node) -> int | None:
 
 def _split_step(spec):
     """The step's tree, the CTE's alias, the relation's alias and the relation as SQL."""
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
     if not isinstance(step, exp.Select):
@@ -272,7 +272,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
 
     e = e_frame.toDF(*[_e_name(i) for i in range(len(e_frame.columns))])
     if plan.condition is not None:
-        from sqlext.rewrites.dialect import to_sql
+        from sqlext.language.dialect import to_sql
 
         e = e.where(F.expr(to_sql(plan.condition)))
 

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.functions.recursive_expand import FUNCTION, RecursiveSpec
-from sqlext.rewrites.dialect import INTEGRAL, conjuncts
+from sqlext.language.dialect import INTEGRAL, conjuncts
 from sqlext.udfs.recursive_expand import (
     WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,
 )
@@ -44,8 +44,8 @@ def plan_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False) -
 
     Nothing runs but Spark's analysis and size estimate of the joined relation (and a count
     of its rows when Spark has no estimate), so ``sqlext explain`` asks this too."""
-    from sqlext.rewrites.dialect import to_sql
-    from sqlext.rewrites.sqltree import col
+    from sqlext.language.dialect import to_sql
+    from sqlext.language.sqltree import col
 
     try:
         plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
@@ -115,7 +115,7 @@ def _collect_edges(edge_frame, plan: WalkPlan, force: bool):
 def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
     from pyspark.sql.types import StructField, StructType
 
-    from sqlext.rewrites.sqltree import helper
+    from sqlext.language.sqltree import helper
 
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
@@ -162,7 +162,7 @@ def _size_in_bytes(frame) -> int | None:
 
 
 def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
-    from sqlext.rewrites.dialect import parse_one, to_sql
+    from sqlext.language.dialect import parse_one, to_sql
 
     step = parse_one(spec.step_sql)
     joins = step.args.get("joins") or []

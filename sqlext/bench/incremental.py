@@ -325,7 +325,7 @@ def _copy_sql(name: str) -> str:
     """``SELECT * FROM STREAM(name)``, built as a tree."""
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import to_sql
+    from sqlext.language.dialect import to_sql
 
     stream = exp.Table(this=exp.Anonymous(this="STREAM", expressions=[exp.column(name)]))
     return to_sql(exp.select("*").from_(stream))

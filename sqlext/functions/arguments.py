@@ -12,8 +12,8 @@ from typing import Any, Callable, Sequence
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import TableArgument, to_sql
-from sqlext.rewrites.sqltree import identifier_list, read_identifier_list
+from sqlext.language.dialect import TableArgument, to_sql
+from sqlext.language.sqltree import identifier_list, read_identifier_list
 from sqlext.errors import SqlextError, sql_value
 
 
@@ -180,7 +180,7 @@ def _names_or_none(text) -> list[str] | None:
 def replace_call(table: exp.Table, query: exp.Expression | str) -> None:
     """Put the native query (a tree, or SQL text) where the call stood, keeping the call's
     alias and joins."""
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     subquery = exp.Subquery(this=parse_one(query) if isinstance(query, str) else query)
     alias = table.args.get("alias")

@@ -37,8 +37,8 @@ from sqlext.functions.changes import (
 from sqlext.functions.expressions import check_columns, parse_expression
 from sqlext.functions.input_formats import check_read
 from sqlext.errors import SqlextError, sql_value
-from sqlext.rewrites.dialect import to_sql
-from sqlext.rewrites.sqltree import helper
+from sqlext.language.dialect import to_sql
+from sqlext.language.sqltree import helper
 
 FUNCTION = "CHANGELOG_FILTER"
 ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by", "format")

@@ -43,7 +43,7 @@ def split_columns(function: str, argument: str, text: Any) -> list[str]:
     >>> split_columns("F", "key", "id, `k {x}`, `it's ``q```")
     ['id', 'k {x}', "it's `q`"]
     """
-    from sqlext.rewrites.sqltree import read_identifier_list
+    from sqlext.language.sqltree import read_identifier_list
 
     if not isinstance(text, str) or not text.strip():
         raise SqlextError(

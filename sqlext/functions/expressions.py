@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sqlext.rewrites.dialect import SparkExt, scan, to_sql
+from sqlext.language.dialect import SparkExt, scan, to_sql
 from sqlext.errors import SqlextError, sql_value
 
 

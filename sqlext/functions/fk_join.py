@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError, sql_value
-from sqlext.rewrites.dialect import is_numeric
+from sqlext.language.dialect import is_numeric
 from sqlext.functions.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
@@ -104,7 +104,7 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     check_columns(FUNCTION, "left", foreign_key, left_columns, "foreign_key")
     join_type = check_option(FUNCTION, "join_type", args.get("join_type", "inner"), JOIN_TYPES)
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    from sqlext.rewrites.dialect import to_sql
+    from sqlext.language.dialect import to_sql
 
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 

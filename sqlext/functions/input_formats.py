@@ -29,8 +29,8 @@ Rows without a key (a recursion's edges, ``keyless=True``) need the row an updat
 Debezium ``u`` whose ``before`` is NULL (Postgres without ``REPLICA IDENTITY FULL``) then gives
 a row of change type :data:`UPDATE_WITHOUT_BEFORE`, which the reader refuses.
 
->>> from sqlext.rewrites.dialect import to_sql
->>> from sqlext.rewrites.sqltree import table
+>>> from sqlext.language.dialect import to_sql
+>>> from sqlext.language.sqltree import table
 >>> fields = {"after": ["id", "v"], "before": ["id", "v"], "source": ["lsn", "db"]}
 >>> rows = change_rows("F", "input", "debezium", table("env"), ["before", "after", "op", "source"],
 ...                    fields.get, None)
@@ -52,7 +52,7 @@ from sqlext.functions.changes import (
     split_columns,
 )
 from sqlext.errors import SqlextError, sql_value
-from sqlext.rewrites.sqltree import alias, case, col, helper, ident, string
+from sqlext.language.sqltree import alias, case, col, helper, ident, string
 
 ARGUMENT = "format"
 DELTA, DEBEZIUM, ICEBERG = "delta", "debezium", "iceberg"

@@ -46,7 +46,7 @@ def repeats_error(name: str, level: int) -> SqlextError:
 
 
 def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
-    from sqlext.rewrites.sqltree import read_identifier_list
+    from sqlext.language.sqltree import read_identifier_list
 
     # the rule writes each list with sqltree.identifier_list: a name may hold a comma or a backtick
     columns = read_identifier_list(literals.get("columns"))

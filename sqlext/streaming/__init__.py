@@ -13,7 +13,7 @@ operators, the ``foreachBatch`` function; cached per checkpoint) and
 :mod:`~sqlext.streaming.tables` runs a statement into a catalog table (dbt's incremental models).
 """
 
-from sqlext.rewrites.dialect import batch_form
+from sqlext.language.dialect import batch_form
 from sqlext.streaming.bind import FUNCTION, one_statement, reads_streams
 from sqlext.streaming.query import (OUTPUT_IN_CHECKPOINT, RunningQuery, jobs_of, run_available_now, stream,
                                     streaming_frame)

@@ -34,8 +34,8 @@ from sqlglot import exp
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, DELETE, PREIMAGE
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import to_sql
-from sqlext.rewrites.sqltree import helper
+from sqlext.language.dialect import to_sql
+from sqlext.language.sqltree import helper
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema
 from sqlext.streaming.self_join_aggregate import _grouping
@@ -119,7 +119,7 @@ class AggregateShape:
     def __init__(self, spark, tree: exp.Select, placeholder: str, feed_schema, table_schema):
         """``feed_schema``: the Spark columns of the call's change feed; ``table_schema``: of its
         final table (what the statement reads)."""
-        from sqlext.rewrites.dialect import TableArgument
+        from sqlext.language.dialect import TableArgument
 
         clauses = [k for k in ("order", "limit", "offset", "distinct", "qualify", "joins", "with_") if tree.args.get(k)]
         nested = [s for s in tree.find_all(exp.Select) if s is not tree] + list(tree.find_all(exp.Window)) + \

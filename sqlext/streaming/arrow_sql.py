@@ -126,7 +126,7 @@ def arrow_expression(node: exp.Expression | str, schema: pa.Schema, alias: str |
     result is Spark's (see the module's docstring); None otherwise. ``boolean``: only a
     condition is taken."""
     if isinstance(node, str):
-        from sqlext.rewrites.dialect import parse_one
+        from sqlext.language.dialect import parse_one
 
         try:
             node = parse_one(node)

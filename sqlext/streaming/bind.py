@@ -11,9 +11,9 @@ from sqlglot import exp
 from sqlext.functions.arguments import find_calls
 from sqlext.functions.fk_join import FUNCTION as FK_JOIN
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import parse_one, stream_options, to_sql
-from sqlext.rewrites.dialect import is_stream as _is_stream
-from sqlext.rewrites.sqltree import identifier_list
+from sqlext.language.dialect import parse_one, stream_options, to_sql
+from sqlext.language.dialect import is_stream as _is_stream
+from sqlext.language.sqltree import identifier_list
 from sqlext.streaming.registry import keyed_call
 
 FUNCTION = "sqlext stream"
@@ -22,7 +22,7 @@ FUNCTION = "sqlext stream"
 def one_statement(sql: str) -> exp.Expression:
     """The one statement of an incremental run, parsed; a text holding several, or none, or
     one that does not parse, is a classed error."""
-    from sqlext.rewrites.dialect import parse
+    from sqlext.language.dialect import parse
 
     try:
         statements = [s for s in parse(sql) if s is not None]
@@ -91,7 +91,7 @@ def order_by_streams(tree: exp.Expression) -> None:
     ``order_by`` going to the call)."""
     from sqlext.functions.arguments import set_literal
     from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
-    from sqlext.rewrites.dialect import stream_argument
+    from sqlext.language.dialect import stream_argument
     from sqlext.streaming.shapes import stream_order, stream_shape
 
     # inner calls first: an outer call reads their change rows, ordered as they are

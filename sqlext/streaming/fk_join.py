@@ -238,7 +238,7 @@ class FkJoinOperator(KeyedOperator):
 def _key_kind(data_type) -> str:
     """How a key type compares: integers with integers, text with text; any other type only
     with itself."""
-    from sqlext.rewrites.dialect import INTEGRAL
+    from sqlext.language.dialect import INTEGRAL
 
     name = data_type.simpleString()
     if name in INTEGRAL:
@@ -267,7 +267,7 @@ def _check_key_types(spec, foreign, right) -> None:
 def _plain_column(expression: str, columns) -> str | None:
     """The column an expression names, if it is just a column of ``columns`` (resolved as
     Spark resolves names, ignoring case)."""
-    from sqlext.rewrites.dialect import parse_one
+    from sqlext.language.dialect import parse_one
 
     try:
         tree = parse_one(expression)

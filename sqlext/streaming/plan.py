@@ -14,9 +14,9 @@ from sqlglot import exp
 
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import TableArgument, batch_form, parse_one, stream_options, to_sql
-from sqlext.rewrites.dialect import is_stream as _is_stream
-from sqlext.rewrites.sqltree import identifier_list
+from sqlext.language.dialect import TableArgument, batch_form, parse_one, stream_options, to_sql
+from sqlext.language.dialect import is_stream as _is_stream
+from sqlext.language.sqltree import identifier_list
 from sqlext.streaming.bind import (FUNCTION, is_recursion, order_by_streams, reads_no_stream, refuse_recursion,
                                    refuse_shape, refuse_table_input, replace_table)
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER

@@ -42,8 +42,8 @@ from sqlglot import exp
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import is_stream as _is_stream
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import is_stream as _is_stream
+from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.run import StatefulRun, arrow_frame, on_driver, step

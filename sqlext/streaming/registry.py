@@ -80,7 +80,7 @@ def keyed_call(table: exp.Expression) -> Keyed | None:
 def purpose_of(tree: exp.Expression):
     """The purpose of a parsed statement (read from its text alone: no Spark)."""
     from sqlext.functions.arguments import find_calls
-    from sqlext.rewrites.dialect import to_sql
+    from sqlext.language.dialect import to_sql
     from sqlext.streaming.checkpoint import Purpose
 
     statement = to_sql(_without_comments(tree))

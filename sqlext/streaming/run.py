@@ -23,7 +23,7 @@ from typing import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
 from sqlext.storage import Folder
 

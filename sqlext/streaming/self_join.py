@@ -33,7 +33,7 @@ from sqlglot import exp
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import is_stream, to_sql
+from sqlext.language.dialect import is_stream, to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.run import StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
 from sqlext.streaming.self_join_aggregate import is_grouped

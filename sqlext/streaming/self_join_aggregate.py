@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
 from sqlext.errors import SqlextError
-from sqlext.rewrites.sqltree import helper
+from sqlext.language.sqltree import helper
 
 FUNCTION = "sqlext stream"
 AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}

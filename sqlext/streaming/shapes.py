@@ -10,7 +10,7 @@ import itertools
 
 from sqlglot import exp
 
-from sqlext.rewrites.dialect import stream_argument, stream_options, to_sql
+from sqlext.language.dialect import stream_argument, stream_options, to_sql
 
 _shape_views = itertools.count(1)
 
@@ -75,7 +75,7 @@ def stream_order(call: exp.Anonymous) -> str:
 def read_by_recursion(call: exp.Anonymous) -> bool:
     """Whether the stream is read by a recursive CTE itself (its rows are edges, without a
     key), not by a table function inside one."""
-    from sqlext.rewrites.dialect import TableArgument
+    from sqlext.language.dialect import TableArgument
 
     node = call.parent
     while node is not None:

@@ -17,7 +17,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
-from sqlext.rewrites.dialect import stream_argument, stream_options, to_sql
+from sqlext.language.dialect import stream_argument, stream_options, to_sql
 from sqlext.storage import Folder, resolve
 from sqlext.streaming.shapes import (DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope,
                                      stream_names, stream_order, stream_shape)
@@ -125,7 +125,7 @@ class Sources:
         from difflib import get_close_matches
 
         from sqlext.delta import path_of
-        from sqlext.rewrites.dialect import is_stream
+        from sqlext.language.dialect import is_stream
 
         streams = [t.this for t in tree.find_all(exp.Table) if is_stream(t)]
         spellings = {n for call in streams for n in stream_names(call)}
@@ -498,7 +498,7 @@ def _columns(columns) -> str:
 
 def table_name(table: str) -> exp.Table:
     """``table`` (``name``, ``db.name``, quoted with backticks where needed) as a table node."""
-    from sqlext.rewrites.dialect import SparkExt
+    from sqlext.language.dialect import SparkExt
 
     try:
         target = exp.to_table(table, dialect=SparkExt)

@@ -10,7 +10,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
-from sqlext.rewrites.dialect import to_sql
+from sqlext.language.dialect import to_sql
 from sqlext.streaming.bind import FUNCTION, one_statement
 from sqlext.streaming.checkpoint import START_OVER_DBT
 from sqlext.streaming.plan import result_schema

@@ -34,7 +34,7 @@ def stateful_functions(sql: str) -> List[str]:
 
     from sqlext.functions.arguments import find_calls
     from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND
-    from sqlext.rewrites.dialect import parse
+    from sqlext.language.dialect import parse
     from sqlext.streaming.registry import KEYED
 
     try:
@@ -166,7 +166,7 @@ def _names_read(sql: str) -> set:
     """The spellings of the names the model's ``STREAM(...)`` sources read."""
     from sqlglot import exp
 
-    from sqlext.rewrites.dialect import is_stream, parse_one
+    from sqlext.language.dialect import is_stream, parse_one
     from sqlext.streaming.shapes import stream_names
 
     try:

@@ -9,7 +9,7 @@ text) are written as SQL and parsed by :func:`fragment`.
 Helper columns, views and CTEs are named by :func:`helper` (a fixed name) or :func:`fresh`
 (a name no other call returns in this process), all with the one prefix ``__sx_``.
 
->>> from sqlext.rewrites.dialect import to_sql
+>>> from sqlext.language.dialect import to_sql
 >>> to_sql(exp.select(col("v{x}"), halias(col("it's"), "old")).from_(table("my `t`")))
 "SELECT `v{x}`, `it's` AS __sx_old FROM `my ``t```"
 >>> to_sql(over(exp.Lag(this=col("v")), ["k"], "o"))
@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from sqlext.rewrites.dialect import SparkExt
+from sqlext.language.dialect import SparkExt
 
 PREFIX = "__sx_"
 _counter = itertools.count(1)

@@ -1,4 +1,4 @@
-"""The ordered list of rules (RULES) and the one entry point that runs them.
+"""The ordered list of rules (:func:`rules`) and the one entry point that runs them.
 
 Each rule is a function from an expression tree to an expression tree, in its own module. A
 rule receives only the keyword arguments it names (``relations``: what is known about the
@@ -18,31 +18,36 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
-from sqlext.rewrites.changelog_filter_to_sql import changelog_filter_to_sql
-from sqlext.rewrites.fk_join_to_sql import fk_join_to_sql
 from sqlext.rewrites.merge_duplicate_sources import merge_duplicate_sources
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
-from sqlext.rewrites.recursive_cte_to_expand import recursive_cte_to_expand
 from sqlext.language.dialect import SparkExt, is_stream, parse_one, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import MappingRelations, Relations, Scope
 from sqlext.language.sqltree import fresh
+from sqlext.functions import catalogue
 from sqlext.functions.arguments import find_calls, read_call
 from sqlext.functions.recursive_expand import ARGUMENTS as RECURSIVE_ARGUMENTS
 from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND
 from sqlext.functions.recursive_expand import RecursiveSpec, spec_from_call
 from sqlext.errors import SqlextError
 
-RULES: list[Callable[..., exp.Expression]] = [
-    changelog_filter_to_sql,
-    fk_join_to_sql,
-    # self-joins: name a relation written twice once, then the aggregate form before the
-    # band form (a band feeding an aggregate needs no pairs at all)
+# self-joins: name a relation written twice once, then the aggregate form before the band form
+# (a band feeding an aggregate needs no pairs at all)
+SELF_JOIN_RULES: list[Callable[..., exp.Expression]] = [
     merge_duplicate_sources,
     self_join_aggregate_to_window,
     band_self_join_to_window,
-    recursive_cte_to_expand,
 ]
+
+
+def rules() -> list[Callable[..., exp.Expression]]:
+    """The rules, in the order they run: each function's rule that writes its calls as plain
+    Spark SQL (in the catalogue's order), then the self-join rules, then the rules that write a
+    call from other SQL (``WITH RECURSIVE``): those see the statement as the user wrote it, after
+    the self-joins inside it were rewritten."""
+    functions = [f for f in catalogue.functions() if f.rule is not None]
+    return ([f.part("rule") for f in functions if not f.written_by_rule] + SELF_JOIN_RULES
+            + [f.part("rule") for f in functions if f.written_by_rule])
 
 
 STRICT_ENV = "SQLEXT_STRICT"
@@ -65,7 +70,7 @@ def rewrite(expression: exp.Expression, strict: bool | None = None, **facts) -> 
     strict = strict_default() if strict is None else strict
     expression = expression.copy()
     notes = facts.get("notes")
-    for rule in RULES:
+    for rule in rules():
         accepted = inspect.signature(rule).parameters
         before = expression.copy()
         try:
@@ -160,7 +165,7 @@ def rewrite_statement(text: str, relations: Relations | None = None, strict: boo
     if not _MAY_HOLD_A_QUERY.search(text):
         # every rule rewrites a query; a statement without one (an INSERT ... VALUES of loaded
         # rows, DDL, SET) is passed on unread: parsing a large one costs seconds
-        for rule in RULES:
+        for rule in rules():
             notes.skip(rule.__name__, "the statement holds no query")
         return Rewritten(text, text, notes)
     try:
@@ -173,7 +178,7 @@ def rewrite_statement(text: str, relations: Relations | None = None, strict: boo
     streams = [to_sql(table.this) for table in tree.find_all(exp.Table) if is_stream(table)]
     out = rewrite(tree, strict=strict, relations=relations, notes=notes)
     spoken = {n.rule for n in notes}
-    for rule in RULES:
+    for rule in rules():
         if rule.__name__ not in spoken:
             notes.skip(rule.__name__, "nothing in this statement for it to rewrite")
     if not notes.fired:
@@ -183,6 +188,6 @@ def rewrite_statement(text: str, relations: Relations | None = None, strict: boo
 
 
 __all__ = [
-    "RULES", "STRICT_ENV", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite",
+    "SELF_JOIN_RULES", "STRICT_ENV", "MappingRelations", "Notes", "Relations", "Rewritten", "SparkExt", "rewrite", "rules",
     "rewrite_statement", "strict_default",
 ]

@@ -52,7 +52,7 @@ class _HelpFormatter(argparse.HelpFormatter):
     where it has one worth showing (not None, False or an empty list)."""
 
     def _fill_text(self, text, width, indent):
-        if text.startswith("examples:"):
+        if text.startswith(("examples:", "functions:")):
             return "".join(indent + line for line in text.splitlines(keepends=True))
         return super()._fill_text(text, width, indent)
 
@@ -69,9 +69,16 @@ def _command(commands, name: str, summary: str, description: str, examples: str)
                                formatter_class=_HelpFormatter)
 
 
+def _functions() -> str:
+    """sqlext's functions, one line each, from the function catalogue."""
+    from sqlext.functions import catalogue
+
+    return f"functions:\n{catalogue.listing()}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sqlext", formatter_class=_HelpFormatter, epilog=EXAMPLES,
+        prog="sqlext", formatter_class=_HelpFormatter, epilog=f"{_functions()}\n\n{EXAMPLES}",
         description="Spark SQL with FK_JOIN and CHANGELOG_FILTER over change feeds, self-join rewrites and "
                     "fast WITH RECURSIVE, batch or incremental. Every statement is rewritten by sqlext, then "
                     "run on an embedded local Spark.")

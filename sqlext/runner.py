@@ -89,8 +89,14 @@ def stream_in_batch(streams: list[str], text: str, function: str = FUNCTION) -> 
                        batch=batch or "the statement with STREAM(name) replaced by name")
 
 
-# sqlext's table functions, as a misspelt name is compared with them
-TABLE_FUNCTIONS = ("CHANGELOG_FILTER", "FK_JOIN", "STREAM")
+def table_functions() -> list[str]:
+    """The names a statement calls in FROM that are sqlext's: the catalogue's functions that users
+    call by name, and STREAM (a misspelt name is compared with them)."""
+    from sqlext.functions import catalogue
+
+    return [*catalogue.callable_names(), "STREAM"]
+
+
 # Spark's classes for a function it does not know: in FROM, and anywhere else
 _UNKNOWN_FUNCTION = {"UNRESOLVABLE_TABLE_VALUED_FUNCTION": "name", "UNRESOLVED_ROUTINE": "routineName"}
 
@@ -112,7 +118,7 @@ def misspelt_function(error: BaseException, function: str = FUNCTION) -> SqlextE
     if nearest is None:
         return None
     return SqlextError("UNKNOWN_FUNCTION", function=function, name=name.replace("`", ""), nearest=nearest,
-                       available=", ".join(TABLE_FUNCTIONS))
+                       available=", ".join(table_functions()))
 
 
 def nearest_function(name: str) -> str | None:
@@ -121,9 +127,10 @@ def nearest_function(name: str) -> str | None:
     import difflib
 
     plain = name.replace("`", "").split(".")[-1].upper()
-    if not plain or plain in TABLE_FUNCTIONS:
+    names = table_functions()
+    if not plain or plain in names:
         return None
-    found = difflib.get_close_matches(plain, TABLE_FUNCTIONS, n=1, cutoff=0.75)
+    found = difflib.get_close_matches(plain, names, n=1, cutoff=0.75)
     return found[0] if found else None
 
 

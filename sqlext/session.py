@@ -251,11 +251,14 @@ def quiet_python_logs() -> None:
 
 
 def register_table_functions(spark) -> None:
+    """Register, under its name, each function of the catalogue that has a Python table function."""
     from pyspark.sql.functions import udtf
 
-    from sqlext.udfs.changelog_filter import ChangelogFilterUDTF
+    from sqlext.functions import catalogue
 
-    spark.udtf.register("CHANGELOG_FILTER", udtf(ChangelogFilterUDTF, useArrow=True))
+    for function in catalogue.functions():
+        if function.table_function is not None:
+            spark.udtf.register(function.name, udtf(function.part("table_function"), useArrow=True))
 
 
 class SparkRelations:

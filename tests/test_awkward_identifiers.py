@@ -336,7 +336,7 @@ def test_a_failing_rule_raises_in_strict_mode_and_is_noted_otherwise(monkeypatch
     def broken_rule(expression):
         raise KeyError("x")
 
-    monkeypatch.setattr(pipeline, "RULES", [*pipeline.RULES, broken_rule])
+    monkeypatch.setattr(pipeline, "SELF_JOIN_RULES", [*pipeline.SELF_JOIN_RULES, broken_rule])
     text = "SELECT 1 AS one"
     with pytest.raises(KeyError):
         rewrite_statement(text, strict=True)

@@ -133,7 +133,7 @@ def test_an_iceberg_snapshot_id_is_no_order():
 
 
 def test_without_spark_an_envelope_of_unknown_fields_is_left_to_spark_and_iceberg_expands():
-    from sqlext.rewrites.changelog_filter_to_sql import changelog_filter_to_sql
+    from sqlext.rewrites.changelog_filter import changelog_filter_to_sql
     from sqlext.language.dialect import parse_one
     from sqlext.rewrites.relations import MappingRelations
 

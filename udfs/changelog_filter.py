@@ -4,7 +4,7 @@ handler Spark runs when the function is called by name without sqlext's rewrite 
 ``spark.sql``; :func:`filter_batch`, the kernel from an empty state).
 
 The function's semantics, arguments and output shape are described in
-:mod:`sqlext.functions.changelog_filter`; the batch rule (``rewrites/changelog_filter_to_sql.py``)
+:mod:`sqlext.functions.changelog_filter`; the batch rule (``rewrites/changelog_filter.py``)
 is what ``sqlext.sql`` runs. The tests hold the kernel to a plain per-key replay.
 """
 

@@ -20,7 +20,7 @@ downstream table cannot otherwise learn that the key left the filtered table.
 ``emit => 'final'`` is the filtered table after the last change.
 
 This module is the function's entry in the catalogue: its arguments, their checks and the
-shape of its output, shared by the native rewrite (:mod:`sqlext.rewrites.changelog_filter_to_sql`)
+shape of its output, shared by the native rewrite (:mod:`sqlext.rewrites.changelog_filter`)
 and the registered table function (:mod:`sqlext.udfs.changelog_filter`).
 """
 
@@ -34,6 +34,7 @@ from sqlglot import exp
 from sqlext.functions.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
 )
+from sqlext.functions.definition import Function
 from sqlext.functions.expressions import check_columns, parse_expression
 from sqlext.functions.input_formats import check_read
 from sqlext.errors import SqlextError, sql_value
@@ -45,6 +46,14 @@ ARGUMENTS = ("input", "key", "predicate", "order_by", "emit", "sequence_by", "fo
 REQUIRED = ("input", "key", "predicate")
 TABLES = ("input",)  # the arguments that take a table
 PASS_COLUMN = helper("pass")
+
+DEFINITION = Function(
+    FUNCTION, "a change feed filtered to the minimal old/new pairs (KAFKA-3902)", ARGUMENTS, TABLES, keys=("key",),
+    why="filtering its input change feed to the new versions turns the update of a key seen in an earlier run "
+        "into an insert, and loses its delete",
+    rule="sqlext.rewrites.changelog_filter:changelog_filter_to_sql",
+    operator="sqlext.streaming.changelog_filter:FilterOperator",
+    table_function="sqlext.udfs.changelog_filter:ChangelogFilterUDTF")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The left table's rows find their right row through a foreign key computed from the left row;
 the result is keyed by the left key. This module checks a call's arguments (shared by the
-native expansion in :mod:`sqlext.rewrites.fk_join_to_sql`) and names the output columns.
+native expansion in :mod:`sqlext.rewrites.fk_join`) and names the output columns.
 
 Semantics, for a sequential replay in ``order_by`` order (at equal ordering values the right
 input's change is applied first, as a referenced table is written before the rows that
@@ -35,6 +35,7 @@ from sqlext.language.dialect import is_numeric
 from sqlext.functions.changes import (
     CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
+from sqlext.functions.definition import Function
 from sqlext.functions.expressions import check_columns, parse_expression
 from sqlext.functions.input_formats import check_read
 
@@ -45,6 +46,14 @@ REQUIRED = ("left", "right", "left_key", "foreign_key", "right_key")
 TABLES = ("left", "right")  # the arguments that take a table
 JOIN_TYPES = ("inner", "left")
 RIGHT_SUFFIX = "_right"
+
+DEFINITION = Function(
+    FUNCTION, "the foreign-key join of two change feeds (KIP-213)", ARGUMENTS, TABLES,
+    keys=("left_key", "foreign_key", "right_key"),
+    why="filtering its input change feeds to the new versions turns the update of a key seen in an earlier run "
+        "into an insert, and joins new rows only to new rows",
+    rule="sqlext.rewrites.fk_join:fk_join_to_sql",
+    operator="sqlext.streaming.fk_join:FkJoinOperator")
 
 
 @dataclass(frozen=True)

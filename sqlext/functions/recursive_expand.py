@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlext.errors import SqlextError
+from sqlext.functions.definition import Function
 
 FUNCTION = "RECURSIVE_EXPAND"
 ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"]
@@ -17,6 +18,13 @@ ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"
 # spark.sqlext.recursion.rowLimit (Spark's native recursion has spark.sql.cteRecursionRowLimit).
 DEFAULT_ROW_LIMIT = 10_000_000
 ROW_LIMIT_CONF = "spark.sqlext.recursion.rowLimit"
+
+DEFINITION = Function(
+    FUNCTION, "a recursive CTE run as one pass of a graph walk, or level by level", tuple(ARGUMENTS),
+    tables=("anchor",),
+    why="a recursion over only the new rows misses every path through the rows of earlier runs",
+    rule="sqlext.rewrites.recursive_expand:recursive_cte_to_expand",
+    called_as="WITH RECURSIVE")
 
 
 @dataclass

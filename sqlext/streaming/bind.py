@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.functions.arguments import find_calls
-from sqlext.functions.fk_join import FUNCTION as FK_JOIN
+from sqlext.functions import catalogue
 from sqlext.errors import SqlextError
 from sqlext.language.dialect import parse_one, stream_options, to_sql
 from sqlext.language.dialect import is_stream as _is_stream
@@ -64,7 +64,10 @@ def stateless(tree: exp.Expression) -> bool:
 
 
 def is_recursion(tree: exp.Expression) -> bool:
-    return any(w.args.get("recursive") for w in tree.find_all(exp.With)) or bool(find_calls(tree, "RECURSIVE_EXPAND"))
+    """Whether the statement is a recursion: a ``WITH RECURSIVE``, or a call of a function that a
+    rule writes from one."""
+    return any(w.args.get("recursive") for w in tree.find_all(exp.With)) or any(
+        find_calls(tree, f.name) for f in catalogue.functions() if f.written_by_rule)
 
 
 def refuse_recursion(tree: exp.Expression) -> None:
@@ -134,10 +137,10 @@ def order_by_streams(tree: exp.Expression) -> None:
 def refuse_table_input(function: str, name: str, argument) -> None:
     """A table argument that is neither a stream nor another call: read whole each run."""
     source = to_sql(argument.this) if argument is not None and isinstance(argument.this, exp.Table) else "my_changes"
-    if function == FK_JOIN:
+    if len(catalogue.function(function).tables) == 2:
         raise SqlextError(
-            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"an FK_JOIN whose {name} input is a table",
-            reason=f"its {name} input {source} is read whole, not as a stream; an incremental FK_JOIN reads both "
+            "UNSUPPORTED_STREAM", function=FUNCTION, what=f"an {function} whose {name} input is a table",
+            reason=f"its {name} input {source} is read whole, not as a stream; an incremental {function} reads both "
                    "inputs as streams, because a change of either meets rows of the other",
             fix=f"Write {name} => TABLE(STREAM({source})), with a change feed of {source} as that stream.")
     raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION, what=f"a {function} over a table",
@@ -146,16 +149,17 @@ def refuse_table_input(function: str, name: str, argument) -> None:
 
 
 def refuse_shape(calls: list, streams: list) -> exp.Table:
-    """What a run of keyed operators runs: one CHANGELOG_FILTER or FK_JOIN call, whose table
+    """What a run of keyed operators runs: one call of a keyed function (CHANGELOG_FILTER, FK_JOIN), whose table
     arguments are streams or other such calls (a pipeline), and no stream outside it; anything
     else is refused, saying what is missing or extra. Returns the outermost call."""
     if not streams:
         raise reads_no_stream()
     roots = [c for c in calls if not any(a in calls for a in _ancestors(c))]
     if len(roots) != 1:
+        names = " or ".join(f.name for f in catalogue.keyed())
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="this statement",
-            reason=f"it holds {len(roots)} separate calls of CHANGELOG_FILTER or FK_JOIN; an incremental run keeps "
+            reason=f"it holds {len(roots)} separate calls of {names}; an incremental run keeps "
                    "the state of one call and of the calls it reads through its table arguments (or runs one WITH "
                    "RECURSIVE over a stream of edges)",
             fix="Feed one call into the other (left => TABLE(CHANGELOG_FILTER(...))), or run each call over "

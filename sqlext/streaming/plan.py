@@ -21,7 +21,7 @@ from sqlext.streaming.bind import (FUNCTION, is_recursion, order_by_streams, rea
                                    refuse_shape, refuse_table_input, replace_table)
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER
 from sqlext.streaming.recent import Recent
-from sqlext.streaming.registry import keyed_call
+from sqlext.streaming.registry import build_operator, keyed_call
 from sqlext.streaming.shapes import change_rows_frame
 from sqlext.streaming.sources import Sources
 
@@ -203,7 +203,7 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             inputs[name] = Input(name, upstream.output_arrow, spark_schema(upstream.output_arrow), upstream=upstream)
         else:
             refuse_table_input(keyed.name, name, argument)
-    operator = keyed.build(spark, table.copy(), call.literals, inputs, folder, buckets, feed)
+    operator = build_operator(keyed, spark, table.copy(), call.literals, inputs, folder, buckets, feed)
     operators.append(operator)
     return operator
 

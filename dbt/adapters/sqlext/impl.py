@@ -14,28 +14,23 @@ from dbt.adapters.sqlext.connections import SqlextConnectionManager
 
 FUNCTION = "sqlext dbt"
 
-# Why an incremental run of a model over a recursion would be wrong, for the error (the keyed
-# functions say it themselves: sqlext.streaming.registry)
-_RECURSION_WHY = "a recursion over only the new rows misses every path through the rows of earlier runs"
+def _why(name: str) -> str:
+    """Why an incremental run of a model over the function shown as ``name`` would be wrong."""
+    from sqlext.functions import catalogue
 
-
-def _why(function: str) -> str:
-    from sqlext.streaming.registry import KEYED
-
-    return KEYED[function].why if function in KEYED else _RECURSION_WHY
+    return next(f.why for f in catalogue.stateful() if f.shown_as == name)
 
 
 def stateful_functions(sql: str) -> List[str]:
-    """The sqlext functions ``sql`` calls whose result depends on all earlier input:
-    CHANGELOG_FILTER, FK_JOIN, and recursion (WITH RECURSIVE or RECURSIVE_EXPAND, named
-    ``WITH RECURSIVE``). Text that does not parse calls none of them as far as sqlext can
-    tell (sqlext does not rewrite it either)."""
+    """The sqlext functions ``sql`` calls whose result depends on all earlier input (the
+    catalogue's stateful functions: CHANGELOG_FILTER, FK_JOIN, and recursion, WITH RECURSIVE or
+    RECURSIVE_EXPAND, named ``WITH RECURSIVE``). Text that does not parse calls none of them as
+    far as sqlext can tell (sqlext does not rewrite it either)."""
     from sqlglot import exp
 
+    from sqlext.functions import catalogue
     from sqlext.functions.arguments import find_calls
-    from sqlext.functions.recursive_expand import FUNCTION as RECURSIVE_EXPAND
     from sqlext.language.dialect import parse
-    from sqlext.streaming.registry import KEYED
 
     try:
         trees = parse(sql)
@@ -45,11 +40,11 @@ def stateful_functions(sql: str) -> List[str]:
     for tree in trees:
         if tree is None:
             continue
-        for function in KEYED:
-            if find_calls(tree, function):
-                found.add(function)
-        if find_calls(tree, RECURSIVE_EXPAND) or any(w.args.get("recursive") for w in tree.find_all(exp.With)):
-            found.add("WITH RECURSIVE")
+        for function in catalogue.stateful():
+            if find_calls(tree, function.name) or (
+                    function.called_as == "WITH RECURSIVE"
+                    and any(w.args.get("recursive") for w in tree.find_all(exp.With))):
+                found.add(function.shown_as)
     return sorted(found)
 
 

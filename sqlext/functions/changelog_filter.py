@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 
 from sqlext.functions.changes import (
-    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option, check_streamable_emit,
+    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
 )
 from sqlext.functions.definition import Function
 from sqlext.functions.expressions import check_columns, parse_expression
@@ -96,9 +96,3 @@ def not_boolean(spec_predicate: str, actual: str) -> SqlextError:
         value=sql_value(spec_predicate), actual=actual, expected="BOOLEAN",
         fix="Write a condition, for example 'balance >= 0' or 'status = ''open'''.",
     )
-
-
-def check_incremental(spec: FilterSpec, rewrites_output: bool = False) -> None:
-    """The emit modes an incremental run supports: ``changes`` and ``records``, and ``final``
-    where the run rewrites its output (``rewrites_output``)."""
-    check_streamable_emit(FUNCTION, spec.emit, rewrites_output)

@@ -340,15 +340,3 @@ def late_change(function: str, key: str, order_by: str, value: str, last: str,
         fix = f"Give late changes a higher {order_by}, or name a sequence_by column so that stale changes are ignored."
     return SqlextError("LATE_CHANGE", function=function, key=key, order_by=order_by, value=value, last=last,
                        earlier=earlier, fix=fix)
-
-
-def check_streamable_emit(function: str, emit: str, rewrites_output: bool = False) -> None:
-    """An incremental run appends to its output: ``changes`` and ``records`` can; ``final``
-    (the table after the last change, which changes in place) only where the run rewrites
-    its output (as an incremental run of sqlext does), not into a streaming sink."""
-    if emit == "final" and not rewrites_output:
-        raise SqlextError(
-            "UNSUPPORTED_STREAM", function=function, what="emit => 'final' here",
-            reason="the final table changes in place, and a streaming sink only appends",
-            fix="Run it with sqlext stream (sqlext.streaming.stream), which rewrites its output folder as the final "
-                "table each run, or stream emit => 'records' into a table that applies them.")

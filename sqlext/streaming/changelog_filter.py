@@ -67,12 +67,11 @@ class FilterOperator(KeyedOperator):
         analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
         from dataclasses import replace
 
-        from sqlext.functions.changelog_filter import check_incremental, filter_spec
+        from sqlext.functions.changelog_filter import filter_spec
         from sqlext.functions.changes import check_order_type
 
         source = spark.createDataFrame([], inputs["input"].spark_schema)
         spec = filter_spec(literals, source.columns)
-        check_incremental(spec, rewrites_output=True)
         check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
         checked_predicate(source, spec)
         return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["input"], buckets)

@@ -1,4 +1,4 @@
-"""What tests/test_cluster.py runs on the standalone cluster, in a process of its own (a
+"""What tests/engine/test_cluster.py runs on the standalone cluster, in a process of its own (a
 process holds one Spark driver, and the test process already holds the local one).
 
     python tests/cluster_job.py MASTER_URL WORK_DIR
@@ -91,8 +91,7 @@ def main(master: str, work: Path) -> None:
     shapes = ("debezium.sql", "iceberg.sql")
     result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES if e.name not in shapes}
 
-    from self_join_fixtures import read_fixtures
-    from test_self_join_differential import register_fixture_relations
+    from self_join_fixtures import read_fixtures, register_fixture_relations
     from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 

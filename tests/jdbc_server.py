@@ -1,7 +1,7 @@
 """Start Spark's Thrift JDBC/ODBC server on a session with sqlext installed (single-session
 mode, so JDBC clients see the session's registered functions and temporary views), run
 statements through beeline, the JDBC client that ships with PySpark, and print each one's
-output. Run by tests/test_jdbc.py in its own process: ``python jdbc_server.py PORT WAREHOUSE``."""
+output. Run by tests/surfaces/test_jdbc.py in its own process: ``python jdbc_server.py PORT WAREHOUSE``."""
 
 import os
 import subprocess

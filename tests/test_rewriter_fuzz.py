@@ -91,7 +91,7 @@ def numbers_changed(text: str, rng: random.Random) -> str:
 
 @pytest.fixture(scope="module")
 def events(spark):
-    from test_self_join_differential import random_events
+    from self_join_fixtures import random_events
 
     ddl = ", ".join(f"{c} {t}" for c, t in EVENTS.items())
     spark.createDataFrame(random_events(7, rows=120), ddl).createOrReplaceTempView("events")

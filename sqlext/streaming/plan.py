@@ -284,9 +284,11 @@ def result_schema(spark, sql: str, sources: Sources | None = None):
     ordering column: :func:`order_by_streams`; a folder of ``sources`` as the columns a run
     reads from its files, with no row). sqlext computes a recursion when it is read, so a
     recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
-    from sqlext.api import sql as run_sql
+    from sqlext.runner import run_statement
+    from sqlext.session import ensure_installed
     from sqlext.streaming.engine import temporary_view
 
+    ensure_installed(spark)
     sources = sources or Sources(spark)
     tree = parse_one(sql)
     if is_recursion(tree):
@@ -296,19 +298,19 @@ def result_schema(spark, sql: str, sources: Sources | None = None):
         for table in [t for t in tree.find_all(exp.Table) if _is_stream(t)]:
             if stream_options(table.this) or sources.folder_of(table.this) is not None:
                 replace_table(table, views.enter_context(temporary_view(_batch_rows(spark, table.this, sources))))
-        return run_sql(spark, batch_form(to_sql(tree))).schema
+        return run_statement(spark, batch_form(to_sql(tree))).schema
 
 
 def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
     """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
     (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
     reads from it."""
-    from sqlext.api import sql as run_sql
+    from sqlext.runner import run_statement
     from sqlext.streaming.shapes import DELTA_SHAPE, as_change_rows, stream_shape
 
     if sources.folder_of(call) is not None:
         return sources.batch_frame(call)
-    rows = run_sql(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
+    rows = run_statement(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
     return rows if stream_shape(call) == DELTA_SHAPE else as_change_rows(spark, call, rows)
 
 

@@ -23,7 +23,7 @@ from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now, stream, streaming_frame
-from test_changelog_filter_cases import CASES, SEQUENCED
+from kafka_3902 import CASES, SEQUENCED
 
 
 def filter_sql(emit="changes", extra=""):

@@ -12,8 +12,8 @@ from sqlext.cli import main
 from sqlext.errors import SqlextError
 from sqlext.models import ModelError, build, build_order, discover, select
 
-MODELS = Path(__file__).resolve().parent.parent / "sql_examples" / "models"
-DBT_PROJECT = Path(__file__).resolve().parent / "dbt_project"
+MODELS = Path(__file__).resolve().parents[2] / "sql_examples" / "models"
+DBT_PROJECT = Path(__file__).resolve().parents[1] / "dbt_project"
 
 
 @pytest.fixture(scope="module")

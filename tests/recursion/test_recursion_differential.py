@@ -193,7 +193,7 @@ def test_seed_descendant_counts_whatever_the_row_order(spark, view):
 
     from sqlext.statements import split_statements
 
-    example = (Path(__file__).resolve().parent.parent / "sql_examples" / "recursion.sql").read_text()
+    example = (Path(__file__).resolve().parents[2] / "sql_examples" / "recursion.sql").read_text()
     count_query = split_statements(example)[1].text
     rng = random.Random(14)
     rows = tree(rng, 25)

@@ -19,7 +19,7 @@ from sqlext.session import SparkRelations
 from rows import multiset, ordered
 from sqlext.statements import split_statements
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

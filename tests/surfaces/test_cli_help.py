@@ -11,7 +11,7 @@ import pytest
 
 from sqlext.cli import build_parser, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

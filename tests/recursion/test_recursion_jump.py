@@ -227,7 +227,7 @@ def test_a_counter_out_of_range_fails_as_the_walk_does(spark, view, path):
 def test_the_row_limit_counts_the_whole_result(spark, view, path, name):
     """A chain of 12 nodes has 66 ancestor pairs: a row limit of 65 fails with the classed
     error naming the setting, and a limit of 100 gives the rows, on the jump as on the level
-    path. (The walk counts per task: tests/test_recursion_shapes.py. Under UNION ALL the level
+    path. (The walk counts per task: tests/recursion/test_recursion_shapes.py. Under UNION ALL the level
     path is Spark's own recursion, which fails at a limit equal to the result's size.)"""
     rows = [(i, i - 1 if i > 1 else None) for i in range(1, 13)]
     view("rj_limit", rows, "id int, parent int")

@@ -22,7 +22,7 @@ from cluster_job import GATE, LOST, RUN_GROUP
 from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.cluster
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _kill_the_held_worker(cluster, work: Path, done: threading.Event) -> None:
@@ -105,7 +105,7 @@ def test_examples_match_their_golden_output(cluster_result):
 
 
 def test_self_join_rewrites_match_the_original_and_local_mode(spark, cluster_result):
-    from test_self_join_differential import FIXTURE_RELATIONS, register_fixture_relations
+    from self_join_fixtures import FIXTURE_RELATIONS, register_fixture_relations
 
     register_fixture_relations(spark, 1)
     try:

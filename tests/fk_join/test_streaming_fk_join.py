@@ -19,7 +19,7 @@ from feeds import computed_on
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
-from test_fk_join import (
+from kip_213 import (
     LEFT_CDF, LEFT_UPSERT, RIGHT_CDF, RIGHT_UPSERT, SEED_EVENTS, SEED_EXPECTED, compact, event_lists, feed, fk_join,
 )
 

@@ -19,7 +19,7 @@ def _free_port() -> int:
 
 
 def test_a_jdbc_client_gets_the_registered_function_not_the_rewrites(tmp_path, spark_child_env):
-    script = Path(__file__).with_name("jdbc_server.py")
+    script = Path(__file__).resolve().parents[1] / "jdbc_server.py"
     done = subprocess.run([sys.executable, str(script), str(_free_port()), str(tmp_path / "warehouse")],
                           cwd=tmp_path, env=spark_child_env, capture_output=True, text=True, timeout=600)
     outputs = done.stdout.split("=== STATEMENT")[1:]

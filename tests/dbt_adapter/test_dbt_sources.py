@@ -23,7 +23,7 @@ import pytest
 
 from sqlext.errors import SqlextError
 
-PROJECT = Path(__file__).resolve().parent / "fixtures" / "dbt_folders"
+PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_folders"
 SQL = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(customers, format => 'debezium')), key => 'id', "
        "predicate => 'true')")
 JOIN = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlext.errors import MESSAGES
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 
 def _sections() -> dict[str, str]:

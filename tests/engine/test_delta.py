@@ -23,10 +23,10 @@ from feeds import CDF_SCHEMA, cdf_rows, compact, computed_on, run_filter
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
-from test_changelog_filter_cases import CASES
-from test_fk_join import LEFT_CDF, RIGHT_CDF, feed, fk_join
-from test_fk_join import SEED_EVENTS as KIP_213_EVENTS
-from test_fk_join import SEED_EXPECTED as KIP_213_EXPECTED
+from kafka_3902 import CASES
+from kip_213 import LEFT_CDF, RIGHT_CDF, feed, fk_join
+from kip_213 import SEED_EVENTS as KIP_213_EVENTS
+from kip_213 import SEED_EXPECTED as KIP_213_EXPECTED
 
 # five commits: inserts, updates (one to a value the filter drops), deletes, a re-insert
 FIVE_COMMITS = [(1, 1, 5), (1, 2, -3), (1, 3, 8),
@@ -181,7 +181,7 @@ def join_sql(left: str, right: str, join_type: str, emit: str) -> str:
 @pytest.mark.parametrize("join_type, emit", list(KIP_213_EXPECTED))
 def test_the_kip_213_event_table_as_delta_commits_gives_the_parquet_rows_in_batch(spark, kip_213_tables, join_type,
                                                                                   emit):
-    from test_fk_join import compact as join_compact
+    from kip_213 import compact as join_compact
 
     left, right = (delta_name(str(kip_213_tables / name)) for name in ("orders", "customers"))
     got = batch(spark, join_sql(left, right, join_type, emit))
@@ -192,7 +192,7 @@ def test_the_kip_213_event_table_as_delta_commits_gives_the_parquet_rows_in_batc
 def test_the_kip_213_event_table_as_delta_commits_one_commit_per_run(spark, root, storage, join_type, emit):
     """Both tables grow a commit per run; each run forwards the Parquet form's batch rows of
     its version."""
-    from test_fk_join import compact as join_compact
+    from kip_213 import compact as join_compact
 
     expected = join_compact(fk_join(spark, KIP_213_EVENTS, "cdf", join_type, emit), emit)
     sides = {"orders": (LEFT_CDF, "id", _side_rows("left")), "customers": (RIGHT_CDF, "rid", _side_rows("right"))}
@@ -309,7 +309,7 @@ def test_the_delta_example_runs_and_its_runs_give_the_batch_rows(spark, root, ca
     """sql_examples/delta_accounts.py: its incremental runs' output is its batch query's rows."""
     import importlib.util
 
-    example = Path(__file__).resolve().parent.parent / "sql_examples" / "delta_accounts.py"
+    example = Path(__file__).resolve().parents[2] / "sql_examples" / "delta_accounts.py"
     spec = importlib.util.spec_from_file_location("delta_accounts", example)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -23,7 +23,7 @@ import pytest
 
 from test_dbt import by_type, dbt_in_one_process
 
-PROJECT = Path(__file__).resolve().parent / "fixtures" / "dbt_chain"
+PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_chain"
 CHAIN = ["gold_accounts", "gold_accounts_branches", "gold_accounts_regions"]
 MODELS = {*CHAIN, "balances_per_region", *(f"batch_{m}" for m in [*CHAIN, "balances_per_region"])}
 TESTS = {f"{m}_equals_batch" for m in [*CHAIN, "balances_per_region"]}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parent / "fixtures" / "dbt_shop"
+PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_shop"
 DBT = Path(sys.executable).with_name("dbt")
 
 MODELS = {"stg_customers_changes", "stg_orders_changes", "stg_payments", "stg_org_chart",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlext.cli import main
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "sql_examples" / "changelog_filter.sql"
+EXAMPLE = Path(__file__).resolve().parents[2] / "sql_examples" / "changelog_filter.sql"
 
 
 def test_run_prints_results_as_tables(spark, capsys):

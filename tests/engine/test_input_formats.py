@@ -26,8 +26,8 @@ from sqlext.errors import SqlextError, find_in
 from sqlext.language.dialect import to_sql
 from sqlext.language.sqltree import table
 from sqlext.streaming import batch_form, run_available_now
-from test_changelog_filter_cases import CASES, KEYS_PER_CASE
-from test_fk_join import SEED_EVENTS, event_lists, feed
+from kafka_3902 import CASES, KEYS_PER_CASE
+from kip_213 import SEED_EVENTS, event_lists, feed
 
 FILTER_DATA = [("id", "BIGINT"), ("name", "STRING"), ("v", "BIGINT"), ("ts", "BIGINT")]
 LEFT_DATA = [("id", "STRING"), ("fk", "BIGINT"), ("note", "STRING")]

@@ -19,7 +19,7 @@ import pytest
 
 from sqlext.cli import EXIT_OUTPUT_CLOSED, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "sql_examples" / "fk_join.sql"
 SQLEXT = Path(sys.executable).with_name("sqlext")
 # what the JVM and Spark print on their own as a session starts, unless kept quiet

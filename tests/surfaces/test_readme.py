@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
@@ -40,17 +40,17 @@ QUICK_START = ("<!-- --8<-- [start:quick-start] -->", "<!-- --8<-- [end:quick-st
 UNMARKED = {
     "dbtRunner": "needs dbt and a dbt project",
     "sc://spark-host": "needs a Spark Connect server at that address",
-    "HiveThriftServer2": "starts a JDBC server that keeps running; tests/test_jdbc.py runs it and a JDBC client",
-    "STREAM(edges)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
-    "STREAM(edges, format": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
-    "STREAM(parents)": "a shape, over a stream the page does not build; tests/test_streaming_recursion.py runs it",
-    "STREAM(orders)": "a shape, over streams the page does not build; tests/test_streaming_fk_join.py runs it",
-    "STREAM(clicks)": "a shape, over a stream the page does not build; tests/test_streaming_self_join.py runs it",
+    "HiveThriftServer2": "starts a JDBC server that keeps running; tests/surfaces/test_jdbc.py runs it and a JDBC client",
+    "STREAM(edges)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
+    "STREAM(edges, format": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
+    "STREAM(parents)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
+    "STREAM(orders)": "a shape, over streams the page does not build; tests/fk_join/test_streaming_fk_join.py runs it",
+    "STREAM(clicks)": "a shape, over a stream the page does not build; tests/self_join/test_streaming_self_join.py runs it",
     ".venv/bin/pytest": "the test command itself (CI runs it)",
     '.[dbt]"': "installs the dbt extra, which the quick start's dev extra already holds",
     "--8<--": "includes a file that other tests run (sql_examples/ by test_examples_golden.py)",
-    "timestampNanosTypes": "reads a file the page does not write; tests/test_stream_sources.py reads one so",
-    "--output-format csv": "writes a file in the working folder; tests/test_shell.py runs --output-format",
+    "timestampNanosTypes": "reads a file the page does not write; tests/engine/test_stream_sources.py reads one so",
+    "--output-format csv": "writes a file in the working folder; tests/surfaces/test_shell.py runs --output-format",
 }
 
 

@@ -10,7 +10,7 @@ from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.recursive_expand import recursive_cte_to_expand
 
-FILE = load("recursive_cte_to_expand.sql")
+FILE = load("recursive_expand.sql")
 
 
 def read_fixtures():

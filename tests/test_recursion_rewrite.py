@@ -39,6 +39,17 @@ def test_every_shape_has_a_noop_case():
     assert sum(c.noop for c in FILE.cases) >= 6
 
 
+def test_the_file_fires_the_rule_through_the_pipeline():
+    """Each case the rule rewrites alone is one the pipeline rewrites with it (no other rule
+    takes the statement first), and each noop case is one no rule touches."""
+    for case in FILE.cases:
+        out = rewrite_statement(case.query)
+        if case.noop:
+            assert not out.changed, case.title
+        else:
+            assert "recursive_cte_to_expand" in out.notes.fired, case.title
+
+
 def test_pipeline_fires_and_explain_says_why():
     rewritten = rewrite_statement("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
                                   "SELECT * FROM r")

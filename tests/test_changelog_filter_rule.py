@@ -62,8 +62,11 @@ ROWS = {
     "owners": [("ann", "north"), ("bob", "south"), ("cy", "north"), ("dee", "east")],
     # (`acc id`, `it's`, `say "hi" {}`, `back``tick`, _change_type, `v{x}`)
     "odd {t} 's": [
-        (1, 5, "a", "y", "insert", 1), (1, 5, "a", "y", "update_preimage", 2), (1, 6, "b", "x", "update_postimage", 2),
-        (2, -1, "c", "y", "insert", 1), (2, -1, "c", "y", "update_preimage", 3), (2, 3, "d", "y", "update_postimage", 3),
+        # 1 stops passing (`back``tick` becomes 'x'); 2 starts; 3's NULL makes the predicate NULL
+        (1, 5, "a", "y", "insert", 1), (1, 5, "a", "y", "update_preimage", 2),
+        (1, 6, "b", "x", "update_postimage", 2),
+        (2, -1, "c", "y", "insert", 1), (2, -1, "c", "y", "update_preimage", 3),
+        (2, 3, "d", "y", "update_postimage", 3),
         (3, 4, "e", None, "insert", 2),
     ],
 }

@@ -15,6 +15,12 @@ After the input comes ``-- expected`` and the expected text, or ``-- noop`` (the
 leave the input unchanged), or nothing (a case that is only an input, such as a statement of
 the fuzz corpus, or a new case waiting for its expected text).
 
+A header may describe the tables its cases read, one a line, indented by three spaces after
+``--``, as a table name and its columns in Spark's DDL (:meth:`FixtureFile.tables`)::
+
+    --   accounts(id INT, balance INT, _change_type STRING, _commit_version BIGINT)
+    --   `odd {t} 's`(`acc id` INT, `v{x}` BIGINT)
+
 ``SQLEXT_REGENERATE_FIXTURES=1`` makes the tests that own a fixture file rewrite its expected
 texts (and ``tests/test_examples_golden.py`` its golden outputs) from what the code does now;
 review the diff before committing it.
@@ -32,6 +38,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REGENERATE = os.environ.get("SQLEXT_REGENERATE_FIXTURES") == "1"
 
 TITLE = "-- case: "
+TABLE_LINE = re.compile(r"^--   (\S.*\))\s*$")
 EXPECTED = "-- expected"
 NOOP = "-- noop"
 
@@ -42,6 +49,19 @@ class Case:
     query: str
     expected: str | None = None  # None: the case gives no expected text
     noop: bool = False  # the rules must leave the query unchanged
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table a fixture file's header describes: its columns and their types, in order."""
+
+    name: str
+    types: dict[str, str]  # column -> type, lower case, as Spark names it
+
+    @property
+    def ddl(self) -> str:
+        """The columns as Spark's DDL writes them (each name in backticks)."""
+        return ", ".join("`" + c.replace("`", "``") + "` " + t for c, t in self.types.items())
 
 
 @dataclass
@@ -56,6 +76,19 @@ class FixtureFile:
             if not case.noop:
                 case.expected = rewrite(case.query)
         self.write()
+
+    def tables(self) -> dict[str, Table]:
+        """The tables the header describes, by name."""
+        from sqlext.language.dialect import parse_one
+
+        found = {}
+        for line in self.header.splitlines():
+            match = TABLE_LINE.match(line)
+            if match:
+                schema = parse_one("CREATE TABLE " + match.group(1)).this
+                types = {c.name: c.args["kind"].sql("spark").lower() for c in schema.expressions}
+                found[schema.this.name] = Table(schema.this.name, types)
+        return found
 
     def write(self) -> None:
         parts = [self.header.rstrip() + "\n"]

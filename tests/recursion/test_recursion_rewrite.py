@@ -10,7 +10,7 @@ from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.recursive_expand import recursive_cte_to_expand
 
-FILE = load("recursive_cte_to_expand.sql")
+FILE = load("recursive_expand.sql")
 
 
 def read_fixtures():
@@ -37,6 +37,17 @@ def test_rewritten_text_parses_back(source, expected):
 
 def test_every_shape_has_a_noop_case():
     assert sum(c.noop for c in FILE.cases) >= 6
+
+
+def test_the_file_fires_the_rule_through_the_pipeline():
+    """Each case the rule rewrites alone is one the pipeline rewrites with it (no other rule
+    takes the statement first), and each noop case is one no rule touches."""
+    for case in FILE.cases:
+        out = rewrite_statement(case.query)
+        if case.noop:
+            assert not out.changed, case.title
+        else:
+            assert "recursive_cte_to_expand" in out.notes.fired, case.title
 
 
 def test_pipeline_fires_and_explain_says_why():

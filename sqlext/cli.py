@@ -16,7 +16,7 @@
     sqlext serve [--stop]                a warm session (Spark Connect) for the commands of this folder
     sqlext --version                     the installed version
 
-Every command that starts Spark takes the session options (sqlext.session):
+Every command that starts Spark takes the session options (sqlext.session_options):
 --master, --conf, --packages, --jars, --driver-memory, --catalog, and --remote.
 """
 
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from sqlext.errors import SqlextError, spark_error_summary
-from sqlext.session import SessionOptions, add_session_arguments, session_options
+from sqlext.session_options import SessionOptions, add_session_arguments, session_options
 from sqlext.statements import Statement, split_statements
 
 
@@ -337,7 +337,7 @@ def _dispatch(args) -> int:
 
 
 def _bench(args) -> int:
-    from sqlext.session import command_session
+    from sqlext.command_session import command_session
 
     if args.what == "serve":  # its commands start their own sessions, in processes of their own
         from sqlext.bench.serve import bench_serve
@@ -450,7 +450,7 @@ FUNCTION_EXPLAIN = "sqlext explain"
 
 
 def _run(files: list[Path], limit: int, options: SessionOptions = SessionOptions()) -> int:
-    from sqlext.session import command_session
+    from sqlext.command_session import command_session
     from sqlext.syntax import check
 
     scripts = _parsed(files, FUNCTION_RUN)
@@ -511,7 +511,7 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
 
 def _stream(args) -> int:
     from sqlext.runner import debug_traceback, report_line
-    from sqlext.session import command_session
+    from sqlext.command_session import command_session
     from sqlext.streaming import run_available_now, stream
 
     scripts = _parsed([args.file], "sqlext stream")
@@ -571,7 +571,7 @@ def _say_stream_runs_its_own_spark() -> None:
     import os
 
     from sqlext.server_state import running_server
-    from sqlext.session import REMOTE_ENV
+    from sqlext.session_options import REMOTE_ENV
 
     named = [f"${REMOTE_ENV}"] if os.environ.get(REMOTE_ENV) else []
     named += ["the server sqlext serve started here"] if running_server(Path.cwd()) is not None else []
@@ -617,7 +617,7 @@ def _explain(path: Path, no_spark: bool, verbose: bool = False, options: Session
     source = _read(path, FUNCTION_EXPLAIN)
     spark = None
     if not no_spark:
-        from sqlext.session import command_session
+        from sqlext.command_session import command_session
 
         spark = command_session(options, "sqlext explain")
     problem = check(scripts[0][1], FUNCTION_EXPLAIN, spark)

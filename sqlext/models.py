@@ -26,6 +26,7 @@ queries read it by its name.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -36,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from sqlext.command_session import command_session
 from sqlext.errors import SqlextError
+from sqlext.session_options import REMOTE_ENV, SessionOptions, set_command_options
 
 FUNCTION = "sqlext build"
 MATERIALIZATIONS = ("view", "table")
@@ -440,8 +443,6 @@ def generated_profile(project: Path, warehouse: Path) -> str | None:
     """A ``profiles.yml`` giving the profile the project names an sqlext target that writes
     under ``warehouse``, or None when dbt will find a profiles.yml in its usual places
     (``DBT_PROFILES_DIR``, the project folder, ``~/.dbt``)."""
-    import os
-
     import yaml
 
     known = [Path(os.environ["DBT_PROFILES_DIR"])] if os.environ.get("DBT_PROFILES_DIR") else []
@@ -486,10 +487,6 @@ def _hand_to_dbt(args) -> int:
 def main(args) -> int:
     """``sqlext build`` (called by the CLI): a dbt project goes to dbt (with the sqlext
     adapter); a plain folder of models is built here."""
-    import os
-
-    from sqlext.session import REMOTE_ENV, SessionOptions, command_session, set_command_options
-
     options = getattr(args, "session", None) or SessionOptions()
     if (args.models / "dbt_project.yml").exists():
         set_command_options(options)  # for the adapter, which starts the session in this process

@@ -6,7 +6,7 @@ machine). ``sqlext serve`` starts Spark's own Connect server from the installed 
 background, with the settings a command's own Spark would have (sqlext's defaults, the
 folder's catalog, the session options given to it), runs a first query on it so that its JIT
 and Python workers are warm, and returns. While it runs, ``sqlext sql``, ``run``, ``explain``
-and ``build`` started in that folder attach to it (:func:`sqlext.session.attach_address`): each
+and ``build`` started in that folder attach to it (:func:`sqlext.command_session.attach_address`): each
 gets a session of its own on the server (its temporary views and settings are its own), and
 all of them share the server's catalog.
 
@@ -30,7 +30,9 @@ import uuid
 from pathlib import Path
 
 from sqlext.errors import SqlextError
+from sqlext.local_spark import embedded_settings, quiet_python_logs
 from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
+from sqlext.session_options import check_catalog_free, merged
 
 FUNCTION = "sqlext serve"
 LOG = ".sqlext-server.log"
@@ -118,8 +120,6 @@ def _free_port(wanted: int | None) -> int:
 def server_settings(options, port: int) -> dict[str, str]:
     """The server's Spark settings: those of a command's own Spark (sqlext's defaults, the
     catalog, the session options), listening on the loopback address alone."""
-    from sqlext.session import embedded_settings, merged
-
     listen = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
     return merged(embedded_settings("sqlext serve"), options.settings(), listen, options.conf_settings())
 
@@ -128,8 +128,6 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
     """Start the server in ``folder`` and return once it has answered a first query."""
     from pyspark import __version__
     from pyspark.find_spark_home import _find_spark_home
-
-    from sqlext.session import check_catalog_free
 
     catalog = options.catalog_folder()
     if catalog is not None:
@@ -202,7 +200,6 @@ def _warm_up(server: Server) -> None:
     from pyspark.sql import SparkSession
 
     import sqlext
-    from sqlext.session import quiet_python_logs
 
     quiet_python_logs()
     session = SparkSession.builder.remote(server.address).create()

@@ -5,7 +5,7 @@
     sqlext sql -f FILE.sql          run the file's statements and exit
     options: -S (silent), --limit N (rows shown per result), -i FILE (statements run first),
              --database NAME (USE NAME first), --output-format table|csv|tsv, and the session
-             options of every command (sqlext.session: --conf, --master, --catalog, --remote, ...)
+             options of every command (sqlext.session_options: --conf, --master, --catalog, --remote, ...)
 
 At the prompt a statement ends with ``;`` outside strings, quoted identifiers and comments,
 so it may span lines (the continuation prompt shows that one is unfinished). ``exit;``,
@@ -39,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from sqlext.command_session import command_session
+from sqlext.session_options import SessionOptions
 from sqlext.statements import Statement, complete_statements, position, split_statements, unclosed_quote
 
 FUNCTION = "sqlext sql"
@@ -79,8 +81,6 @@ def main(args: argparse.Namespace) -> int:
             script = text
         else:
             init = text
-
-    from sqlext.session import SessionOptions, command_session
 
     # sqlglot warns when it reads a statement as an opaque command (SET, for example); the
     # statement still runs, so the warning is noise at a prompt

@@ -662,7 +662,7 @@ def _print_topologies(spark, result) -> None:
     from sqlglot import exp
 
     from sqlext.language.dialect import parse_one
-    from sqlext.runner import _is_connect
+    from sqlext.runner import is_connect
     from sqlext.topology import topology
 
     try:
@@ -682,7 +682,7 @@ def _print_topologies(spark, result) -> None:
         print(f"-- {title}")
         try:
             frame = spark.sql(text)
-            if _is_connect(spark):
+            if is_connect(spark):
                 # the topology reads the plan through the driver's JVM, which a Spark Connect
                 # client does not have: Spark's own text of the physical plan instead
                 print(frame._explain_string(mode="simple").strip())

@@ -29,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+import sqlext
 from sqlext.errors import SqlextError
 from sqlext.local_spark import embedded_settings, quiet_python_logs
 from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
@@ -198,8 +199,6 @@ def _last_error(log: str) -> str:
 def _warm_up(server: Server) -> None:
     """Run the first queries, as a command's client would, so that the server is warm."""
     from pyspark.sql import SparkSession
-
-    import sqlext
 
     quiet_python_logs()
     session = SparkSession.builder.remote(server.address).create()

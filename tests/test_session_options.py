@@ -69,7 +69,10 @@ class Started(Exception):
 
 def test_every_command_that_starts_spark_hands_the_same_options_to_the_one_session_start(inputs, monkeypatch,
                                                                                          capsys):
-    import sqlext.command_session
+    import sqlext.cli.bench
+    import sqlext.cli.explain
+    import sqlext.cli.run
+    import sqlext.cli.stream
     import sqlext.models
     import sqlext.shell
 
@@ -80,7 +83,8 @@ def test_every_command_that_starts_spark_hands_the_same_options_to_the_one_sessi
         raise Started()
 
     # the commands' modules import command_session by name: replace it where each looks it up
-    for module in (sqlext.command_session, sqlext.shell, sqlext.models):
+    for module in (sqlext.cli.run, sqlext.cli.explain, sqlext.cli.stream, sqlext.cli.bench, sqlext.shell,
+                   sqlext.models):
         monkeypatch.setattr(module, "command_session", command_session)
     for name, (argv, attaches) in commands(inputs).items():
         calls.clear()
@@ -195,12 +199,12 @@ def test_an_attaching_command_refuses_what_cannot_apply_or_answer():
 
 
 def test_stream_says_it_runs_on_spark_of_its_own_where_a_server_is_named(no_spark_here, monkeypatch, capsys):
-    from sqlext.cli import _say_stream_runs_its_own_spark
+    from sqlext.cli.stream import say_stream_runs_its_own_spark
 
-    _say_stream_runs_its_own_spark()
+    say_stream_runs_its_own_spark()
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
-    _say_stream_runs_its_own_spark()
+    say_stream_runs_its_own_spark()
     assert "runs on Spark of its own, not on $SPARK_REMOTE" in capsys.readouterr().err
 
 

@@ -157,7 +157,7 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
         _await(process, server, timeout)
         _warm_up(server)
     except BaseException:
-        _end(process.pid)
+        end_server(process.pid)
         process.wait()
         raise
     finally:
@@ -211,7 +211,7 @@ def _warm_up(server: Server) -> None:
         session.stop()
 
 
-def _end(pid: int, seconds: float = 30.0) -> None:
+def end_server(pid: int, seconds: float = 30.0) -> None:
     """End the server's process group (the JVM and the Python workers it started): politely,
     then, after ``seconds``, at once."""
     for sent, wait in ((signal.SIGTERM, seconds), (signal.SIGKILL, 5.0)):
@@ -243,7 +243,7 @@ def stop(folder: Path) -> int:
         print(f"{FUNCTION}: no server runs in {folder}", file=sys.stderr)
         return 0
     if alive(server.pid) and _is_our_server(server.pid):
-        _end(server.pid)
+        end_server(server.pid)
         print(f"{FUNCTION}: stopped the server at {server.shown} (process {server.pid})")
     else:
         print(f"{FUNCTION}: the server at {server.shown} was no longer running", file=sys.stderr)

@@ -26,9 +26,12 @@ queries read it by its name.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -36,7 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from sqlext.command_session import command_session
 from sqlext.errors import SqlextError
+from sqlext.runner import error_message, run_statement
+from sqlext.session import ensure_installed
+from sqlext.session_options import REMOTE_ENV, SessionOptions, set_command_options
+from sqlext.statements import split_statements
 
 FUNCTION = "sqlext build"
 MATERIALIZATIONS = ("view", "table")
@@ -247,8 +255,6 @@ def build(spark, directory: Path, warehouse: Path | str = DEFAULT_WAREHOUSE, sel
     """Build the models of ``directory`` on ``spark``, in dependency order; returns a result
     per model. A failing model is reported (file, line, class) and its dependents are
     skipped; every other model is still built, and tables built before stay intact."""
-    from sqlext.session import ensure_installed
-
     err = err or (lambda text: print(text, file=sys.stderr))
     ensure_installed(spark)
     warehouse = Path(warehouse).resolve()
@@ -342,9 +348,6 @@ def _ensure_upstream(spark, model: Model, models: Mapping[str, Model], chosen: s
 
 def _frame(spark, model: Model):
     """The model's rewritten query as a DataFrame; errors located in the model file."""
-    from sqlext.runner import error_message, run_statement
-    from sqlext.statements import split_statements
-
     statements = split_statements(model.sql)
     if not statements:
         raise ModelError(model.path, 1, 1, SqlextError(
@@ -366,8 +369,6 @@ def _frame(spark, model: Model):
 def _materialize(spark, model: Model, warehouse: Path) -> int:
     from pyspark.errors import PySparkException
 
-    from sqlext.runner import error_message
-
     frame = _frame(spark, model)
     statement_line = _first_statement_position(model)
     try:
@@ -386,8 +387,6 @@ def _materialize(spark, model: Model, warehouse: Path) -> int:
 
 
 def _first_statement_position(model: Model) -> tuple[int, int]:
-    from sqlext.statements import split_statements
-
     statements = split_statements(model.sql)
     return (statements[-1].line, statements[-1].column) if statements else (1, 1)
 
@@ -426,8 +425,6 @@ def dbt_arguments(project: Path, selectors: Iterable[str], vars: Mapping[str, st
     >>> args[:3], args[args.index("--select") + 1], args[args.index("--vars") + 1]
     (['build', '--project-dir', 'shop'], 'orders+', '{"day": "1"}')
     """
-    import json
-
     arguments = ["build", "--project-dir", str(project)]
     for selector in selectors:
         arguments += ["--select", selector]
@@ -440,8 +437,6 @@ def generated_profile(project: Path, warehouse: Path) -> str | None:
     """A ``profiles.yml`` giving the profile the project names an sqlext target that writes
     under ``warehouse``, or None when dbt will find a profiles.yml in its usual places
     (``DBT_PROFILES_DIR``, the project folder, ``~/.dbt``)."""
-    import os
-
     import yaml
 
     known = [Path(os.environ["DBT_PROFILES_DIR"])] if os.environ.get("DBT_PROFILES_DIR") else []
@@ -462,8 +457,6 @@ def _hand_to_dbt(args) -> int:
     """A dbt project is dbt's to build: run ``dbt build`` in this process through the sqlext
     adapter (every statement rewritten by sqlext), so that all of dbt applies (its
     ``dbt_project.yml``, macros, packages, seeds, data tests, materializations)."""
-    import tempfile
-
     try:
         from dbt.cli.main import dbtRunner
     except ImportError:
@@ -486,10 +479,6 @@ def _hand_to_dbt(args) -> int:
 def main(args) -> int:
     """``sqlext build`` (called by the CLI): a dbt project goes to dbt (with the sqlext
     adapter); a plain folder of models is built here."""
-    import os
-
-    from sqlext.session import REMOTE_ENV, SessionOptions, command_session, set_command_options
-
     options = getattr(args, "session", None) or SessionOptions()
     if (args.models / "dbt_project.yml").exists():
         set_command_options(options)  # for the adapter, which starts the session in this process

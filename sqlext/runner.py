@@ -71,7 +71,7 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
 
 
 def _drop_views(spark, views: list[str]) -> None:
-    if views and not _is_connect(spark):
+    if views and not is_connect(spark):
         for view in views:
             spark.catalog.dropTempView(view)
 
@@ -168,7 +168,7 @@ def recursion_paths(spark, plan) -> list[str]:
     return lines
 
 
-def _is_connect(spark) -> bool:
+def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 

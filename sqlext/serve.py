@@ -6,7 +6,7 @@ machine). ``sqlext serve`` starts Spark's own Connect server from the installed 
 background, with the settings a command's own Spark would have (sqlext's defaults, the
 folder's catalog, the session options given to it), runs a first query on it so that its JIT
 and Python workers are warm, and returns. While it runs, ``sqlext sql``, ``run``, ``explain``
-and ``build`` started in that folder attach to it (:func:`sqlext.session.attach_address`): each
+and ``build`` started in that folder attach to it (:func:`sqlext.command_session.attach_address`): each
 gets a session of its own on the server (its temporary views and settings are its own), and
 all of them share the server's catalog.
 
@@ -29,8 +29,11 @@ import time
 import uuid
 from pathlib import Path
 
+import sqlext
 from sqlext.errors import SqlextError
+from sqlext.local_spark import embedded_settings, quiet_python_logs
 from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
+from sqlext.session_options import check_catalog_free, merged
 
 FUNCTION = "sqlext serve"
 LOG = ".sqlext-server.log"
@@ -118,8 +121,6 @@ def _free_port(wanted: int | None) -> int:
 def server_settings(options, port: int) -> dict[str, str]:
     """The server's Spark settings: those of a command's own Spark (sqlext's defaults, the
     catalog, the session options), listening on the loopback address alone."""
-    from sqlext.session import embedded_settings, merged
-
     listen = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
     return merged(embedded_settings("sqlext serve"), options.settings(), listen, options.conf_settings())
 
@@ -128,8 +129,6 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
     """Start the server in ``folder`` and return once it has answered a first query."""
     from pyspark import __version__
     from pyspark.find_spark_home import _find_spark_home
-
-    from sqlext.session import check_catalog_free
 
     catalog = options.catalog_folder()
     if catalog is not None:
@@ -158,7 +157,7 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
         _await(process, server, timeout)
         _warm_up(server)
     except BaseException:
-        _end(process.pid)
+        end_server(process.pid)
         process.wait()
         raise
     finally:
@@ -201,9 +200,6 @@ def _warm_up(server: Server) -> None:
     """Run the first queries, as a command's client would, so that the server is warm."""
     from pyspark.sql import SparkSession
 
-    import sqlext
-    from sqlext.session import quiet_python_logs
-
     quiet_python_logs()
     session = SparkSession.builder.remote(server.address).create()
     try:
@@ -215,7 +211,7 @@ def _warm_up(server: Server) -> None:
         session.stop()
 
 
-def _end(pid: int, seconds: float = 30.0) -> None:
+def end_server(pid: int, seconds: float = 30.0) -> None:
     """End the server's process group (the JVM and the Python workers it started): politely,
     then, after ``seconds``, at once."""
     for sent, wait in ((signal.SIGTERM, seconds), (signal.SIGKILL, 5.0)):
@@ -247,7 +243,7 @@ def stop(folder: Path) -> int:
         print(f"{FUNCTION}: no server runs in {folder}", file=sys.stderr)
         return 0
     if alive(server.pid) and _is_our_server(server.pid):
-        _end(server.pid)
+        end_server(server.pid)
         print(f"{FUNCTION}: stopped the server at {server.shown} (process {server.pid})")
     else:
         print(f"{FUNCTION}: the server at {server.shown} was no longer running", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The state file of the Spark Connect server ``sqlext serve`` starts in a folder: where it
 listens and which process it is, read by every command started in that folder to attach to it
-(:mod:`sqlext.session`) and written by ``sqlext serve`` (:mod:`sqlext.serve`)."""
+(:mod:`sqlext.command_session`) and written by ``sqlext serve`` (:mod:`sqlext.serve`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     sqlext sql -f FILE.sql          run the file's statements and exit
     options: -S (silent), --limit N (rows shown per result), -i FILE (statements run first),
              --database NAME (USE NAME first), --output-format table|csv|tsv, and the session
-             options of every command (sqlext.session: --conf, --master, --catalog, --remote, ...)
+             options of every command (sqlext.session_options: --conf, --master, --catalog, --remote, ...)
 
 At the prompt a statement ends with ``;`` outside strings, quoted identifiers and comments,
 so it may span lines (the continuation prompt shows that one is unfinished). ``exit;``,
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
+import io
 import itertools
 import logging
 import os
@@ -39,7 +41,15 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from sqlglot import exp
+
+from sqlext.command_session import command_session
+from sqlext.display import format_table, format_value
+from sqlext.language.dialect import to_sql
+from sqlext.runner import debug_traceback, is_connect, report_line, run_and_fetch
+from sqlext.session_options import SessionOptions
 from sqlext.statements import Statement, complete_statements, position, split_statements, unclosed_quote
+from sqlext.syntax import located, unclosed_error
 
 FUNCTION = "sqlext sql"
 PROMPT = "sqlext> "
@@ -79,8 +89,6 @@ def main(args: argparse.Namespace) -> int:
             script = text
         else:
             init = text
-
-    from sqlext.session import SessionOptions, command_session
 
     # sqlglot warns when it reads a statement as an opaque command (SET, for example); the
     # statement still runs, so the warning is noise at a prompt
@@ -152,9 +160,7 @@ class Shell:
 
     def _run_in_group(self, group: str, text: str):
         """On a Spark Connect session the group is a tag of the thread's operations."""
-        from sqlext.runner import _is_connect, run_and_fetch
-
-        if _is_connect(self.spark):
+        if is_connect(self.spark):
             self.spark.addTag(group)
             try:
                 return run_and_fetch(self.spark, text, self.limit, FUNCTION)
@@ -166,9 +172,7 @@ class Shell:
     def _cancel(self, group: str, future) -> None:
         """Cancel the group's jobs until the statement has stopped: a statement may start
         further jobs (a recursion runs one per level), so the cancel is repeated."""
-        from sqlext.runner import _is_connect
-
-        cancel = self.spark.interruptTag if _is_connect(self.spark) else self.spark.sparkContext.cancelJobGroup
+        cancel = self.spark.interruptTag if is_connect(self.spark) else self.spark.sparkContext.cancelJobGroup
         while True:
             try:
                 cancel(group)
@@ -181,8 +185,6 @@ class Shell:
 
     def run_statement(self, statement: Statement, source: Path | None = None, show_source: bool = False) -> bool:
         """Run a statement and print its result or error; True if it succeeded."""
-        from sqlext.display import format_table
-
         started = time.perf_counter()
         try:
             outcome = self.execute(statement.text)
@@ -190,16 +192,12 @@ class Shell:
             print(CANCELLED, file=sys.stderr, flush=True)
             raise
         except Exception as error:  # noqa: BLE001 - a bug in sqlext: one line, keep the shell
-            from sqlext.runner import debug_traceback, report_line
-
             debug_traceback(error)
             print(report_line(error, FUNCTION), file=sys.stderr, flush=True)
             return False
         seconds = time.perf_counter() - started
         if outcome.error is not None:
             if show_source:  # at its place in the file, Spark's position moved to the file's lines
-                from sqlext.syntax import located
-
                 print(located(statement, outcome.error).report(source), file=sys.stderr, flush=True)
             else:
                 print(outcome.error, file=sys.stderr, flush=True)
@@ -222,10 +220,6 @@ class Shell:
 
     def use(self, database: str) -> bool:
         """Make ``database`` the current one (``--database``); False after reporting an error."""
-        from sqlglot import exp
-
-        from sqlext.language.dialect import to_sql
-
         statement = to_sql(exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True))))
         outcome = self.execute(statement)
         if outcome.error is not None:
@@ -323,11 +317,6 @@ def format_delimited(columns, rows, output_format: str) -> str:
     >>> format_delimited(["a", "b"], [(1, None)], "tsv")
     'a\tb\n1\tNULL\n'
     """
-    import csv
-    import io
-
-    from sqlext.display import format_value
-
     if output_format == "tsv":
         return "".join("\t".join(line) + "\n" for line in
                        [list(columns), *([format_value(v) for v in row] for row in rows)])
@@ -340,8 +329,6 @@ def format_delimited(columns, rows, output_format: str) -> str:
 
 def report_unclosed(quote: Statement, source: Path | None) -> None:
     """Report input that ends inside the string or quoted name ``quote`` starts."""
-    from sqlext.syntax import unclosed_error
-
     where = f"{source}:{quote.line}:{quote.column}: " if source is not None else ""
     print(f"{where}{unclosed_error(quote, FUNCTION)}", file=sys.stderr, flush=True)
 

@@ -68,7 +68,7 @@ def main(master: str, work: Path) -> None:
     import sqlext
     from sqlext.bench.changes import FK_SQLEXT, make_fk_inputs
     from sqlext.bench.common import fingerprint
-    from sqlext.session import local_builder, quiet_query_context_logs
+    from sqlext.local_spark import local_builder, quiet_query_context_logs
 
     (work / "events").mkdir()
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \

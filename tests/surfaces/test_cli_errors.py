@@ -90,7 +90,7 @@ def raise_in(name: str, error: BaseException, monkeypatch) -> None:
         raise error
 
     if name == "stream":
-        monkeypatch.setattr("sqlext.streaming.run_available_now", fail)
+        monkeypatch.setattr("sqlext.cli.stream.run_available_now", fail)
     else:  # every statement of the other commands is rewritten first
         monkeypatch.setattr("sqlext.rewrites.pipeline.rewrite_statement", fail)
 

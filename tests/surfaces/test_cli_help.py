@@ -65,7 +65,7 @@ BENCH_OPTIONS = {
 }
 
 
-# every command that starts Spark takes these (sqlext.session), a benchmark too
+# every command that starts Spark takes these (sqlext.session_options), a benchmark too
 SESSION_OPTIONS = {"--master", "--conf", "--packages", "--jars", "--driver-memory", "--catalog"}
 
 

@@ -41,7 +41,7 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, spark_child_env):
     """A folder where ``sqlext serve`` runs, and the environment of the commands after it."""
-    from sqlext.serve import STATE, _end, read_state
+    from sqlext.serve import STATE, end_server, read_state
 
     folder = tmp_path_factory.mktemp("served")
     env = {k: v for k, v in spark_child_env.items() if not k.startswith("PYTEST_") and k != "SPARK_REMOTE"}
@@ -59,7 +59,7 @@ def served(tmp_path_factory, spark_child_env):
     finally:
         server = read_state(folder)
         if server is not None and _alive(server.pid):
-            _end(server.pid)
+            end_server(server.pid)
         (folder / STATE).unlink(missing_ok=True)
 
 

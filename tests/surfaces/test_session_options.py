@@ -1,7 +1,8 @@
 """The session options of every command that starts Spark (``sqlext run``, ``sql``,
 ``explain``, ``build``, ``stream``, ``bench``, ``serve``): spark-submit's names, parsed in one
-place and applied in one place (``sqlext/session.py``); and the catalog a command's own Spark
-keeps, persistent in the working folder as spark-sql keeps it, or in memory.
+place and applied in one place (``sqlext/session_options.py``; a command's session starts in
+``sqlext/command_session.py``); and the catalog a command's own Spark keeps, persistent in the
+working folder as spark-sql keeps it, or in memory.
 
 Most tests need no Spark: they check what the options parse to, that each command hands them
 to the one function that starts its session, and the settings they stand for. One test runs
@@ -23,8 +24,9 @@ import pytest
 
 from sqlext.cli import build_parser, main
 from sqlext.errors import SqlextError
-from sqlext.session import (CATALOG_MEMORY, SessionOptions, attach_address, attached_session, check_catalog_free,
-                            embedded_settings, merged, public, session_options)
+from sqlext.command_session import attach_address, attached_session, public
+from sqlext.local_spark import embedded_settings
+from sqlext.session_options import CATALOG_MEMORY, SessionOptions, check_catalog_free, merged, session_options
 
 SQLEXT = Path(sys.executable).with_name("sqlext")
 GIVEN = ["--master", "local[3]", "--conf", "spark.sql.shuffle.partitions=5", "--conf", "spark.x.y = a=b",
@@ -67,7 +69,12 @@ class Started(Exception):
 
 def test_every_command_that_starts_spark_hands_the_same_options_to_the_one_session_start(inputs, monkeypatch,
                                                                                          capsys):
-    import sqlext.session
+    import sqlext.cli.bench
+    import sqlext.cli.explain
+    import sqlext.cli.run
+    import sqlext.cli.stream
+    import sqlext.models
+    import sqlext.shell
 
     calls = []
 
@@ -75,7 +82,10 @@ def test_every_command_that_starts_spark_hands_the_same_options_to_the_one_sessi
         calls.append((options, attach))
         raise Started()
 
-    monkeypatch.setattr(sqlext.session, "command_session", command_session)
+    # the commands' modules import command_session by name: replace it where each looks it up
+    for module in (sqlext.cli.run, sqlext.cli.explain, sqlext.cli.stream, sqlext.cli.bench, sqlext.shell,
+                   sqlext.models):
+        monkeypatch.setattr(module, "command_session", command_session)
     for name, (argv, attaches) in commands(inputs).items():
         calls.clear()
         assert main([*argv, *GIVEN]) == 1, name  # Started ends as one line and status 1
@@ -189,12 +199,12 @@ def test_an_attaching_command_refuses_what_cannot_apply_or_answer():
 
 
 def test_stream_says_it_runs_on_spark_of_its_own_where_a_server_is_named(no_spark_here, monkeypatch, capsys):
-    from sqlext.cli import _say_stream_runs_its_own_spark
+    from sqlext.cli.stream import say_stream_runs_its_own_spark
 
-    _say_stream_runs_its_own_spark()
+    say_stream_runs_its_own_spark()
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
-    _say_stream_runs_its_own_spark()
+    say_stream_runs_its_own_spark()
     assert "runs on Spark of its own, not on $SPARK_REMOTE" in capsys.readouterr().err
 
 
@@ -275,16 +285,15 @@ def test_a_command_of_its_own_keeps_its_tables_in_memory_where_the_folders_serve
         no_spark_here, monkeypatch, capsys):
     """sqlext stream and sqlext bench start Spark of their own; in a folder whose catalog
     sqlext serve's server has open, they would find it in use."""
-    import sqlext.server_state
-    import sqlext.session
+    import sqlext.command_session
 
     started = []
-    monkeypatch.setattr(sqlext.session, "embedded_session", lambda options, *rest: started.append(options))
-    sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
+    monkeypatch.setattr(sqlext.command_session, "embedded_session", lambda options, *rest: started.append(options))
+    sqlext.command_session.command_session(SessionOptions(), "sqlext stream", attach=False)
     assert started.pop() == SessionOptions() and capsys.readouterr().err == ""  # no server: the folder's catalog
-    monkeypatch.setattr(sqlext.server_state, "running_server", lambda folder: object())
-    sqlext.session.command_session(SessionOptions(), "sqlext stream", attach=False)
+    monkeypatch.setattr(sqlext.command_session, "running_server", lambda folder: object())
+    sqlext.command_session.command_session(SessionOptions(), "sqlext stream", attach=False)
     assert started.pop() == SessionOptions(catalog=CATALOG_MEMORY)
     assert "sqlext stream keeps its tables in memory" in capsys.readouterr().err
-    sqlext.session.command_session(SessionOptions(catalog="elsewhere"), "sqlext stream", attach=False)
+    sqlext.command_session.command_session(SessionOptions(catalog="elsewhere"), "sqlext stream", attach=False)
     assert started.pop() == SessionOptions(catalog="elsewhere")  # a catalog given is kept

@@ -41,8 +41,9 @@ def spark_session(parameters: Dict[str, str]):
             from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
-            from sqlext.session import (command_options, ensure_installed, local_builder, merged,
-                                        quiet_python_logs, quiet_start)
+            from sqlext.local_spark import local_builder, quiet_python_logs, quiet_start
+            from sqlext.session import ensure_installed
+            from sqlext.session_options import command_options, merged
 
             existing = SparkContext._active_spark_context is not None
             # the session options of `sqlext build` (none when dbt runs on its own): the profile's

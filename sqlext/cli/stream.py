@@ -1,0 +1,143 @@
+"""``sqlext stream``: one statement over ``STREAM(...)`` as an incremental run, on Spark of the
+command's own (:mod:`sqlext.streaming`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from sqlext.cli.files import parsed, report
+from sqlext.cli.parser import add_command
+from sqlext.command_session import command_session
+from sqlext.runner import debug_traceback, report_line
+from sqlext.server_state import running_server
+from sqlext.session_options import REMOTE_ENV, add_session_arguments
+from sqlext.streaming import run_available_now, stream
+from sqlext.streaming.summary import RunCounter
+
+
+def add_parser(commands) -> None:
+    """``sqlext stream FILE.sql --checkpoint DIR --output DIR ...``."""
+    parser = add_command(
+        commands, "stream", "run a statement over STREAM(...) incrementally",
+        "Run one statement that reads STREAM(name) as an incremental run: each run processes "
+        "only the change files that arrived since the last one and appends its rows to --output "
+        "(emit => 'final': replaces the table there). The checkpoint keeps the progress and the "
+        "state between runs.",
+        "  sqlext stream filter.sql --source accounts=/data/changes \\\n"
+        "      --checkpoint /data/cp/filter --output /data/filtered\n"
+        "  sqlext stream filter.sql --source accounts=/data/changes --checkpoint CP --output OUT "
+        "--every '10 seconds'\n"
+        "  sqlext stream filter.sql --source accounts=/data/csv --source-format csv \\\n"
+        "      --source-option accounts.header=true --bad-records accounts=quarantine \\\n"
+        "      --checkpoint CP --output OUT")
+    parser.add_argument("file", type=Path, metavar="FILE.sql", help="a file holding one statement that reads STREAM(name)")
+    parser.add_argument("--checkpoint", required=True, metavar="DIR",
+                        help="the query's progress and state (keep it between runs)")
+    parser.add_argument("--output", required=True, metavar="DIR", help="the folder the output rows are written to")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
+                        help="read STREAM(NAME) from the change files in DIR, or from the change data feed of "
+                             "the Delta table in DIR; repeatable")
+    parser.add_argument("--source-schema", action="append", default=[], metavar="NAME=COLUMNS",
+                        help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
+                             "the folder holds a file; repeatable")
+    parser.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
+    parser.add_argument("--source-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                        help="an option of Spark's reader of STREAM(NAME)'s files (accounts.header=true, "
+                             "accounts.delimiter=';'); repeatable")
+    parser.add_argument("--bad-records", action="append", default=[], metavar="NAME=MODE",
+                        help="what a record of STREAM(NAME)'s files that cannot be read does: 'fail' (the default: "
+                             "the run stops, naming it, and writes nothing) or 'quarantine' (it is set aside in "
+                             "CHECKPOINT/quarantine and counted); repeatable")
+    parser.add_argument("--schema-evolution", action="append", default=[], metavar="NAME=MODE",
+                        help="how STREAM(NAME)'s columns may change between runs: 'fail' (the default: a changed "
+                             "column stops the run), 'add_columns' (new columns are read, NULL in earlier rows), "
+                             "'widen_types' (INT to BIGINT, FLOAT to DOUBLE, a wider DECIMAL) or 'evolve' (both); "
+                             "repeatable")
+    parser.add_argument("--output-format", default="parquet", metavar="FORMAT",
+                        help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
+                             "Delta table, one commit a run")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--available-now", action="store_true",
+                     help="process what arrived since the last run, then stop (what happens without --every)")
+    how.add_argument("--every", metavar="INTERVAL", help="keep running, one micro-batch every INTERVAL ('10 seconds')")
+    add_session_arguments(parser, remote=False)
+
+
+def main(args) -> int:
+    scripts = parsed([args.file], "sqlext stream")
+    if scripts is None:
+        return 1
+    statements = scripts[0][1]
+    if len(statements) != 1:
+        print(f"{args.file}:1:1: [UNSUPPORTED_STREAM] sqlext stream: the file holds {len(statements)} "
+              "statements; an incremental run is one statement. Put one SELECT in the file.", file=sys.stderr)
+        return 1
+    sources, schemas = _pairs(args.source, "--source", "NAME=DIR"), _pairs(args.source_schema, "--source-schema",
+                                                                           "NAME=COLUMNS")
+    bad_records = _pairs(args.bad_records, "--bad-records", "NAME=MODE")
+    evolution = _pairs(args.schema_evolution, "--schema-evolution", "NAME=MODE")
+    reader_options = _pairs(args.source_option, "--source-option", "NAME.KEY=VALUE", dotted=True)
+    if sources is None or schemas is None or bad_records is None or reader_options is None or evolution is None:
+        return 2
+    source_options: dict = {}
+    for (name, key), value in reader_options.items():
+        source_options.setdefault(name, {})[key] = value
+    options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
+                   source_format=args.source_format, output_format=args.output_format,
+                   source_options=source_options, bad_records=bad_records, schema_evolution=evolution)
+    say_stream_runs_its_own_spark()
+    spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
+    statement = statements[0]
+    started = time.perf_counter()
+    counter = None
+    try:
+        counter = RunCounter(spark, args.checkpoint, args.output, args.output_format)
+        if args.every:
+            query = stream(spark, statement.text, trigger=args.every, **options)
+            print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+            return 0
+        query = run_available_now(spark, statement.text, **options)
+        counts = counter.counts(query).describe()
+    except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
+        debug_traceback(error)
+        report(args.file, statement, report_line(error, "sqlext stream"))
+        return 1
+    print(f"-- run complete in {time.perf_counter() - started:.2f} s: {counts}; output in {args.output}")
+    return 0
+
+
+def say_stream_runs_its_own_spark() -> None:
+    """An incremental run needs the driver's JVM (it reads and writes its checkpoint through
+    Hadoop's FileSystem, and its micro-batch functions ask Spark's plans for sizes): a Spark
+    Connect client has none, and Spark Connect runs foreachBatch functions in a Python
+    process on the server, with a Connect session there too. So sqlext stream starts Spark of
+    its own even where the other commands attach to a server; say so where one is named."""
+    named = [f"${REMOTE_ENV}"] if os.environ.get(REMOTE_ENV) else []
+    named += ["the server sqlext serve started here"] if running_server(Path.cwd()) is not None else []
+    if named:
+        print(f"-- sqlext stream runs on Spark of its own, not on {' or '.join(named)}: an incremental run "
+              "needs the driver's JVM, which a Spark Connect session does not give", file=sys.stderr)
+
+
+def _pairs(items: list[str], option: str, shape: str, dotted: bool = False) -> dict | None:
+    """``NAME=VALUE`` options as a dict; None (after saying why) when one is not of that shape.
+    ``dotted``: ``NAME.KEY=VALUE``, keyed by ``(NAME, KEY)`` (the last dot parts them: a source
+    name may hold dots, a reader option's name does not)."""
+    pairs: dict = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if dotted:
+            source, _, key = name.rpartition(".")
+            name = (source, key) if source and key else ""
+        if not name or not value:
+            print(f"sqlext stream: {option} {item!r} is not {shape}", file=sys.stderr)
+            return None
+        pairs[name] = value
+    return pairs

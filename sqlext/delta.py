@@ -36,6 +36,7 @@ from sqlglot import exp
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.storage import Folder, resolve
+from sqlext.storage.credentials import AZURE, azure_account, s3a_setting
 
 COMMIT_TIMESTAMP = "_commit_timestamp"
 CHANGE_FEED_SETTING = "delta.enableChangeDataFeed"
@@ -381,8 +382,6 @@ class DeltaOutput:
 def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str, dict]:
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
-    from sqlext.storage import AZURE
-
     uri = folder.store_uri or folder.uri
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
@@ -417,8 +416,6 @@ def _location(uri: str, path: str, function: str, options: dict) -> tuple[str, d
 
 def _s3_options(spark, bucket: str) -> dict:
     """deltalake's S3 options from Hadoop's s3a settings for ``bucket``."""
-    from sqlext.storage import s3a_setting
-
     conf = spark._jsc.hadoopConfiguration()
     names = {"access.key": "AWS_ACCESS_KEY_ID", "secret.key": "AWS_SECRET_ACCESS_KEY",
              "session.token": "AWS_SESSION_TOKEN", "endpoint": "AWS_ENDPOINT_URL", "endpoint.region": "AWS_REGION"}
@@ -437,9 +434,7 @@ _AZURE_OPTIONS = {"account_name": "azure_storage_account_name", "account_key": "
 
 def _azure_options(spark, host: str) -> dict:
     """deltalake's Azure options from Hadoop's ABFS settings for the account at ``host``
-    (:func:`sqlext.storage.azure_account`); none where they name no credential deltalake takes."""
-    from sqlext.storage import azure_account
-
+    (:func:`sqlext.storage.credentials.azure_account`); none where they name no credential deltalake takes."""
     account = azure_account(host, spark._jsc.hadoopConfiguration()) or {}
     return {_AZURE_OPTIONS[name]: value for name, value in account.items() if name in _AZURE_OPTIONS}
 

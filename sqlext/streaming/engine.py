@@ -50,7 +50,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.functions.changes import CHANGE_TYPE
-from sqlext.storage import Folder, _HadoopIO, read_parquet
+from sqlext.storage import Folder, read_parquet
+from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.run import (StatefulRun, check_columns, on_driver, record_in, recorded_in, spark_columns,
                                   spark_schema, step)
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
@@ -298,7 +299,7 @@ class Pipeline(StatefulRun):
         """Whether the executors reach every folder the tasks read and write (not only through
         the driver's JVM)."""
         folders = [self.output, self.state] + [s.folder for op in self.operators for s in op.states.values()]
-        return not any(isinstance(f.io, _HadoopIO) for f in folders)
+        return not any(isinstance(f.io, HadoopIO) for f in folders)
 
     def _source_files(self, source: Input, batch_id: int) -> list | None:
         """A source's files in this batch, where it is a folder of Parquet files whose columns

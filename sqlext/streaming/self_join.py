@@ -61,7 +61,7 @@ class SelfJoinShape:
     against the stream's columns with Spark's analysis (nothing runs)."""
 
     def __init__(self, spark, tree: exp.Expression, schema):
-        from sqlext.rewrites.self_joins import match_self_join
+        from sqlext.rewrites.self_join_match import match_self_join
         from sqlext.session import SparkRelations
 
         if not isinstance(tree, exp.Select) or tree.args.get("with_"):

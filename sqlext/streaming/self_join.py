@@ -317,20 +317,18 @@ class SelfJoinRun(StatefulRun):
         spark, shape = batch.sparkSession, self.shape
         view = self.events.before(batch_id)
         newest = instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
-        kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair
+        # the earliest time of the earlier events the band can still pair (None: there are none)
+        kept = None if newest is None or view.empty else newest - shape.distance(2)
         if on_driver(batch):  # the events as Arrow data on the driver; Spark only pairs them
             with step("check the increment"):
                 rows = batch_rows(batch, batch_id, self.checkpoint, self.folder, self.source_arrow)
                 times = rows[shape.column]
                 lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                     else (None, None)
-                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
-                    limit = newest - shape.distance(1)
-                    first = rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0]
-                    raise self._late(first[shape.column], limit)
+                self._refuse_late(newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
             new = batch  # Spark pairs the events from the batch's own files (a long first run too)
             old = earlier = None
-            if not view.empty and kept is not None:
+            if kept is not None:
                 earlier = view.rows()
                 earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
                                                           pa.scalar(kept, earlier.schema.field(shape.column).type)))
@@ -343,9 +341,8 @@ class SelfJoinRun(StatefulRun):
                 old = arrow_frame(spark, earlier, self.source_schema)
             numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
                 .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-            events = numbered, (None if kept is None and highest is None else
-                                pc.field(shape.column) >= pa.scalar(_latest(newest, highest) - shape.distance(2),
-                                                                    times.type))
+            floor = self._state_floor(newest, highest)
+            events = numbered, None if floor is None else pc.field(shape.column) >= pa.scalar(floor, times.type)
         else:
             from pyspark.sql import functions as F
 
@@ -353,16 +350,15 @@ class SelfJoinRun(StatefulRun):
             with step("check the increment"):
                 highest, lowest = (instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
                                                                 F.min(F.col(quote(shape.column)))).first())
-                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
-                    self._refuse_late(new, newest)
+                self._refuse_late(newest, lowest, lambda limit: _first_below_in_frame(new, shape.column, limit))
             old = None
-            if not view.empty and kept is not None:
+            if kept is not None:
                 old = view.frame(spark).where(F.col(quote(shape.column)) >= F.lit(kept)) \
                     .select(*[F.col(quote(c)) for c in self.columns])
-            top = _latest(newest, highest)
+            floor = self._state_floor(newest, highest)
             events = (new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
                                  F.monotonically_increasing_id().alias(ROW)),
-                      None if top is None else F.col(quote(shape.column)) >= F.lit(top - shape.distance(2)))
+                      None if floor is None else F.col(quote(shape.column)) >= F.lit(floor))
         if pairs is not None:
             with step("write the output"):
                 self._write_pairs(spark, pairs, batch_id)
@@ -450,15 +446,26 @@ class SelfJoinRun(StatefulRun):
                                                           for f in forwarded.schema.fields])
         self.sink.write_frame(forwarded, batch_id)
 
-    def _refuse_late(self, new, newest) -> None:
+    def _refuse_late(self, newest, lowest, first_below) -> None:
         """A new event older than the newest time of earlier runs by more than the band's
-        width could pair with events the state no longer holds: ``[LATE_CHANGE]``."""
-        from pyspark.sql import functions as F
-
+        width could pair with events the state no longer holds: ``[LATE_CHANGE]``. ``lowest`` is
+        the run's earliest time; ``first_below(limit)`` finds the time of a late event where the
+        run's events are (Arrow data on the driver, or Spark's batch), None where there is none.
+        One check for both places, so they refuse the same runs."""
+        if newest is None or lowest is None:
+            return
         limit = newest - self.shape.distance(1)
-        late = new.where(F.col(quote(self.shape.column)) < F.lit(limit)).limit(1).collect()
-        if late:
-            raise self._late(late[0][self.shape.column], limit)
+        if lowest < limit:
+            late = first_below(limit)
+            if late is not None:
+                raise self._late(late, limit)
+
+    def _state_floor(self, newest, highest):
+        """The earliest time the state keeps after this run: the band's width and the allowed
+        lateness before the newest time seen, by earlier runs or this one (``highest``); None
+        where no time was seen yet."""
+        top = _latest(newest, highest)
+        return None if top is None else top - self.shape.distance(2)
 
     def _late(self, value, limit) -> SqlextError:
         column = self.shape.column
@@ -466,6 +473,21 @@ class SelfJoinRun(StatefulRun):
             "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=column,
             value=repr(value), last=repr(limit), earlier=f"the newest {column} an earlier run saw less the band's width",
             fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+
+
+def _first_below_in_rows(rows: pa.Table, column: str, limit):
+    """The ``column`` of the first of ``rows`` (Arrow data) whose ``column`` is below ``limit``."""
+    times = rows[column]
+    return rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0][column]
+
+
+def _first_below_in_frame(frame, column: str, limit):
+    """The ``column`` of a row of ``frame`` (a Spark frame) whose ``column`` is below ``limit``;
+    None where there is none."""
+    from pyspark.sql import functions as F
+
+    late = frame.where(F.col(quote(column)) < F.lit(limit)).limit(1).collect()
+    return late[0][column] if late else None
 
 
 def _union_all(statements: list[exp.Expression]) -> exp.Expression:

@@ -40,9 +40,10 @@ from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
 from sqlext.language.sqltree import col, halias, helper, ident
-from sqlext.rewrites.self_joins import (
-    add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, match_self_join, replace_pair,
+from sqlext.rewrites.self_join_edits import (
+    add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, replace_pair,
 )
+from sqlext.rewrites.self_join_match import match_self_join
 
 RULE = "band_self_join_to_window"
 BAND = helper("band")

@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from sqlext.language.dialect import to_sql
 from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.self_joins import has_non_deterministic
+from sqlext.rewrites.self_join_match import has_non_deterministic
 from sqlext.language.sqltree import helper
 
 RULE = "merge_duplicate_sources"

@@ -40,13 +40,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.language.dialect import to_sql
+from sqlext.language.dialect import INTEGRAL, to_sql
 from sqlext.rewrites.notes import Notes
 from sqlext.rewrites.relations import Relations, standalone_query
 from sqlext.language.sqltree import halias, helper
-from sqlext.rewrites.self_joins import (
-    INTEGRAL, SelfJoin, add_where, alias_identifier, and_all, match_self_join, replace_pair,
-)
+from sqlext.rewrites.self_join_edits import add_where, alias_identifier, and_all, replace_pair
+from sqlext.rewrites.self_join_match import SelfJoin, match_self_join
 
 RULE = "self_join_aggregate_to_window"
 PAIRS = helper("pairs")

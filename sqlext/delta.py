@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import from_arrow_schema
 from sqlglot import exp
 
-from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, DELETE, INSERT
 from sqlext.errors import SqlextError
+from sqlext.language.dialect import SparkExt, TableArgument, parse_one, to_sql
 from sqlext.storage import Folder, resolve
+from sqlext.storage.credentials import AZURE, azure_account, s3a_setting
+from sqlext.udfs.column_wise import row_codes, run_starts
 
 COMMIT_TIMESTAMP = "_commit_timestamp"
 CHANGE_FEED_SETTING = "delta.enableChangeDataFeed"
@@ -146,8 +153,6 @@ class DeltaChanges:
                                   "it was replaced", "Start over with a new checkpoint and output folder.")
         if latest == done:
             return
-        import pyarrow.compute as pc
-
         for first in range(done + 1, latest + 1, STAGE_COMMITS):  # a bounded read at a time
             rows = self.changes(first, min(first + STAGE_COMMITS - 1, latest), schema)
             versions = rows.column(DEFAULT_ORDER_BY)
@@ -182,12 +187,6 @@ def unchanged_rows_cancelled(rows: pa.Table) -> pa.Table:
      {'id': 2, 'v': 8, '_change_type': 'delete', '_commit_version': 1},
      {'id': 3, 'v': 4, '_change_type': 'delete', '_commit_version': 1}]
     """
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from sqlext.functions.changes import DELETE, INSERT
-    from sqlext.udfs.column_wise import row_codes, run_starts
-
     kinds = rows[CHANGE_TYPE]
     inserts = np.asarray(pc.fill_null(pc.equal(kinds, INSERT), False), dtype=bool)
     deletes = np.asarray(pc.fill_null(pc.equal(kinds, DELETE), False), dtype=bool)
@@ -219,8 +218,6 @@ def changes_frame(spark, path: str, start: int = 0, end: int | None = None, func
         if end is not None:
             reader = reader.option("endingVersion", str(end))
         return reader.load(resolve(spark, path).uri).drop(COMMIT_TIMESTAMP)
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     feed = DeltaChanges(spark, path, function)
     latest = feed.version()
     if start > latest or (end is not None and not start <= end <= latest):
@@ -236,8 +233,6 @@ def with_change_feeds(spark, text: str, function: str) -> tuple[str, list[str]]:
     function (the whole feed) and ``table_changes('path', start[, end])`` (the commits from
     ``start`` to ``end``; the path also as ``'delta.`path`'``). Text without them, or that
     does not parse, comes back as it is."""
-    from sqlext.language.dialect import TableArgument, parse_one, to_sql
-
     lowered = text.lower()
     if "delta" not in lowered and "table_changes" not in lowered:
         return text, []
@@ -271,8 +266,6 @@ def with_change_feeds(spark, text: str, function: str) -> tuple[str, list[str]]:
 
 def _table_changes_arguments(call: exp.Anonymous) -> tuple[str, int, int | None]:
     """The path, first and last version of ``table_changes('path', start[, end])``."""
-    from sqlext.language.dialect import SparkExt, to_sql
-
     arguments = call.expressions
     usage = "Write table_changes('/data/accounts', 1) or table_changes('delta.`/data/accounts`', 1, 5)."
     if len(arguments) not in (2, 3) or not (isinstance(arguments[0], exp.Literal) and arguments[0].is_string):
@@ -334,8 +327,6 @@ class DeltaOutput:
         """One commit adding ``files`` (name in the table's folder, bytes, modification time in
         milliseconds, rows) in ``schema``'s columns, recorded as batch ``batch_id`` of ``app_id``.
         The first commit makes the table."""
-        import json
-
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         actions = [AddAction(name, size, {}, mtime, True, json.dumps({"numRecords": rows}))
@@ -381,8 +372,6 @@ class DeltaOutput:
 def store_location(spark, folder: Folder, path: str, function: str) -> tuple[str, dict]:
     """What deltalake opens for a resolved folder: the store's URI (a local path for a local
     disk) and the storage options it needs (S3's keys and endpoint as Hadoop's s3a has them)."""
-    from sqlext.storage import AZURE
-
     uri = folder.store_uri or folder.uri
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
@@ -417,8 +406,6 @@ def _location(uri: str, path: str, function: str, options: dict) -> tuple[str, d
 
 def _s3_options(spark, bucket: str) -> dict:
     """deltalake's S3 options from Hadoop's s3a settings for ``bucket``."""
-    from sqlext.storage import s3a_setting
-
     conf = spark._jsc.hadoopConfiguration()
     names = {"access.key": "AWS_ACCESS_KEY_ID", "secret.key": "AWS_SECRET_ACCESS_KEY",
              "session.token": "AWS_SESSION_TOKEN", "endpoint": "AWS_ENDPOINT_URL", "endpoint.region": "AWS_REGION"}
@@ -437,9 +424,7 @@ _AZURE_OPTIONS = {"account_name": "azure_storage_account_name", "account_key": "
 
 def _azure_options(spark, host: str) -> dict:
     """deltalake's Azure options from Hadoop's ABFS settings for the account at ``host``
-    (:func:`sqlext.storage.azure_account`); none where they name no credential deltalake takes."""
-    from sqlext.storage import azure_account
-
+    (:func:`sqlext.storage.credentials.azure_account`); none where they name no credential deltalake takes."""
     account = azure_account(host, spark._jsc.hadoopConfiguration()) or {}
     return {_AZURE_OPTIONS[name]: value for name, value in account.items() if name in _AZURE_OPTIONS}
 

@@ -47,14 +47,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StructField, StructType
 from sqlglot import exp
 
 from sqlext.functions.changes import CHANGE_TYPE
-from sqlext.storage import Folder, _HadoopIO, read_parquet
+from sqlext.storage import Folder, read_parquet
+from sqlext.storage.backends import HadoopIO
+from sqlext.streaming.batches import batch_files
 from sqlext.streaming.run import (StatefulRun, check_columns, on_driver, record_in, recorded_in, spark_columns,
                                   spark_schema, step)
+from sqlext.streaming.source_files import readable_files
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.executors import FileTasks, Stage, carried_input, routed
+from sqlext.udfs.column_wise import net_changes
 
 BUCKETS_SETTING = "spark.sqlext.streaming.stateBuckets"
 PENDING = "_pending"
@@ -194,8 +200,6 @@ class KeyedOperator:
         result is the same either way, and few of its keys change twice."""
         if not self.net or out is None or CHANGE_TYPE not in out.column_names or out.num_rows < NET_ROWS:
             return out
-        from sqlext.udfs.column_wise import net_changes
-
         return net_changes(out, self.output_key, self.order_by)
 
     @property
@@ -228,8 +232,6 @@ def inputs_stream(streams: list):
     """The streams a statement reads as one stream: the rows of the ``i``-th in a struct column
     :data:`INPUT` ``.format(i)``, NULL in the others. (One union: each call into Spark costs an
     analysis of the plan, paid by every run.)"""
-    from pyspark.sql import functions as F
-
     everything = F.expr("struct(*)")
     parts = []
     for i, stream in enumerate(streams):
@@ -244,8 +246,6 @@ def inputs_stream(streams: list):
 
 def source_frame(batch, index: int):
     """The rows of the ``index``-th source in a micro-batch of :func:`inputs_stream`."""
-    from pyspark.sql import functions as F
-
     column = INPUT.format(index)
     return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
 
@@ -298,14 +298,11 @@ class Pipeline(StatefulRun):
         """Whether the executors reach every folder the tasks read and write (not only through
         the driver's JVM)."""
         folders = [self.output, self.state] + [s.folder for op in self.operators for s in op.states.values()]
-        return not any(isinstance(f.io, _HadoopIO) for f in folders)
+        return not any(isinstance(f.io, HadoopIO) for f in folders)
 
     def _source_files(self, source: Input, batch_id: int) -> list | None:
         """A source's files in this batch, where it is a folder of Parquet files whose columns
         Arrow reads as Spark does; None otherwise (Spark reads it)."""
-        from sqlext.streaming.batches import batch_files
-        from sqlext.streaming.source_files import readable_files
-
         if source.source not in self._files:
             files = None if source.folder is None else \
                 batch_files(self.checkpoint, batch_id, source.source, source.folder)
@@ -361,8 +358,6 @@ class Pipeline(StatefulRun):
     # -- on the executors
 
     def _on_executors(self, spark, batch, batch_id: int) -> dict:
-        from pyspark.sql.types import BinaryType, StructField, StructType
-
         root = self.state / f"{PENDING}-{batch_id}"
         root.delete()
         summary_schema = StructType([StructField("summary", BinaryType())])

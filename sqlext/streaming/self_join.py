@@ -28,18 +28,26 @@ from datetime import timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 from sqlglot import exp
 
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.language.dialect import is_stream, to_sql
+from sqlext.rewrites.self_join_match import match_self_join
 from sqlext.runner import run_statement
-from sqlext.streaming.run import StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, step
-from sqlext.streaming.self_join_aggregate import is_grouped
+from sqlext.session import SparkRelations
+from sqlext.streaming.arrow_sql import arrow_expression, evaluate
+from sqlext.streaming.checkpoint import check_columns
+from sqlext.streaming.run import (StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, spark_columns,
+                                  step)
+from sqlext.streaming.self_join_aggregate import TAG, GroupedPairs, is_grouped
 from sqlext.streaming.shapes import stream_names
 from sqlext.streaming.source_files import batch_rows
 from sqlext.streaming.state import KeyedState
+from sqlext.udfs.column_wise import codes, pairs_within, take
 
 FUNCTION = "sqlext stream"
 BATCH, ROW = "__sx_batch", "__sx_row"
@@ -61,9 +69,6 @@ class SelfJoinShape:
     against the stream's columns with Spark's analysis (nothing runs)."""
 
     def __init__(self, spark, tree: exp.Expression, schema):
-        from sqlext.rewrites.self_joins import match_self_join
-        from sqlext.session import SparkRelations
-
         if not isinstance(tree, exp.Select) or tree.args.get("with_"):
             raise _unsupported("this self-join", "it is not one SELECT", "Write SELECT ... FROM STREAM(ev) AS a "
                                "JOIN STREAM(ev) AS b ON a.k = b.k AND b.ts BETWEEN a.ts - ... AND a.ts + ...")
@@ -110,10 +115,6 @@ class SelfJoinShape:
     def _analyse_grouped(self, spark, named: exp.Select) -> None:
         """The aggregate's parts and their columns, from Spark's analysis of the statement over
         an empty view (nothing runs)."""
-        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
-
-        from sqlext.streaming.self_join_aggregate import TAG, GroupedPairs
-
         grouped = GroupedPairs(self.tree, spark.sql(to_sql(named)).columns)
         pairs = grouped.pairs(named)
         grouped.check_types(spark.sql(to_sql(pairs)).schema)
@@ -169,8 +170,6 @@ class ArrowPairs:
     LIMIT = 20_000_000  # the most pairs a run makes on the driver
 
     def __init__(self, join, schema: pa.Schema, shape: "SelfJoinShape"):
-        from sqlext.streaming.arrow_sql import arrow_expression
-
         self.schema = schema
         sides = {join.left: "l", join.right: "r"}
         self.pair_schema = pa.schema([pa.field(f"__sx_{side}{i}", f.type) for side in ("l", "r")
@@ -229,8 +228,6 @@ class ArrowPairs:
             self.columns[field.name] = translated
         if len(self.columns) != len(self.output):
             raise _NotArrow("the select list")
-        from sqlext.streaming.arrow_sql import evaluate
-
         given = evaluate(self.pair_schema.empty_table(), self.columns).schema
         if [f.type for f in given] != [f.type for f in self.output]:
             raise _NotArrow("a select list whose types Spark gives otherwise")
@@ -256,9 +253,6 @@ class ArrowPairs:
         """The statement's rows over the pairs of the ``new`` events (as the first side) with
         every event, and of the ``old`` ones with the new (as the second side); None where the
         run should pair in Spark (too many pairs, or band arithmetic beyond the column's type)."""
-        from sqlext.streaming.arrow_sql import evaluate
-        from sqlext.udfs.column_wise import codes, pairs_within, take
-
         events = new if old is None else pa.concat_tables([new, old.cast(new.schema)])
         arrays = [events.column(i) for i in range(events.num_columns)]
         valid = pc.is_valid(arrays[self.band])
@@ -295,8 +289,6 @@ class SelfJoinRun(StatefulRun):
     def __init__(self, shape: SelfJoinShape, placeholder: str, checkpoint: str, output: str, output_format: str,
                  schema, folder: str | None = None):
         super().__init__(None, shape.tree, placeholder, checkpoint, output, output_format, FUNCTION, ())
-        from pyspark.sql.types import LongType, StructField, StructType
-
         self.shape = shape
         self.columns = schema.names
         self.source_schema, self.source_arrow = schema, arrow_schema(schema)
@@ -305,10 +297,6 @@ class SelfJoinRun(StatefulRun):
         self.events.record_schema(StructType(list(schema.fields) + [StructField(BATCH, LongType(), False),
                                                                    StructField(ROW, LongType(), False)]))
         if shape.grouped is not None:  # an aggregate's groups, by their grouping values
-            from pyspark.sql.types import BooleanType
-
-            from sqlext.streaming.self_join_aggregate import TAG
-
             self.groups = KeyedState(self.state / "groups", shape.grouped.group_names)
             self.groups.record_schema(shape.accumulators)
             self._groups_with_tag = StructType(list(shape.accumulators.fields) + [StructField(TAG, BooleanType())])
@@ -317,20 +305,18 @@ class SelfJoinRun(StatefulRun):
         spark, shape = batch.sparkSession, self.shape
         view = self.events.before(batch_id)
         newest = instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
-        kept = None if newest is None else newest - shape.distance(2)  # what the band can still pair
+        # the earliest time of the earlier events the band can still pair (None: there are none)
+        kept = None if newest is None or view.empty else newest - shape.distance(2)
         if on_driver(batch):  # the events as Arrow data on the driver; Spark only pairs them
             with step("check the increment"):
                 rows = batch_rows(batch, batch_id, self.checkpoint, self.folder, self.source_arrow)
                 times = rows[shape.column]
                 lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                     else (None, None)
-                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
-                    limit = newest - shape.distance(1)
-                    first = rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0]
-                    raise self._late(first[shape.column], limit)
+                self._refuse_late(newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
             new = batch  # Spark pairs the events from the batch's own files (a long first run too)
             old = earlier = None
-            if not view.empty and kept is not None:
+            if kept is not None:
                 earlier = view.rows()
                 earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
                                                           pa.scalar(kept, earlier.schema.field(shape.column).type)))
@@ -343,26 +329,22 @@ class SelfJoinRun(StatefulRun):
                 old = arrow_frame(spark, earlier, self.source_schema)
             numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
                 .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-            events = numbered, (None if kept is None and highest is None else
-                                pc.field(shape.column) >= pa.scalar(_latest(newest, highest) - shape.distance(2),
-                                                                    times.type))
+            floor = self._state_floor(newest, highest)
+            events = numbered, None if floor is None else pc.field(shape.column) >= pa.scalar(floor, times.type)
         else:
-            from pyspark.sql import functions as F
-
             new, pairs = batch, None
             with step("check the increment"):
                 highest, lowest = (instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
                                                                 F.min(F.col(quote(shape.column)))).first())
-                if newest is not None and lowest is not None and lowest < newest - shape.distance(1):
-                    self._refuse_late(new, newest)
+                self._refuse_late(newest, lowest, lambda limit: _first_below_in_frame(new, shape.column, limit))
             old = None
-            if not view.empty and kept is not None:
+            if kept is not None:
                 old = view.frame(spark).where(F.col(quote(shape.column)) >= F.lit(kept)) \
                     .select(*[F.col(quote(c)) for c in self.columns])
-            top = _latest(newest, highest)
+            floor = self._state_floor(newest, highest)
             events = (new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
                                  F.monotonically_increasing_id().alias(ROW)),
-                      None if top is None else F.col(quote(shape.column)) >= F.lit(top - shape.distance(2)))
+                      None if floor is None else F.col(quote(shape.column)) >= F.lit(floor))
         if pairs is not None:
             with step("write the output"):
                 self._write_pairs(spark, pairs, batch_id)
@@ -406,12 +388,6 @@ class SelfJoinRun(StatefulRun):
     def _aggregate(self, spark, partials, batch_id: int) -> None:
         """Add the run's partial aggregates to its groups' accumulators and write the groups'
         changes (:mod:`sqlext.streaming.self_join_aggregate`)."""
-        import pyarrow as pa
-
-        from sqlext.streaming.checkpoint import check_columns
-        from sqlext.streaming.run import spark_columns
-        from sqlext.streaming.self_join_aggregate import TAG
-
         grouped = self.shape.grouped
         view = self.groups.before(batch_id)
         with step("look up the groups"):
@@ -436,29 +412,36 @@ class SelfJoinRun(StatefulRun):
     def _write_pairs(self, spark, pairs: pa.Table, batch_id: int) -> None:
         """The statement's rows made on the driver (:class:`ArrowPairs`), written as Spark
         would write them, under the columns Spark's analysis gave."""
-        from sqlext.streaming.checkpoint import check_columns
-
         check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in self.shape.output.fields])
         self.sink.write_table(spark, pairs, batch_id, self.shape.output)
 
     def write_statement(self, spark, forwarded, batch_id: int, carry=(), whole: bool = False) -> None:
         """The pairs are the statement's rows already: they are written as they are."""
-        from sqlext.streaming.checkpoint import check_columns
-
         check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in forwarded.schema.fields])
         self.sink.write_frame(forwarded, batch_id)
 
-    def _refuse_late(self, new, newest) -> None:
+    def _refuse_late(self, newest, lowest, first_below) -> None:
         """A new event older than the newest time of earlier runs by more than the band's
-        width could pair with events the state no longer holds: ``[LATE_CHANGE]``."""
-        from pyspark.sql import functions as F
-
+        width could pair with events the state no longer holds: ``[LATE_CHANGE]``. ``lowest`` is
+        the run's earliest time; ``first_below(limit)`` finds the time of a late event where the
+        run's events are (Arrow data on the driver, or Spark's batch), None where there is none.
+        One check for both places, so they refuse the same runs."""
+        if newest is None or lowest is None:
+            return
         limit = newest - self.shape.distance(1)
-        late = new.where(F.col(quote(self.shape.column)) < F.lit(limit)).limit(1).collect()
-        if late:
-            raise self._late(late[0][self.shape.column], limit)
+        if lowest < limit:
+            late = first_below(limit)
+            if late is not None:
+                raise self._late(late, limit)
+
+    def _state_floor(self, newest, highest):
+        """The earliest time the state keeps after this run: the band's width and the allowed
+        lateness before the newest time seen, by earlier runs or this one (``highest``); None
+        where no time was seen yet."""
+        top = _latest(newest, highest)
+        return None if top is None else top - self.shape.distance(2)
 
     def _late(self, value, limit) -> SqlextError:
         column = self.shape.column
@@ -466,6 +449,19 @@ class SelfJoinRun(StatefulRun):
             "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=column,
             value=repr(value), last=repr(limit), earlier=f"the newest {column} an earlier run saw less the band's width",
             fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+
+
+def _first_below_in_rows(rows: pa.Table, column: str, limit):
+    """The ``column`` of the first of ``rows`` (Arrow data) whose ``column`` is below ``limit``."""
+    times = rows[column]
+    return rows.filter(pc.less(times, pa.scalar(limit, times.type))).slice(0, 1).to_pylist()[0][column]
+
+
+def _first_below_in_frame(frame, column: str, limit):
+    """The ``column`` of a row of ``frame`` (a Spark frame) whose ``column`` is below ``limit``;
+    None where there is none."""
+    late = frame.where(F.col(quote(column)) < F.lit(limit)).limit(1).collect()
+    return late[0][column] if late else None
 
 
 def _union_all(statements: list[exp.Expression]) -> exp.Expression:

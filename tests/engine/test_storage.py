@@ -1,4 +1,4 @@
-"""The storage module (``sqlext.storage``) on both of its ways to a store: through ``pyarrow.fs``
+"""The storage package (``sqlext.storage``) on both of its ways to a store: through ``pyarrow.fs``
 (the default for a local disk) and through the JVM's Hadoop ``FileSystem``
 (``spark.sqlext.storage.io=hadoop``), each over a folder named in one of the test forms (a
 plain path, a ``file://`` URI, a ``viewfs://`` mount table). Small files and JSON, listings,
@@ -20,12 +20,14 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import sqlext.storage as sx
 from rows import multiset
+from sqlext.storage.backends import ArrowIO, HadoopIO, arrow_io_for, arrow_path
+from sqlext.storage.credentials import azure_account
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
 from sqlext.streaming.state import KeyedState
 from storage_forms import Storage
 
-IO_CLASSES = {"arrow": sx._ArrowIO, "hadoop": sx._HadoopIO}
+IO_CLASSES = {"arrow": ArrowIO, "hadoop": HadoopIO}
 
 
 @pytest.fixture(params=list(IO_CLASSES))
@@ -143,7 +145,7 @@ def test_a_layer_is_seen_only_once_committed(folder):
 def _without_atomic_rename(path) -> sx.Folder:
     """A local folder read and written as on an object store: no atomic rename, so a layer is
     whole only once its commit file is there."""
-    return sx.Folder("file:" + str(path), sx._ArrowIO(pafs.LocalFileSystem(), False), str(path))
+    return sx.Folder("file:" + str(path), ArrowIO(pafs.LocalFileSystem(), False), str(path))
 
 
 def test_without_atomic_rename_a_layer_without_its_commit_file_is_ignored(tmp_path):
@@ -228,7 +230,7 @@ def test_runs_through_hadoop_on_viewfs_give_the_rows_of_runs_on_plain_paths(spar
     plain = _filter_runs(spark, tmp_path / "plain", Storage("plain"))
     spark.conf.set(sx.IO_SETTING, "hadoop")  # resolutions are kept per setting: these are new
     try:
-        assert isinstance(sx.resolve(spark, Storage("viewfs").uri(tmp_path)).io, sx._HadoopIO)
+        assert isinstance(sx.resolve(spark, Storage("viewfs").uri(tmp_path)).io, HadoopIO)
         through_hadoop = _filter_runs(spark, tmp_path / "viewfs", Storage("viewfs"))
     finally:
         spark.conf.unset(sx.IO_SETTING)
@@ -272,7 +274,7 @@ CLOUD = {"dfs_storage_authority": ".dfs.core.windows.net", "blob_storage_authori
      {"account_name": "lake", "client_id": "identity-2"}),
 ])
 def test_an_azure_accounts_credential_comes_from_hadoops_settings(settings, expected):
-    account = sx.azure_account(HOST, settings)
+    account = azure_account(HOST, settings)
     assert account == {**expected, **CLOUD}
     assert pafs.AzureFileSystem(**account).type_name == "abfs"  # names pyarrow takes (no request is made)
 
@@ -291,11 +293,11 @@ def test_an_azure_accounts_credential_comes_from_hadoops_settings(settings, expe
     ("localhost", {"fs.azure.account.key": "K"}),
 ])
 def test_an_azure_credential_pyarrow_has_no_form_of_leaves_the_store_to_hadoop(host, settings):
-    assert sx.azure_account(host, settings) is None
+    assert azure_account(host, settings) is None
 
 
 def test_an_azure_account_in_another_cloud_keeps_its_domain():
-    account = sx.azure_account("lake.blob.core.chinacloudapi.cn", {"fs.azure.account.key": "K"})
+    account = azure_account("lake.blob.core.chinacloudapi.cn", {"fs.azure.account.key": "K"})
     assert account["dfs_storage_authority"] == ".dfs.core.chinacloudapi.cn"
     assert account["blob_storage_authority"] == ".blob.core.chinacloudapi.cn"
 
@@ -307,9 +309,9 @@ def test_an_azure_account_in_another_cloud_keeps_its_domain():
     ("file:///tmp/a%20b", "/tmp/a b"),
 ])
 def test_a_stores_uri_becomes_the_path_pyarrow_takes(uri, path):
-    assert sx._arrow_path(uri) == path
+    assert arrow_path(uri) == path
 
 
 def test_an_azure_folder_without_a_credential_pyarrow_takes_goes_through_hadoop():
-    assert sx._arrow_io("abfss://data@lake.dfs.core.windows.net/cp", {}) is None
+    assert arrow_io_for("abfss://data@lake.dfs.core.windows.net/cp", {}) is None
 

@@ -11,9 +11,9 @@ ordering column::
 For an inner join the ON and WHERE conditions are one conjunction, so both are read. Each
 conjunct is sorted into: key equalities (``a.k = b.k``, ``a.k <=> b.k``), bounds of ``b.ts``
 relative to ``a.ts`` (``b.ts <= a.ts + c``, ``BETWEEN``, either side written first), conditions
-on one side only, and the rest. The band becomes a window frame over ``PARTITION BY keys ORDER
-BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds exactly the rows ``b`` with
-``a.ts + lower <= b.ts <= a.ts + upper`` for the current row ``a``.
+on one side only, and the rest. The band (:mod:`sqlext.rewrites.self_join_band`) becomes a
+window frame over ``PARTITION BY keys ORDER BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds
+exactly the rows ``b`` with ``a.ts + lower <= b.ts <= a.ts + upper`` for the current row ``a``.
 
 What a window does not do and a join does is dropping NULL keys and NULL times (``=`` and
 ``<=`` are never true on NULL); :meth:`SelfJoin.not_null_condition` adds that back.
@@ -29,13 +29,13 @@ What a window does not do and a join does is dropping NULL keys and NULL times (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from sqlglot import exp
 
-from sqlext.language.dialect import FRACTIONAL, INTEGRAL, conjuncts, to_sql
-from sqlext.rewrites.relations import Relations, Scope, standalone_query
+from sqlext.language.dialect import conjuncts, to_sql
 from sqlext.language.sqltree import and_ as and_tree, col, over
+from sqlext.rewrites.relations import Relations, Scope, standalone_query
+from sqlext.rewrites.self_join_band import Band, Bound, band_bounds, tightest_band
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.
@@ -44,102 +44,6 @@ NON_DETERMINISTIC = {
     "input_file_name", "input_file_block_start", "input_file_block_length", "randstr", "uniform",
     "try_reflect", "reflect", "java_method",
 }
-
-TIMESTAMPS = {"timestamp", "timestamp_ntz", "timestamp_ltz"}
-
-_MICROS = {
-    "microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
-    "hour": 3600 * 10**6, "day": 86400 * 10**6, "week": 7 * 86400 * 10**6,
-}
-
-
-@dataclass(frozen=True)
-class Offset:
-    """A constant distance: ``kind`` is 'number' (value a Decimal) or 'interval' (microseconds);
-    zero has kind None and is comparable with both."""
-
-    kind: str | None
-    value: Decimal | int
-
-    def __add__(self, other: "Offset") -> "Offset":
-        kind = _common_kind(self, other)
-        return Offset(kind, self.value + other.value)
-
-    def __neg__(self) -> "Offset":
-        return Offset(self.kind, -self.value)
-
-    def sql(self) -> str:
-        magnitude = abs(self.value)
-        if self.kind == "interval":
-            # always in seconds: Spark wants both edges of a frame of one interval type
-            seconds = Decimal(magnitude) / Decimal(10**6)
-            return f"INTERVAL '{seconds.normalize():f}' SECOND"
-        return f"{magnitude:f}" if isinstance(magnitude, Decimal) else str(magnitude)
-
-    def tree(self) -> exp.Expression:
-        """The distance's magnitude as a frame edge: a number, or an interval in seconds."""
-        magnitude = abs(self.value)
-        if self.kind == "interval":
-            seconds = Decimal(magnitude) / Decimal(10**6)
-            return exp.Interval(this=exp.Literal.string(f"{seconds.normalize():f}"), unit=exp.var("SECOND"))
-        return exp.Literal.number(f"{magnitude:f}" if isinstance(magnitude, Decimal) else str(magnitude))
-
-
-ZERO = Offset(None, 0)
-
-
-class NotComparable(ValueError):
-    pass
-
-
-def _common_kind(a: Offset, b: Offset) -> str | None:
-    if a.kind and b.kind and a.kind != b.kind:
-        raise NotComparable(f"{a.kind} and {b.kind}")
-    return a.kind or b.kind
-
-
-@dataclass
-class Bound:
-    offset: Offset
-    strict: bool
-    conjunct: exp.Expression
-
-
-@dataclass
-class Band:
-    """``a.column + lower <= b.column <= a.column + upper`` (None: unbounded on that side)."""
-
-    column: str
-    column_type: str | None
-    lower: Bound | None = None
-    upper: Bound | None = None
-    exact: bool = True  # the frame holds exactly the band's rows (no edge is strict)
-    conjuncts_used: list[exp.Expression] = field(default_factory=list)
-
-    def frame_sql(self) -> str:
-        return f"RANGE BETWEEN {_frame_bound(self.lower, 'PRECEDING')} AND {_frame_bound(self.upper, 'FOLLOWING')}"
-
-    def frame(self) -> exp.WindowSpec:
-        """The frame as a tree: ``RANGE BETWEEN <lower> AND <upper>``."""
-        start, start_side = _frame_edge(self.lower, "PRECEDING")
-        end, end_side = _frame_edge(self.upper, "FOLLOWING")
-        return exp.WindowSpec(kind="RANGE", start=start, start_side=start_side, end=end, end_side=end_side)
-
-
-def _frame_edge(bound: Bound | None, unbounded: str) -> tuple[exp.Expression | str, str | None]:
-    if bound is None:
-        return "UNBOUNDED", unbounded
-    if bound.offset.value == 0:
-        return "CURRENT ROW", None
-    return bound.offset.tree(), "PRECEDING" if bound.offset.value < 0 else "FOLLOWING"
-
-
-def _frame_bound(bound: Bound | None, unbounded: str) -> str:
-    if bound is None:
-        return f"UNBOUNDED {unbounded}"
-    if bound.offset.value == 0:
-        return "CURRENT ROW"
-    return f"{bound.offset.sql()} {'PRECEDING' if bound.offset.value < 0 else 'FOLLOWING'}"
 
 
 @dataclass
@@ -321,7 +225,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     bounds: dict[str, list[tuple[str, Bound]]] = {}
     rest = []
     for conjunct in candidates:
-        found = _bounds(conjunct, a, b)
+        found = band_bounds(conjunct, a, b)
         if found is None:
             rest.append(conjunct)
             continue
@@ -331,7 +235,7 @@ def match_self_join(select: exp.Select, relations: Relations | None) -> SelfJoin
     if bounds:
         column = max(bounds, key=lambda c: len({d for d, _ in bounds[c]}))
         column_type = relations.expression_type(query, to_sql(col(column)))
-        band = _band(column, (column_type or "").lower() or None, bounds.pop(column))
+        band = tightest_band(column, (column_type or "").lower() or None, bounds.pop(column))
         if isinstance(band, str):
             return band
         rest.extend(bound.conjunct for pairs in bounds.values() for _, bound in pairs)
@@ -419,143 +323,6 @@ def _ambiguous_column(select: exp.Select, pair_columns: set[str]) -> exp.Column 
     return None
 
 
-def _band(column: str, column_type: str | None, pairs: list[tuple[str, Bound]]) -> Band | str:
-    """The tightest lower and upper bound of ``column``, as inclusive frame edges."""
-    if column_type is None:
-        return f"the type of the band column {column!r} is unknown here"
-    band = Band(column, column_type)
-    for direction, bound in pairs:
-        inclusive = _inclusive(bound, column_type, direction == "lower")
-        if inclusive is None:
-            return f"the band on {column!r} has an offset its type ({column_type}) cannot take"
-        band.conjuncts_used.append(bound.conjunct)
-        current = getattr(band, direction)
-        if current is not None:
-            try:
-                _common_kind(inclusive.offset, current.offset)
-            except NotComparable as error:
-                return f"the band on {column!r} mixes offsets that cannot be compared ({error})"
-            sign = 1 if direction == "lower" else -1
-            if sign * inclusive.offset.value < sign * current.offset.value or (
-                inclusive.offset.value == current.offset.value and not inclusive.strict
-            ):
-                continue
-        setattr(band, direction, inclusive)
-    band.exact = not any(b.strict for b in (band.lower, band.upper) if b is not None)
-    if band.lower and band.upper:
-        try:
-            _common_kind(band.lower.offset, band.upper.offset)
-        except NotComparable as error:
-            return f"the band on {column!r} mixes offsets that cannot be compared ({error})"
-        if band.lower.offset.value > band.upper.offset.value:
-            return f"the band on {column!r} is empty (its lower bound is above its upper bound)"
-    return band
-
-
-def _inclusive(bound: Bound, column_type: str, lower: bool) -> Bound | None:
-    """The bound as an inclusive frame edge for ``column_type``, or None when the type cannot
-    take the offset. A strict bound on a discrete type moves by one step and becomes exact;
-    on a continuous type it stays strict (the frame then holds the edge too)."""
-    kind = bound.offset.kind
-    base = column_type.split("(")[0]
-    if base in INTEGRAL or base == "date":
-        if kind == "interval" or bound.offset.value != int(bound.offset.value):
-            return None
-        step, value = Offset("number", 1), Offset(kind, int(bound.offset.value))
-    elif base in TIMESTAMPS:
-        if kind == "number":
-            return None
-        step, value = Offset("interval", 1), bound.offset
-    elif base in FRACTIONAL or base == "decimal":
-        if kind == "interval":
-            return None
-        step, value = None, bound.offset
-    else:  # strings and other ordered types: only "b.x <= a.x" style bounds
-        if bound.offset.value != 0:
-            return None
-        step, value = None, bound.offset
-    if not bound.strict:
-        return Bound(value, False, bound.conjunct)
-    if step is None:
-        return Bound(value, True, bound.conjunct)
-    return Bound(value + (step if lower else -step), False, bound.conjunct)
-
-
-def _bounds(conjunct: exp.Expression, a: str, b: str) -> list[tuple[str, str, Bound]] | None:
-    """``(column, 'lower'|'upper', bound)`` for a comparison of one column across the sides."""
-    if isinstance(conjunct, exp.Between):
-        low = _bounds(exp.GTE(this=conjunct.this, expression=conjunct.args["low"]), a, b)
-        high = _bounds(exp.LTE(this=conjunct.this, expression=conjunct.args["high"]), a, b)
-        if low is None or high is None:
-            return None
-        return [(c, d, Bound(x.offset, x.strict, conjunct)) for c, d, x in low + high]
-    ops = {exp.LTE: ("upper", False), exp.LT: ("upper", True), exp.GTE: ("lower", False),
-           exp.GT: ("lower", True), exp.EQ: ("both", False)}
-    if type(conjunct) not in ops:
-        return None
-    direction, strict = ops[type(conjunct)]
-    left, right = _offset_column(conjunct.this), _offset_column(conjunct.expression)
-    if left is None or right is None:
-        return None
-    (lq, lc, lo), (rq, rc, ro) = left, right
-    if lc != rc or {lq, rq} != {a, b}:
-        return None
-    try:
-        if lq == b:  # b.c + lo OP a.c + ro  =>  b.c OP a.c + (ro - lo)
-            offset = ro + -lo
-        else:  # a.c + lo OP b.c + ro  =>  b.c OP' a.c + (lo - ro)
-            offset = lo + -ro
-            direction = {"upper": "lower", "lower": "upper", "both": "both"}[direction]
-    except NotComparable:
-        return None
-    return [(lc, d, Bound(offset, strict, conjunct))
-            for d in (["lower", "upper"] if direction == "both" else [direction])]
-
-
-def _offset_column(node: exp.Expression) -> tuple[str, str, Offset] | None:
-    """``q.c``, ``q.c + k``, ``q.c - k``, ``k + q.c`` as (q, c, offset)."""
-    node = node.unnest()
-    if isinstance(node, exp.Column) and node.table:
-        return node.table.lower(), node.name, ZERO
-    if isinstance(node, (exp.Add, exp.Sub)):
-        this, other = node.this.unnest(), node.expression.unnest()
-        if isinstance(node, exp.Add) and not isinstance(this, exp.Column):
-            this, other = other, this
-        if not (isinstance(this, exp.Column) and this.table):
-            return None
-        offset = constant_offset(other)
-        if offset is None:
-            return None
-        return this.table.lower(), this.name, -offset if isinstance(node, exp.Sub) else offset
-    return None
-
-
-def constant_offset(node: exp.Expression) -> Offset | None:
-    """A number or a day-time interval literal (``INTERVAL 10 MINUTES``, ``INTERVAL '1.5' SECOND``)."""
-    node = node.unnest()
-    if isinstance(node, exp.Neg):
-        inner = constant_offset(node.this)
-        return -inner if inner is not None else None
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            return Offset("number", Decimal(node.this))
-        except ArithmeticError:
-            return None
-    if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal) and node.unit is not None:
-        unit = node.unit.name.lower().rstrip("s")
-        if unit not in _MICROS:
-            return None
-        try:
-            amount = Decimal(node.this.this)
-        except ArithmeticError:
-            return None
-        micros = amount * _MICROS[unit]
-        if micros != int(micros):
-            return None
-        return Offset("interval", int(micros))
-    return None
-
-
 def _key_equality(conjunct: exp.Expression, a: str, b: str) -> tuple[str, bool] | None:
     if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
         return None
@@ -612,95 +379,3 @@ def _unique(items: list[exp.Expression]) -> list[exp.Expression]:
         if not any(item is x for x in out):
             out.append(item)
     return out
-
-
-def qualified_columns(alias: str, columns: list[str]) -> list[exp.Column]:
-    return [exp.column(c, table=alias, quoted=True) for c in columns]
-
-
-def expand_stars(select: exp.Select, join: SelfJoin) -> None:
-    """Spell out ``*``, ``a.*`` and ``b.*`` in the projection, in the order Spark expands them,
-    so the rewritten FROM clause's helper columns never show."""
-    projections = []
-    for projection in select.expressions:
-        if isinstance(projection, exp.Star):
-            projections += qualified_columns(join.left, join.columns) + qualified_columns(join.right, join.columns)
-        elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star) \
-                and projection.table.lower() in (join.left, join.right):
-            projections += qualified_columns(projection.table.lower(), join.columns)
-        else:
-            projections.append(projection)
-    select.set("expressions", projections)
-
-
-def and_all(conditions: list[exp.Expression]) -> exp.Expression | None:
-    conditions = [c.copy() for c in conditions]
-    if not conditions:
-        return None
-    return exp.and_(*conditions) if len(conditions) > 1 else conditions[0]
-
-
-def replace_pair(select: exp.Select, join: SelfJoin, replacement: exp.Expression) -> list[exp.Expression]:
-    """Put ``replacement`` where the pair's left item stands in the FROM chain, drop the right
-    item's join and take every condition on the pair alone out of the ON clauses and WHERE.
-
-    Returns the conditions that lost their place with the right item's ON clause (they name
-    other relations of the chain); the caller puts them in WHERE with the pair's own
-    conditions it still needs. For inner joins that is the same condition on the same rows:
-    the chain is one conjunction over the product of its relations, wherever a conjunct is
-    written.
-    """
-    consumed = join.pair_conditions
-
-    def remaining(node: exp.Expression | None) -> list[exp.Expression]:
-        return [c for c in conjuncts(node) if not any(c is x for x in consumed)]
-
-    moved: list[exp.Expression] = []
-    joins = []
-    for item_join in select.args.get("joins") or []:
-        if item_join.this is join.right_item:
-            moved = remaining(item_join.args.get("on"))
-            continue
-        item_join.set("on", and_all(remaining(item_join.args.get("on"))))
-        joins.append(item_join)
-    where = remaining(select.args.get("where"))
-    join.left_item.replace(replacement)
-    select.set("joins", joins or None)
-    select.set("where", exp.Where(this=and_all(where)) if where else None)
-    return moved
-
-
-def add_where(select: exp.Select, conditions: list[exp.Expression], first: bool = True) -> None:
-    """AND ``conditions`` into WHERE, before (``first``) or after what it holds."""
-    existing = conjuncts(select.args.get("where"))
-    combined = [*conditions, *existing] if first else [*existing, *conditions]
-    where = and_all(combined)
-    select.set("where", exp.Where(this=where) if where is not None else None)
-
-
-def expand_chain_stars(select: exp.Select, join: SelfJoin) -> None:
-    """Spell out ``*`` over a chain as each relation's star in FROM order (the order Spark
-    expands it in), the pair's with their columns."""
-    items = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
-    projections = []
-    for projection in select.expressions:
-        if not isinstance(projection, exp.Star):
-            projections.append(projection)
-            continue
-        for item in items:
-            if item is join.left_item:
-                projections += qualified_columns(join.left, join.columns)
-            elif item is join.right_item:
-                projections += qualified_columns(join.right, join.columns)
-            else:
-                projections.append(exp.Column(this=exp.Star(), table=alias_identifier(item)))
-    select.set("expressions", projections)
-    expand_stars(select, join)
-
-
-def alias_identifier(item: exp.Expression) -> exp.Identifier:
-    """The identifier a FROM item is referred to by, quoted as written."""
-    alias = item.args.get("alias")
-    if isinstance(alias, exp.TableAlias) and alias.this is not None:
-        return alias.this.copy()
-    return item.this.copy() if isinstance(item.this, exp.Identifier) else exp.to_identifier(item.alias_or_name)

@@ -1,6 +1,6 @@
 """FK_JOIN over one increment of changes, column-wise over Arrow data.
 
-An incremental run (:mod:`sqlext.streaming.fk_join`) hands this the rows an earlier run left
+An incremental run (:mod:`sqlext.streaming.operators.fk_join`) hands this the rows an earlier run left
 for every key the increment can meet (the left rows of the changed left keys and of the left
 keys subscribed to a changed right key, and the right rows those point at) and the new
 changes of both inputs. It gives what the result forwards, as KIP-213's subscription/response

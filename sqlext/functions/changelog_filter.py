@@ -52,7 +52,7 @@ DEFINITION = Function(
     why="filtering its input change feed to the new versions turns the update of a key seen in an earlier run "
         "into an insert, and loses its delete",
     rule="sqlext.rewrites.changelog_filter:changelog_filter_to_sql",
-    operator="sqlext.streaming.changelog_filter:FilterOperator",
+    operator="sqlext.streaming.operators.changelog_filter:FilterOperator",
     table_function="sqlext.udfs.changelog_filter:ChangelogFilterUDTF")
 
 

@@ -53,7 +53,7 @@ DEFINITION = Function(
     why="filtering its input change feeds to the new versions turns the update of a key seen in an earlier run "
         "into an insert, and joins new rows only to new rows",
     rule="sqlext.rewrites.fk_join:fk_join_to_sql",
-    operator="sqlext.streaming.fk_join:FkJoinOperator")
+    operator="sqlext.streaming.operators.fk_join:FkJoinOperator")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def reads_streams(sql: str) -> bool:
 def stateless(tree: exp.Expression) -> bool:
     """Whether the statement keeps no state between runs: it calls no function that does, and is
     no recursion or self-join of a stream. Spark runs such a statement as its own streaming query."""
-    from sqlext.streaming.self_join import is_self_join
+    from sqlext.streaming.operators.self_join import is_self_join
 
     return not any(keyed_call(t) is not None for t in tree.find_all(exp.Table)) and not is_recursion(tree) \
         and not is_self_join(tree)

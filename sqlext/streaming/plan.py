@@ -46,7 +46,7 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
         return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
                                     folder=sources.rows_folder(shape.stream.this))
     refuse_recursion(tree)
-    from sqlext.streaming.self_join import SelfJoinRun, SelfJoinShape, is_self_join
+    from sqlext.streaming.operators.self_join import SelfJoinRun, SelfJoinShape, is_self_join
 
     if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
@@ -108,7 +108,7 @@ def _compiled_key(spark, statement: str, checkpoint, output, output_format: str,
 def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list, sources: "Sources", checkpoint, output,
               output_format: str, converted):
     """The operators of the statement's calls (and of its aggregate) and its foreachBatch function."""
-    from sqlext.streaming.aggregate import is_aggregate
+    from sqlext.streaming.operators.aggregate import is_aggregate
     from sqlext.streaming.engine import Pipeline
 
     operators: list = []
@@ -134,7 +134,7 @@ def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list,
 def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operators: list, buckets: int):
     """The incremental GROUP BY over the call's change feed (appended to ``operators``) and the
     statement that then reads its rows; None where the aggregate has no incremental form."""
-    from sqlext.streaming.aggregate import AggregateOperator, AggregateShape
+    from sqlext.streaming.operators.aggregate import AggregateOperator, AggregateShape
     from sqlext.streaming.run import spark_schema
 
     import pyarrow as pa

@@ -95,7 +95,7 @@ def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storag
 
 def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
     from sqlext.language.dialect import parse_one
-    from sqlext.streaming.self_join import SelfJoinShape
+    from sqlext.streaming.operators.self_join import SelfJoinShape
 
     schema = spark.createDataFrame([], SCHEMA).schema
     assert SelfJoinShape(spark, parse_one(COLUMNS_ONLY), schema).arrow is not None

@@ -43,7 +43,7 @@ from sqlext.streaming.arrow_sql import arrow_expression, evaluate
 from sqlext.streaming.checkpoint import check_columns
 from sqlext.streaming.run import (StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, spark_columns,
                                   step)
-from sqlext.streaming.self_join_aggregate import TAG, GroupedPairs, is_grouped
+from sqlext.streaming.operators.self_join_aggregate import TAG, GroupedPairs, is_grouped
 from sqlext.streaming.shapes import stream_names
 from sqlext.streaming.source_files import batch_rows
 from sqlext.streaming.state import KeyedState
@@ -387,7 +387,7 @@ class SelfJoinRun(StatefulRun):
 
     def _aggregate(self, spark, partials, batch_id: int) -> None:
         """Add the run's partial aggregates to its groups' accumulators and write the groups'
-        changes (:mod:`sqlext.streaming.self_join_aggregate`)."""
+        changes (:mod:`sqlext.streaming.operators.self_join_aggregate`)."""
         grouped = self.shape.grouped
         view = self.groups.before(batch_id)
         with step("look up the groups"):

@@ -4,7 +4,7 @@ aggregation), such as
     SELECT a.k, COUNT(*) AS pairs, SUM(b.v) AS total FROM STREAM(ev) AS a JOIN STREAM(ev) AS b
       ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL 1 MINUTE AND a.ts GROUP BY a.k
 
-The pairs a run adds (:mod:`sqlext.streaming.self_join`) only ever add to the groups they fall
+The pairs a run adds (:mod:`sqlext.streaming.operators.self_join`) only ever add to the groups they fall
 in: the pairs of earlier runs stay, whatever the event state has dropped since. So each group
 keeps accumulators in a :class:`~sqlext.streaming.state.KeyedState` by its grouping values (a
 sum, a count, a minimum or maximum per aggregate; an average as its sum and count), a run

@@ -42,7 +42,7 @@ from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.errors import SqlextError
 from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
-from sqlext.streaming.changelog_filter import PRESENT
+from sqlext.streaming.operators.changelog_filter import PRESENT
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.executors import EVERY
 from sqlext.streaming.run import arrow_schema, instant, step

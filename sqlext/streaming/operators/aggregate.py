@@ -38,7 +38,7 @@ from sqlext.language.dialect import to_sql
 from sqlext.language.sqltree import helper
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_schema
-from sqlext.streaming.self_join_aggregate import _grouping
+from sqlext.streaming.operators.self_join_aggregate import _grouping
 from sqlext.streaming.state import KeyedState
 
 FUNCTION = "sqlext stream"
@@ -292,7 +292,7 @@ class AggregateOperator(KeyedOperator):
         without GROUP BY, the one group, counts of zero where it has no row), each valued
         aggregate's summary of the group's values beside them (its MIN, MAX or number of
         distinct values), read on the driver."""
-        from sqlext.streaming.self_join_aggregate import _positions
+        from sqlext.streaming.operators.self_join_aggregate import _positions
         from sqlext.udfs.column_wise import codes, take, together
 
         names = self.shape.group_names
@@ -418,7 +418,7 @@ class AggregateOperator(KeyedOperator):
 
     def _added(self, view, delta: pa.Table, keys: list[str], counts: list[str]) -> pa.Table:
         """The state rows of ``delta``'s keys with ``delta``'s counts added to what they held."""
-        from sqlext.streaming.self_join_aggregate import _positions
+        from sqlext.streaming.operators.self_join_aggregate import _positions
         from sqlext.udfs.column_wise import codes, take, together
 
         schema = view.state.arrow_schema

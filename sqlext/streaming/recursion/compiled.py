@@ -12,7 +12,7 @@ from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.recursion.shape import RecursionShape, over
-from sqlext.udfs.recursive_plan import NoWalk, compile_walk
+from sqlext.recursion.walk import NoWalk, compile_walk
 
 # the recursion's columns and compiled walk, by statement, edge columns and session (see compiled)
 _COMPILED = Recent(16)

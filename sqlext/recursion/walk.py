@@ -1,10 +1,11 @@
-"""Deciding whether a recursion's step is a graph walk, and compiling it.
+"""Deciding whether a recursion's step is a graph walk, compiling it, and running it.
 
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
 condition is in the vocabulary of :func:`sqlext.udfs.recursive_expand.evaluate`, and ``e`` is small
 enough to collect (:func:`plan_walk`, which says why when it is not: then the recursion runs
-level by level); :func:`run_walk` runs it.
+level by level); :func:`run_walk` runs it: the relation collected into the driver and the walk
+(:func:`sqlext.udfs.recursive_expand.walk`) in Spark's workers over the seeds.
 """
 
 from __future__ import annotations
@@ -12,20 +13,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.functions.recursive_expand import FUNCTION, RecursiveSpec
-from sqlext.language.dialect import INTEGRAL, conjuncts
-from sqlext.udfs.recursive_expand import (
-    WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,
-)
+from sqlext.language.dialect import INTEGRAL, conjuncts, parse_one, to_sql
+from sqlext.language.sqltree import col, helper
+from sqlext.recursion.levels import reads_recurring
+from sqlext.udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
+
+# A join relation up to this estimated size is collected and shipped to the workers.
+# The walk collects the joined relation into the driver (as a broadcast join does); above
+# this estimate, or when collecting fails, the recursion runs level by level instead. The
+# embedded session's driver has Spark's default 1 GB heap, so the limit stays well below it
+# (docs/performance.md: what did not fit).
+WALK_MAX_BYTES = 64 * 1024 * 1024
+WALK_MAX_ROWS = 50_000_000
 
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
 
 class NoWalk(Exception):
-    pass
+    """The step is not a graph walk (the message says why)."""
 
 
 @dataclass
@@ -44,9 +55,6 @@ def plan_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False) -
 
     Nothing runs but Spark's analysis and size estimate of the joined relation (and a count
     of its rows when Spark has no estimate), so ``sqlext explain`` asks this too."""
-    from sqlext.language.dialect import to_sql
-    from sqlext.language.sqltree import col
-
     try:
         plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
     except NoWalk as why:
@@ -87,8 +95,6 @@ def _size(size: int) -> str:
 def run_walk(spark, spec: RecursiveSpec, anchor, chosen: Walk, force: bool = False):
     """The walk's result, lazy like any Spark query; ``None`` when the joined relation turns out
     too large to collect (then the recursion runs level by level)."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     index = None
     if chosen.edges is not None:
         index = _collect_edges(chosen.edges, chosen.plan, force)
@@ -113,10 +119,6 @@ def _collect_edges(edge_frame, plan: WalkPlan, force: bool):
 
 
 def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
-    from pyspark.sql.types import StructField, StructType
-
-    from sqlext.language.sqltree import helper
-
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
 
@@ -162,8 +164,6 @@ def _size_in_bytes(frame) -> int | None:
 
 
 def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
-    from sqlext.language.dialect import parse_one, to_sql
-
     step = parse_one(spec.step_sql)
     joins = step.args.get("joins") or []
     if not isinstance(step, exp.Select) or len(joins) > 1 or not step.args.get("from_"):

@@ -1,7 +1,9 @@
 """One batch of an incremental recursion through Spark: the operations of the steps
 (:mod:`sqlext.streaming.recursion.steps`) as Spark frames over the state's layers, each
 recursion one ``WITH RECURSIVE`` query (the batch recursion's paths: the graph walk where it
-fits). Rows that several operations read are materialised once (``localCheckpoint``)."""
+fits). Rows are lazy frames until an operation that reads them more than once materialises
+them (``localCheckpoint``), once: a step's parts are matched and unioned before their distinct
+rows are computed, so Spark narrows them first."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class SparkPlace:
         self._kept = (None, None)  # (the rows taken, the rows found less them)
         self._few = (None, None)  # (suspects, whether they are few enough to broadcast)
         self._delta = None  # the change of the rows found, written at commit
+        self._materialised = []  # frames already distinct and materialised
 
     def _row_columns(self):
         return [F.col(quote(c)) for c in self.columns]
@@ -117,7 +120,7 @@ class SparkPlace:
                                                      self.run.view(rows, "found"))))
 
     def rows(self, parts):
-        """Distinct and materialised, under the recursion's column names and types."""
+        """Lazy (see :meth:`_distinct`), under the recursion's column names and types."""
         rows = None
         for part in parts:
             if part is None:
@@ -127,12 +130,20 @@ class SparkPlace:
             rows = part if rows is None else rows.unionByName(part)
         if rows is None:
             return self.spark.createDataFrame([], self.run.row_schema)
-        return rows.distinct().localCheckpoint()
+        return rows
+
+    def _distinct(self, rows):
+        """``rows``' distinct rows, materialised (once: rows it materialised before are kept)."""
+        if any(rows is done for done in self._materialised):
+            return rows
+        rows = rows.distinct().localCheckpoint()
+        self._materialised.append(rows)
+        return rows
 
     def reach(self, seeds, before: bool = False):
         """One ``WITH RECURSIVE`` query from the seeds (computed once: the output and the state
         both read it; over a long history, the recursion is most of a run's work)."""
-        shape = self.shape
+        shape, seeds = self.shape, self._distinct(seeds)
         step = over(shape.step, shape.name, self.before if before else self.now)
         anchor = exp.select("*").from_(exp.Table(this=exp.to_identifier(self.run.view(seeds, "seeds"))))
         cte = exp.CTE(this=exp.union(anchor, step, distinct=True),
@@ -140,7 +151,9 @@ class SparkPlace:
                                            columns=[exp.to_identifier(n) for n in seeds.columns]))
         statement = exp.select("*").from_(exp.Table(this=exp.to_identifier(shape.name)))
         statement.set("with_", exp.With(expressions=[cte], recursive=True))
-        return run_statement(self.spark, to_sql(statement)).localCheckpoint()
+        reached = run_statement(self.spark, to_sql(statement)).localCheckpoint()
+        self._materialised.append(reached)  # under UNION each row once
+        return reached
 
     def minus(self, rows, taken):
         if rows is self.found:
@@ -160,7 +173,9 @@ class SparkPlace:
         return self.found
 
     def minus_found(self, rows, but=None):
-        return _minus(rows, self.found if but is None else self._less(but))
+        rows = _minus(self._distinct(rows), self.found if but is None else self._less(but))
+        self._materialised.append(rows)
+        return rows
 
     def kept_near(self, suspects, pairs):
         return self._narrow(self._less(suspects), suspects, pairs)

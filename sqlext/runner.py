@@ -46,7 +46,7 @@ def run_statement(spark, text: str, on_plan=None, function: str = FUNCTION):
         raise
     try:
         for recursion in plan.recursions:
-            from sqlext.udfs.recursion import expand
+            from sqlext.recursion.paths import expand
 
             expand(spark, recursion.spec, recursion.scoped).createOrReplaceTempView(recursion.view)
             views.append(recursion.view)
@@ -136,14 +136,14 @@ def nearest_function(name: str) -> str | None:
 
 def recursion_paths(spark, plan) -> list[str]:
     """The path each recursion of ``plan`` will take and why, one line each, decided by the code
-    that runs it (:func:`sqlext.udfs.recursion.choose_path`): only Spark's analysis runs. A
+    that runs it (:func:`sqlext.recursion.paths.choose_path`): only Spark's analysis runs. A
     recursion that reads another one's result is decided when it runs, after that one."""
     from dataclasses import replace
 
     from sqlglot import exp
 
     from sqlext.language.dialect import parse_one
-    from sqlext.udfs.recursion import choose_path
+    from sqlext.recursion.paths import choose_path
 
     lines = []
     earlier: dict[str, str] = {}  # view -> the recursion it holds

@@ -296,7 +296,7 @@ def reachable(union: str) -> Counter:
 @pytest.mark.parametrize("union", ["UNION ALL", "UNION"])
 @pytest.mark.parametrize("route", ["walk", "levels"])
 def test_recursion_with_awkward_names(spark, edges, path, union, route):
-    from sqlext.udfs.recursive_expand import last_path
+    from sqlext.recursion.paths import last_path
 
     e, r = "e {e}`", "r'r"
     query = (f"WITH RECURSIVE {q(R)}({q(N)}, {q(D)}) AS (SELECT CAST(1 AS BIGINT), 0 {union} "

@@ -74,7 +74,7 @@ def graph() -> dict[str, set[str]]:
 def test_the_layout_is_what_the_test_reads():
     found = graph()
     assert {"sqlext", "sqlext.api", "sqlext.runner", "sqlext.errors", "sqlext.rewrites.pipeline",
-            "sqlext.udfs.recursion", "sqlext.functions.arguments"} <= set(found)
+            "sqlext.udfs.recursive_expand", "sqlext.functions.arguments"} <= set(found)
     assert "sqlext.language.dialect" in found["sqlext.rewrites.pipeline"]
 
 

@@ -208,11 +208,12 @@ def bench_levels(spark, levels: int, runs: int):
 
 
 def _path_taken() -> str:
-    from sqlext.udfs import recursive_expand, recursive_jump
+    from sqlext.recursion.jump import last_run
+    from sqlext.recursion.paths import last_path
 
-    path = recursive_expand.last_path.get("path") or "?"
-    if path == "jump" and recursive_jump.last_run.get("path") == "jump":
-        path += f" ({recursive_jump.last_run['rounds']} rounds)"
+    path = last_path.get("path") or "?"
+    if path == "jump" and last_run.get("path") == "jump":
+        path += f" ({last_run['rounds']} rounds)"
     return path
 
 

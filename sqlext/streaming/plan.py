@@ -323,7 +323,7 @@ def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
 
     from sqlext.runner import run_statement
     from sqlext.streaming.engine import temporary_view
-    from sqlext.streaming.recursion import RecursionShape, _compiled
+    from sqlext.streaming.recursion import RecursionShape, compiled
     from sqlext.streaming.run import outer_over
     from sqlext.streaming.shapes import stream_order
 
@@ -332,7 +332,7 @@ def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     order = stream_order(shape.stream.this)
     order_by = next((f.name for f in edges.fields if f.name.lower() == order.lower()), order)
     fields = [f for f in edges.fields if f.name not in (CHANGE_TYPE, order_by)]
-    rows, _ = _compiled(spark, shape, StructType(fields))
+    rows, _ = compiled(spark, shape, StructType(fields))
     carry = []
     if CHANGE_TYPE in edges.names:
         carry = [StructField(CHANGE_TYPE, StringType(), True)] + [f for f in edges.fields if f.name == order_by]

@@ -123,7 +123,7 @@ def test_a_recursion_runs_into_a_table_without_computing_the_whole_history(spark
     """The table's columns come from Spark's analysis of the statement, not from running the
     batch recursion (sqlext computes a recursion when it is read): only the incremental run
     computes anything."""
-    from sqlext.udfs import recursion
+    from sqlext.recursion import paths as recursion
 
     edges = DATABASE + ".edges"
     spark.sql(f"CREATE TABLE {edges} (src INT, dst INT) USING parquet")

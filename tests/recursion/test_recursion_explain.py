@@ -7,8 +7,7 @@ import pytest
 import sqlext
 from sqlext.cli import main
 from sqlext.rewrites.pipeline import rewrite_statement
-from sqlext.udfs.recursion import choose_path
-from sqlext.udfs.recursive_expand import last_path
+from sqlext.recursion.paths import choose_path, last_path
 
 ANCESTORS = """WITH RECURSIVE r(node, ancestor) AS (
   SELECT id, parent FROM xp_nodes WHERE parent IS NOT NULL

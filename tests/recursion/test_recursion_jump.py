@@ -15,7 +15,8 @@ import sqlext
 from recursion_graphs import error_of, tree
 from reference.recursion import semi_naive
 from rows import multiset
-from sqlext.udfs import recursive_expand, recursive_jump
+from sqlext.recursion import jump as recursive_jump
+from sqlext.recursion.paths import last_path
 
 ANCESTORS = """
 WITH RECURSIVE anc(node, ancestor, depth) {limit} AS (
@@ -29,7 +30,7 @@ SELECT * FROM anc"""
 def run(spark, path, name, query):
     path(name)
     frame = sqlext.sql(spark, query)
-    return frame.schema.simpleString(), multiset(frame.collect()), recursive_expand.last_path["path"]
+    return frame.schema.simpleString(), multiset(frame.collect()), last_path["path"]
 
 
 def same_on_all_paths(spark, path, query, paths=("walk", "levels")):
@@ -121,7 +122,7 @@ def test_odd_identifiers(spark, path):
     path("jump")
     frame = sqlext.sql(spark, query)
     rows = multiset(frame.collect())
-    assert frame.columns == ["n{0}", "d'x"] and recursive_expand.last_path["path"] == "jump"
+    assert frame.columns == ["n{0}", "d'x"] and last_path["path"] == "jump"
     assert rows == multiset([(1, 0), (2, 0), (3, 0), (None, 1), (1, 1), (2, 1), (None, 2), (1, 2), (None, 3)])
 
 
@@ -207,7 +208,7 @@ def test_auto_runs_levels_when_the_walk_does_not_fit(spark, view, path, monkeypa
     view("rj_auto", rows, "id int, parent int")
     query = ANCESTORS.format(limit="", nodes="rj_auto")
     assert run(spark, path, "auto", query)[2] == "walk"
-    import sqlext.udfs.recursive_plan as plan
+    import sqlext.recursion.walk as plan
 
     monkeypatch.setattr(plan, "WALK_MAX_BYTES", 0)  # as if the relation were too big to collect
     _, rows_auto, taken = run(spark, path, "auto", query)
@@ -220,7 +221,7 @@ def test_a_counter_out_of_range_fails_as_the_walk_does(spark, view, path):
                UNION ALL SELECT f.parent, r.d + 1 FROM r JOIN rj_over AS f ON r.n = f.id) SELECT * FROM r"""
     path("jump")
     assert error_of(lambda: sqlext.sql(spark, query).collect()).error_class == "RECURSION_VALUE_OUT_OF_RANGE"
-    assert recursive_expand.last_path["path"] == "jump"
+    assert last_path["path"] == "jump"
 
 
 @pytest.mark.parametrize("name", ["jump", "levels"])
@@ -239,6 +240,6 @@ def test_the_row_limit_counts_the_whole_result(spark, view, path, name):
         assert error.error_class == "RECURSION_ROW_LIMIT_EXCEEDED" and "spark.sqlext.recursion.rowLimit" in str(error)
         spark.conf.set("spark.sqlext.recursion.rowLimit", "100")
         assert len(sqlext.sql(spark, query).collect()) == 66
-        assert recursive_expand.last_path["path"] == name
+        assert last_path["path"] == name
     finally:
         spark.conf.unset("spark.sqlext.recursion.rowLimit")

@@ -171,16 +171,16 @@ def test_runs_after_the_first_in_a_process_keep_the_edges_in_memory(spark, edges
     """On the driver, a run reads the edges present from the state's layers only when no run
     of this process left them in memory for those very layers: three runs read them once (the
     first, from an empty state), and give the batch rows."""
-    from sqlext.streaming import recursion
+    from sqlext.streaming.recursion.present import Present
 
     read = []
-    of = recursion._Present.of
+    of = Present.of
 
     def counted(rows, *args):
         read.append(rows.num_rows)
         return of(rows, *args)
 
-    monkeypatch.setattr(recursion._Present, "of", staticmethod(counted))
+    monkeypatch.setattr(Present, "of", staticmethod(counted))
     current = edges()
     current.path = "driver"
     for part in ([(1, 0), (2, 1)], [(3, 2), (7, 8)], [(0, 5), (8, 9)]):
@@ -376,9 +376,10 @@ def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_
 @pytest.mark.parametrize("path", ["driver", "spark"])
 def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, monkeypatch, path):
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
-    re-derives nodes 49 and 50 only, never the whole result (on the driver: the rows marked;
-    in Spark: the rows the one recursion reaches)."""
-    from sqlext.streaming.recursion import RecursionRun
+    re-derives nodes 49 and 50 only, never the whole result: the one recursion from the
+    removed edge reaches those two rows, on the driver and in Spark."""
+    from sqlext.streaming.recursion.driver import DriverPlace
+    from sqlext.streaming.recursion.in_spark import SparkPlace
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
@@ -387,15 +388,15 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     current.change([(i, i + 1, "insert", 1) for i in range(50)])
     current.run(from_zero)
     sizes = []
-    counted_method = "_suspects" if path == "driver" else "_recursion"
-    measured = getattr(RecursionRun, counted_method)
+    place = DriverPlace if path == "driver" else SparkPlace
+    measured = place.reach
 
-    def counted(self, *args):
-        rows = measured(self, *args)
+    def counted(self, *args, **kwargs):
+        rows = measured(self, *args, **kwargs)
         sizes.append(rows.num_rows if path == "driver" else rows.count())
         return rows
 
-    monkeypatch.setattr(RecursionRun, counted_method, counted)
+    monkeypatch.setattr(place, "reach", counted)
     current.change([(48, 49, "delete", 2)])
     current.run(from_zero)
     assert sizes == [2]  # the rows the deleted edge reached: 49 and 50; nothing re-derives them

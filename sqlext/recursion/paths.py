@@ -1,5 +1,6 @@
 """The executor of ``RECURSIVE_EXPAND``: chooses the path that fits a recursion (the graph
-walk, path doubling, or level by level; see :mod:`sqlext.udfs.recursive_expand`) and runs it,
+walk, :mod:`sqlext.recursion.walk`; path doubling, :mod:`sqlext.recursion.jump`; or level by
+level, :mod:`sqlext.recursion.levels`; see :mod:`sqlext.udfs.recursive_expand`) and runs it,
 returning its result as a DataFrame. The path taken is left in :data:`last_path`.
 
 :func:`choose_path` is the decision alone, in words, as ``sqlext explain`` shows it;
@@ -13,12 +14,15 @@ from typing import Callable
 
 from sqlext.functions.recursive_expand import DEFAULT_ROW_LIMIT, FUNCTION, ROW_LIMIT_CONF, RecursiveSpec
 from sqlext.errors import SqlextError
-from sqlext.udfs import recursive_jump, recursive_plan
-from sqlext.udfs.recursive_expand import last_path, plan_levels, run_levels
+from sqlext.recursion import jump as recursive_jump
+from sqlext.recursion import walk as recursive_walk
+from sqlext.recursion.levels import plan_levels, run_levels
 
 __all__ = ["PathChoice", "choose_path", "expand", "last_path"]
 
 PATH_CONF = "spark.sqlext.recursion.path"
+
+last_path: dict = {}  # the path the last expand() took: 'walk', 'jump' or 'levels'
 
 
 @dataclass
@@ -70,10 +74,10 @@ def choose_path(spark, spec: RecursiveSpec, scoped=None, path: str | None = None
     passed = [f"{PATH_CONF} is {path}"] if path in ("levels", "jump") else []
     if path not in ("levels", "jump"):
         force = path == "walk"
-        walk = recursive_plan.plan_walk(spark, spec, anchor, scoped, force=force)
-        if isinstance(walk, recursive_plan.Walk):
+        walk = recursive_walk.plan_walk(spark, spec, anchor, scoped, force=force)
+        if isinstance(walk, recursive_walk.Walk):
             def run_walk():
-                frame = recursive_plan.run_walk(spark, spec, anchor, walk, force=force)
+                frame = recursive_walk.run_walk(spark, spec, anchor, walk, force=force)
                 if frame is None:  # the relation turned out too large to collect
                     return levels()
                 last_path["path"] = "walk"
@@ -82,8 +86,8 @@ def choose_path(spark, spec: RecursiveSpec, scoped=None, path: str | None = None
             return PathChoice(spec.name, "walk", walk.why, run_walk)
         passed.append(f"no graph walk, {walk}")
     if path == "jump" and not spec.key:
-        # one parent per node: path doubling. Only on request: on a 10^6-node forest it
-        # measured no faster than the level path (see the README).
+        # one parent per node: path doubling. Only on request: it has not measured faster
+        # than the level path (docs/performance.md, "Recursion at scale").
         jump = recursive_jump.plan_jump(spark, spec, anchor, scoped)
         if not isinstance(jump, str):
             def run_jump():

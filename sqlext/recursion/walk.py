@@ -1,10 +1,11 @@
-"""Deciding whether a recursion's step is a graph walk, and compiling it.
+"""Deciding whether a recursion's step is a graph walk, compiling it, and running it.
 
 A step is a graph walk when it is ``SELECT ... FROM r JOIN e ON r.a = e.b [AND ...] [WHERE
 ...]`` (either order, inner join), the join key is an integer on both sides, every column and
 condition is in the vocabulary of :func:`sqlext.udfs.recursive_expand.evaluate`, and ``e`` is small
 enough to collect (:func:`plan_walk`, which says why when it is not: then the recursion runs
-level by level); :func:`run_walk` runs it.
+level by level); :func:`run_walk` runs it: the relation collected into the driver and the walk
+(:func:`sqlext.udfs.recursive_expand.walk`) in Spark's workers over the seeds.
 """
 
 from __future__ import annotations
@@ -12,20 +13,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.functions.recursive_expand import FUNCTION, RecursiveSpec
-from sqlext.language.dialect import INTEGRAL, conjuncts
-from sqlext.udfs.recursive_expand import (
-    WALK_MAX_BYTES, WALK_MAX_ROWS, EdgeIndex, NotExact, WalkPlan, reads_recurring, walk,
-)
+from sqlext.language.dialect import INTEGRAL, conjuncts, parse_one, to_sql
+from sqlext.language.sqltree import col, helper
+from sqlext.recursion.levels import reads_recurring
+from sqlext.udfs.recursive_expand import EdgeIndex, NotExact, WalkPlan, walk
+
+# A join relation up to this estimated size is collected and shipped to the workers.
+# The walk collects the joined relation into the driver (as a broadcast join does); above
+# this estimate, or when collecting fails, the recursion runs level by level instead. The
+# embedded session's driver has Spark's default 1 GB heap, so the limit stays well below it
+# (docs/performance.md: what did not fit).
+WALK_MAX_BYTES = 64 * 1024 * 1024
+WALK_MAX_ROWS = 50_000_000
 
 _UNKNOWN_SIZE = 2**62  # Spark's estimate for a relation it cannot size (defaultSizeInBytes)
 
 
-class _NoWalk(Exception):
-    pass
+class NoWalk(Exception):
+    """The step is not a graph walk (the message says why)."""
 
 
 @dataclass
@@ -44,12 +55,9 @@ def plan_walk(spark, spec: RecursiveSpec, anchor, scoped, force: bool = False) -
 
     Nothing runs but Spark's analysis and size estimate of the joined relation (and a count
     of its rows when Spark has no estimate), so ``sqlext explain`` asks this too."""
-    from sqlext.language.dialect import to_sql
-    from sqlext.language.sqltree import col
-
     try:
         plan, edge_source, edge_columns = compile_walk(spark, spec, anchor, scoped)
-    except _NoWalk as why:
+    except NoWalk as why:
         if force:
             raise
         return str(why)
@@ -87,8 +95,6 @@ def _size(size: int) -> str:
 def run_walk(spark, spec: RecursiveSpec, anchor, chosen: Walk, force: bool = False):
     """The walk's result, lazy like any Spark query; ``None`` when the joined relation turns out
     too large to collect (then the recursion runs level by level)."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     index = None
     if chosen.edges is not None:
         index = _collect_edges(chosen.edges, chosen.plan, force)
@@ -113,10 +119,6 @@ def _collect_edges(edge_frame, plan: WalkPlan, force: bool):
 
 
 def _walk_frame(spark, spec: RecursiveSpec, anchor, index: EdgeIndex | None, plan: WalkPlan):
-    from pyspark.sql.types import StructField, StructType
-
-    from sqlext.language.sqltree import helper
-
     schema = StructType([StructField(f.name, f.dataType, True) for f in anchor.schema.fields])
     out_schema = pa.schema([pa.field(f.name, t) for f, t in zip(schema.fields, plan.types)])
 
@@ -162,23 +164,21 @@ def _size_in_bytes(frame) -> int | None:
 
 
 def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
-    from sqlext.language.dialect import parse_one, to_sql
-
     step = parse_one(spec.step_sql)
     joins = step.args.get("joins") or []
     if not isinstance(step, exp.Select) or len(joins) > 1 or not step.args.get("from_"):
-        raise _NoWalk("the step does not read the CTE alone or join it with exactly one relation")
+        raise NoWalk("the step does not read the CTE alone or join it with exactly one relation")
     if step.args.get("distinct"):
-        raise _NoWalk("DISTINCT step")
+        raise NoWalk("DISTINCT step")
     if not joins:
         return _compile_alone(spec, step, anchor)
     try:
         join, r_table, e_table = split_join(step, spec.name)
     except ValueError as why:
-        raise _NoWalk(str(why)) from None
+        raise NoWalk(str(why)) from None
     if any(reads_recurring(t, spec.name) for t in e_table.find_all(exp.Table)):
         # the result so far changes at every level: nothing to collect once
-        raise _NoWalk(f"the joined relation reads recurring.{spec.name}, the recursion's own result")
+        raise NoWalk(f"the joined relation reads recurring.{spec.name}, the recursion's own result")
     alias = e_table.args.get("alias")
     if isinstance(e_table, exp.Table) and alias is not None and alias.args.get("columns"):
         # t AS t1(c1, c2) renames t's columns: read it through that alias
@@ -189,12 +189,12 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
     elif isinstance(e_table, exp.Subquery) and isinstance(e_table.this, exp.Query):
         e_source = exp.Subquery(this=e_table.this.copy())
     else:
-        raise _NoWalk("the joined relation is not a table or a subquery")
+        raise NoWalk("the joined relation is not a table or a subquery")
     r_types = _cte_columns(r_table, anchor)
     try:
         e_frame = spark.sql(scoped(to_sql(exp.select("*").from_(e_source.copy()))))
     except Exception as error:  # noqa: BLE001 - the level path runs the step and reports it as written
-        raise _NoWalk(f"the joined relation cannot be read on its own ({type(error).__name__})") from None
+        raise NoWalk(f"the joined relation cannot be read on its own ({type(error).__name__})") from None
     e_types = {f.name.lower(): (f.name, f.dataType.simpleString()) for f in e_frame.schema.fields}
     compiler = _Compiler(r_table.alias_or_name.lower(), e_table.alias_or_name.lower(), r_types, e_types)
 
@@ -213,7 +213,7 @@ def compile_walk(spark, spec: RecursiveSpec, anchor, scoped):
                     continue
         filters.append(compiler.boolean(condition))
     if key is None:
-        raise _NoWalk("no integer equality between the CTE and the relation")
+        raise NoWalk("no integer equality between the CTE and the relation")
     plan = WalkPlan(name=spec.name, columns=list(spec.columns), key_r=key[0], key_e=key[1],
                     projections=_projections(step, spec, compiler, anchor), filters=filters,
                     distinct=spec.distinct, max_level=spec.max_level, key=list(spec.key),
@@ -249,7 +249,7 @@ def _compile_alone(spec: RecursiveSpec, step: exp.Select, anchor):
     """A step that reads the CTE alone: ``SELECT ... FROM r [WHERE ...]``."""
     source = step.args["from_"].this
     if not (isinstance(source, exp.Table) and not source.db and source.name.lower() == spec.name.lower()):
-        raise _NoWalk("the step does not read the CTE")
+        raise NoWalk("the step does not read the CTE")
     r_types = _cte_columns(source, anchor)
     compiler = _Compiler(source.alias_or_name.lower(), None, r_types, {})
     filters = [compiler.boolean(c) for c in conjuncts((step.args.get("where") or exp.Where()).this)]
@@ -267,7 +267,7 @@ def _cte_columns(r_table: exp.Table, anchor) -> dict:
     alias = r_table.args.get("alias")
     names = [c.name for c in alias.args.get("columns") or []] if alias is not None else []
     if names and len(names) != len(fields):
-        raise _NoWalk(f"{r_table.sql()} names {len(names)} columns, the CTE has {len(fields)}")
+        raise NoWalk(f"{r_table.sql()} names {len(names)} columns, the CTE has {len(fields)}")
     return {(names[i] if names else f.name).lower(): (f.name, f.dataType.simpleString())
             for i, f in enumerate(fields)}
 
@@ -275,13 +275,13 @@ def _cte_columns(r_table: exp.Table, anchor) -> dict:
 def _projections(step: exp.Select, spec: RecursiveSpec, compiler: "_Compiler", anchor) -> list:
     selects = step.selects
     if len(selects) != len(spec.columns) or any(isinstance(s, exp.Star) for s in selects):
-        raise _NoWalk("the step's columns are not listed one by one")
+        raise NoWalk("the step's columns are not listed one by one")
     targets = [f.dataType.simpleString() for f in anchor.schema.fields]
     projections = []
     for select, target in zip(selects, targets):
         node, kind = compiler.value(select.this if isinstance(select, exp.Alias) else select)
         if (kind == "int") != (target in INTEGRAL) or (kind == "str") != (target == "string"):
-            raise _NoWalk(f"a {kind} value for a {target} column")
+            raise NoWalk(f"a {kind} value for a {target} column")
         projections.append(node)
     return projections
 
@@ -300,7 +300,7 @@ class _Compiler:
             return None
         try:
             return self.column(node)[0]
-        except _NoWalk:
+        except NoWalk:
             return None
 
     def column(self, node: exp.Column):
@@ -312,7 +312,7 @@ class _Compiler:
         if qualifier in (None, self.e_alias) and name in self.e_types:
             candidates.append(("e", self.e_types[name]))
         if qualifier not in (None, self.r_alias, self.e_alias) or len(candidates) != 1 or node.args.get("db"):
-            raise _NoWalk(f"column {node.sql()} is ambiguous or unknown")
+            raise NoWalk(f"column {node.sql()} is ambiguous or unknown")
         side, (actual, type_name) = candidates[0]
         if type_name in INTEGRAL:
             kind = "int"
@@ -321,7 +321,7 @@ class _Compiler:
         elif type_name == "boolean":
             kind = "bool"
         else:
-            raise _NoWalk(f"column {node.sql()} has type {type_name}")
+            raise NoWalk(f"column {node.sql()} has type {type_name}")
         if side == "e":
             self.e_used.add(actual)
         return side, actual, kind
@@ -342,33 +342,33 @@ class _Compiler:
                     return ("lit", value, pa.int32()), "int"
                 if -2**63 <= value < 2**63:
                     return ("lit", value, pa.int64()), "int"
-            raise _NoWalk(f"literal {text}")
+            raise NoWalk(f"literal {text}")
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
             (a, ka), (b, kb) = self.value(node.this), self.value(node.expression)
             if ka != "int" or kb != "int":
-                raise _NoWalk("arithmetic on non-integers")
+                raise NoWalk("arithmetic on non-integers")
             return ({exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul"}[type(node)], a, b), "int"
         if isinstance(node, (exp.DPipe, exp.Concat)):
             if isinstance(node, exp.Concat) and node.args.get("coalesce"):
-                raise _NoWalk("concat that skips NULLs")
+                raise NoWalk("concat that skips NULLs")
             parts = [node.this, node.expression] if isinstance(node, exp.DPipe) else node.expressions
             compiled = []
             for part in parts:
                 value, kind = self.value(part)
                 if kind not in ("str", "int"):
-                    raise _NoWalk("concat of a non-string")
+                    raise NoWalk("concat of a non-string")
                 compiled.append(value if kind == "str" else ("to_string", value))
             return ("concat", compiled), "str"
         if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.BIGINT:
             value, kind = self.value(node.this)  # any integer fits a BIGINT: the cast never fails
             if kind != "int":
-                raise _NoWalk("cast of a non-integer to BIGINT")
+                raise NoWalk("cast of a non-integer to BIGINT")
             return ("cast", value, pa.int64()), "int"
         if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT) \
                 and not node.to.expressions:
             value, kind = self.value(node.this)
             if kind not in ("str", "int"):
-                raise _NoWalk("cast of a non-integer to string")
+                raise NoWalk("cast of a non-integer to string")
             return (value if kind == "str" else ("to_string", value)), "str"
         return self.boolean(node), "bool"
 
@@ -379,7 +379,7 @@ class _Compiler:
             if type(node) is cls:
                 (a, ka), (b, kb) = self.value(node.this), self.value(node.expression)
                 if ka != kb or ka not in ("int", "str"):
-                    raise _NoWalk("comparison of different types")
+                    raise NoWalk("comparison of different types")
                 return (name, a, b)
         if isinstance(node, exp.And):
             return ("and", self.boolean(node.this), self.boolean(node.expression))
@@ -396,4 +396,4 @@ class _Compiler:
             side, name, kind = self.column(node)
             if kind == "bool":
                 return ("col", side, name)
-        raise _NoWalk(f"expression {node.sql()} is outside the graph-walk vocabulary")
+        raise NoWalk(f"expression {node.sql()} is outside the graph-walk vocabulary")

@@ -39,11 +39,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 from sqlglot import exp
 
 from sqlext.errors import message_text
-from sqlext.udfs.recursive_expand import _union_all
-from sqlext.udfs.recursive_plan import conjuncts, split_join
+from sqlext.functions.recursive_expand import level_limit_error, row_limit_error
+from sqlext.language.dialect import conjuncts, parse_one, to_sql
+from sqlext.recursion.levels import union_all
+from sqlext.recursion.walk import split_join
 
 FUNCTION = "RECURSIVE_EXPAND"
 
@@ -208,8 +212,6 @@ def _integer(node) -> int | None:
 
 def _split_step(spec):
     """The step's tree, the CTE's alias, the relation's alias and the relation as SQL."""
-    from sqlext.language.dialect import parse_one, to_sql
-
     step = parse_one(spec.step_sql)
     if not isinstance(step, exp.Select):
         raise _NoJump("the step is not a SELECT")
@@ -258,22 +260,13 @@ def plan_jump(spark, spec, anchor, scoped):
 
 
 def _cut(frame):
-    from pyspark.sql import functions as F
-
     checkpointed = frame.localCheckpoint()
     return checkpointed.select([F.col(c).alias(c) for c in checkpointed.columns])
 
 
 def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType
-
-    from sqlext.udfs.recursive_expand import level_limit_error, row_limit_error
-
     e = e_frame.toDF(*[_e_name(i) for i in range(len(e_frame.columns))])
     if plan.condition is not None:
-        from sqlext.language.dialect import to_sql
-
         e = e.where(F.expr(to_sql(plan.condition)))
 
     def as_key(column):
@@ -304,7 +297,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
     done.append(current.where("NOT __sx_o"))
     rounds, counts, length = 0, [open_count], 1
     while open_count and length < spec.max_level:
-        lookup = _union_all(done + [opened])
+        lookup = union_all(done + [opened])
         if rounds:  # from the second round on, few rows are jumped to: filter the lists on them
             targets = _cut(opened.select(F.col("__sx_n").alias("__sx_t")).where("__sx_t IS NOT NULL").distinct())
             if targets.count() <= BROADCAST_TARGETS:
@@ -319,7 +312,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
                 *[F.concat(F.col(a), F.col(a + "l")).alias(a) for a in lists], F.col("__sx_lo").alias("__sx_o")))
             ended = opened.join(F.broadcast(matched.select("__sx_k")), "__sx_k", "left_anti") \
                 .withColumn("__sx_o", F.lit(False))
-            current = _union_all([matched, _cut(ended)])
+            current = union_all([matched, _cut(ended)])
         else:
             joined = opened.join(lookup, F.col("__sx_n") == F.col("__sx_lk"), "left")
             found = F.col("__sx_lk").isNotNull()
@@ -338,7 +331,7 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
             # so a finite chain longer than this round's lists would have closed a row in it.
             # What is still open lies on a cycle: it never closes, whatever the limit.
             break
-    chains = _union_all(done + [opened])  # still open here: at least max_level values
+    chains = union_all(done + [opened])  # still open here: at least max_level values
 
     anchor_rows = anchor.toDF(*[_c_name(j) for j in range(len(anchor.columns))])
     frontier_key = as_key(F.col(_c_name(plan.frontier)))
@@ -384,9 +377,6 @@ def run_jump(spark, spec, plan: JumpPlan, anchor, e_frame):
 def _counter(column, level, step: int, data_type, name: str):
     """``column + level * step`` in the column's type; out of range fails as the walk does
     (BIGINT arithmetic; a BIGINT column is added with try_add, whose NULL is the overflow)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType
-
     bits = _INTEGRAL[data_type.simpleString()]
     long = LongType()
     offset = level.cast(long) * F.lit(step).cast(long)  # level <= max_level: the rounds stop there

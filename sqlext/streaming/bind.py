@@ -72,7 +72,7 @@ def is_recursion(tree: exp.Expression) -> bool:
 
 def refuse_recursion(tree: exp.Expression) -> None:
     """A recursion over a stream runs incrementally only on its own
-    (:mod:`sqlext.streaming.recursion`); anywhere else it would see each micro-batch's rows alone."""
+    (:mod:`sqlext.streaming.operators.recursion`); anywhere else it would see each micro-batch's rows alone."""
     if is_recursion(tree) and any(_is_stream(t) for t in tree.find_all(exp.Table)):
         raise SqlextError(
             "UNSUPPORTED_STREAM", function=FUNCTION, what="a recursion here",

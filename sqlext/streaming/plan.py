@@ -39,7 +39,7 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
     streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
     if is_recursion(tree) and streams and not calls:
-        from sqlext.streaming.recursion import RecursionRun, RecursionShape
+        from sqlext.streaming.operators.recursion import RecursionRun, RecursionShape
 
         shape = RecursionShape(tree)
         source = sources.read(shape.stream.this)
@@ -316,14 +316,14 @@ def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
 
 def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     """The columns of an incremental recursion's runs, found by the code of the run
-    (:class:`sqlext.streaming.recursion.RecursionRun`): the recursion's rows over the
+    (:class:`sqlext.streaming.operators.recursion.RecursionRun`): the recursion's rows over the
     edges as the run reads them, through the outer query, and over a change feed of edges
     the change columns a run carries (``_change_type`` and the stream's ordering column)."""
     from pyspark.sql.types import StructField, StringType, StructType
 
     from sqlext.runner import run_statement
     from sqlext.streaming.engine import temporary_view
-    from sqlext.streaming.recursion import RecursionShape, compiled
+    from sqlext.streaming.operators.recursion import RecursionShape, compiled
     from sqlext.streaming.run import outer_over
     from sqlext.streaming.shapes import stream_order
 

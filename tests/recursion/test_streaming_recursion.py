@@ -171,7 +171,7 @@ def test_runs_after_the_first_in_a_process_keep_the_edges_in_memory(spark, edges
     """On the driver, a run reads the edges present from the state's layers only when no run
     of this process left them in memory for those very layers: three runs read them once (the
     first, from an empty state), and give the batch rows."""
-    from sqlext.streaming.recursion.present import Present
+    from sqlext.streaming.operators.recursion.present import Present
 
     read = []
     of = Present.of
@@ -378,8 +378,8 @@ def test_a_deleted_edge_recomputes_only_what_it_reached(spark, changed_edges, mo
     """A chain 0 -> 1 -> ... -> 50 from a constant anchor; deleting 48 -> 49 marks and
     re-derives nodes 49 and 50 only, never the whole result: the one recursion from the
     removed edge reaches those two rows, on the driver and in Spark."""
-    from sqlext.streaming.recursion.driver import DriverPlace
-    from sqlext.streaming.recursion.in_spark import SparkPlace
+    from sqlext.streaming.operators.recursion.driver import DriverPlace
+    from sqlext.streaming.operators.recursion.in_spark import SparkPlace
 
     from_zero = ("WITH RECURSIVE reach(node) AS (SELECT 0 UNION SELECT e.dst FROM reach "
                  "JOIN STREAM(edges) AS e ON reach.node = e.src) SELECT * FROM reach")
@@ -479,7 +479,7 @@ CHANGES = (
 KILLING_CLI = """
 import os, signal, sys
 from sqlext.cli import main
-from sqlext.streaming.recursion import RecursionRun
+from sqlext.streaming.operators.recursion import RecursionRun
 
 def die(batch_id):
     if batch_id == 1:

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from sqlext.streaming.keyed_rows import exclude, restrict
 from sqlext.streaming.layer_cache import CACHE_BYTES
 from sqlext.streaming.recent import Recent
-from sqlext.streaming.recursion.columns import COUNT
+from sqlext.streaming.operators.recursion.columns import COUNT
 from sqlext.udfs.recursive_expand import EdgeIndex
 
 # the present edges of recent edge states, by the state's folder: (the identity of the layers

@@ -11,7 +11,7 @@ from sqlext.functions.recursive_expand import DEFAULT_ROW_LIMIT, ROW_LIMIT_CONF,
 from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.recent import Recent
-from sqlext.streaming.recursion.shape import RecursionShape, over
+from sqlext.streaming.operators.recursion.shape import RecursionShape, over
 from sqlext.recursion.walk import NoWalk, compile_walk
 
 # the recursion's columns and compiled walk, by statement, edge columns and session (see compiled)

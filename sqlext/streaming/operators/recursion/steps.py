@@ -1,9 +1,9 @@
 """The two steps of an incremental recursion, each written once: edges that only arrive, and a
 change feed whose edges may also be deleted. A step does not know where it runs: it is
 written over a place (:class:`Place`), the operations that differ by where the rows are, and
-the run (:class:`~sqlext.streaming.recursion.run.RecursionRun`) gives it the driver's, over
-Arrow data (:class:`~sqlext.streaming.recursion.driver.DriverPlace`), or Spark's
-(:class:`~sqlext.streaming.recursion.in_spark.SparkPlace`).
+the run (:class:`~sqlext.streaming.operators.recursion.run.RecursionRun`) gives it the driver's, over
+Arrow data (:class:`~sqlext.streaming.operators.recursion.driver.DriverPlace`), or Spark's
+(:class:`~sqlext.streaming.operators.recursion.in_spark.SparkPlace`).
 
 Rows are the recursion's rows under its column names and types, in the place's own form (an
 Arrow table, a Spark frame); ``None`` stands for no rows where a place finds that cheaper to
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sqlext.streaming.recursion.shape import RecursionShape
+from sqlext.streaming.operators.recursion.shape import RecursionShape
 from sqlext.streaming.run import step
 
 

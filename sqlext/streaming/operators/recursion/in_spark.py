@@ -1,5 +1,5 @@
 """One batch of an incremental recursion through Spark: the operations of the steps
-(:mod:`sqlext.streaming.recursion.steps`) as Spark frames over the state's layers, each
+(:mod:`sqlext.streaming.operators.recursion.steps`) as Spark frames over the state's layers, each
 recursion one ``WITH RECURSIVE`` query (the batch recursion's paths: the graph walk where it
 fits). Rows are lazy frames until an operation that reads them more than once materialises
 them (``localCheckpoint``), once: a step's parts are matched and unioned before their distinct
@@ -17,8 +17,8 @@ from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
 from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.recursion.columns import BEFORE, COUNT, FOUND
-from sqlext.streaming.recursion.shape import over, refuse_absent, refuse_unknown
+from sqlext.streaming.operators.recursion.columns import BEFORE, COUNT, FOUND
+from sqlext.streaming.operators.recursion.shape import over, refuse_absent, refuse_unknown
 from sqlext.streaming.run import step
 
 # rows to take away from what was found are matched against it by broadcasting them, up to this many
@@ -27,7 +27,7 @@ BROADCAST_ROWS = 2_000_000
 
 class SparkPlace:
     """The steps' operations for one batch of ``run`` through Spark (see
-    :class:`~sqlext.streaming.recursion.steps.Place`). Rows are Spark frames, None for no
+    :class:`~sqlext.streaming.operators.recursion.steps.Place`). Rows are Spark frames, None for no
     rows where that is known without a job; the edges are frames over the state's layers.
 
     The state is written once the output is: the output, the rows found, then the edges."""

@@ -24,7 +24,7 @@ on that derivation is met in step 1. So the outputs of the runs, concatenated, e
 batch result. ``UNION ALL`` is refused: it counts derivations, which this state does not keep.
 
 A stream with ``_change_type`` is a change feed of edges, which may also take edges away
-(see :func:`~sqlext.streaming.recursion.steps.changes`): the state then counts each edge's
+(see :func:`~sqlext.streaming.operators.recursion.steps.changes`): the state then counts each edge's
 inserts less its deletes, a batch that removes edges deletes and re-derives what they reached
 (DRed), and the output is the change feed of ``r``'s rows.
 
@@ -39,8 +39,8 @@ gives (:mod:`.compiled`), the run (:mod:`.run`) and its two steps, each written 
 :mod:`.arrow_rows`), and Spark (:mod:`.in_spark`).
 """
 
-from sqlext.streaming.recursion.compiled import compiled
-from sqlext.streaming.recursion.run import RecursionRun
-from sqlext.streaming.recursion.shape import RecursionShape
+from sqlext.streaming.operators.recursion.compiled import compiled
+from sqlext.streaming.operators.recursion.run import RecursionRun
+from sqlext.streaming.operators.recursion.shape import RecursionShape
 
 __all__ = ["RecursionRun", "RecursionShape", "compiled"]

@@ -1,7 +1,7 @@
 """One batch of an incremental recursion on the driver, over Arrow data: the operations of the
-steps (:mod:`sqlext.streaming.recursion.steps`) as the graph walk of the batch recursion
+steps (:mod:`sqlext.streaming.operators.recursion.steps`) as the graph walk of the batch recursion
 (:mod:`sqlext.udfs.recursive_expand`) over the edges present, kept in memory between batches
-(:mod:`sqlext.streaming.recursion.present`). Only the rows the batch's edges reach are read
+(:mod:`sqlext.streaming.operators.recursion.present`). Only the rows the batch's edges reach are read
 from the state: the rows found so far are looked up by column, never read whole."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pyarrow.compute as pc
 from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, DELETE, INSERT, SETS_VALUE
 from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
-from sqlext.streaming.recursion.arrow_rows import counts_of, distinct, exclude_rows, marked, matching, narrowed
-from sqlext.streaming.recursion.columns import COUNT, FOUND
-from sqlext.streaming.recursion.present import keep, present_before
-from sqlext.streaming.recursion.shape import over, picked, refuse_absent, refuse_unknown
+from sqlext.streaming.operators.recursion.arrow_rows import counts_of, distinct, exclude_rows, marked, matching, narrowed
+from sqlext.streaming.operators.recursion.columns import COUNT, FOUND
+from sqlext.streaming.operators.recursion.present import keep, present_before
+from sqlext.streaming.operators.recursion.shape import over, picked, refuse_absent, refuse_unknown
 from sqlext.streaming.run import arrow_frame, step
 from sqlext.streaming.state import LayerWrites
 from sqlext.udfs.recursive_expand import EdgeIndex, walk
@@ -24,8 +24,8 @@ from sqlext.udfs.recursive_expand import step as walk_step
 
 class DriverPlace:
     """The steps' operations for one batch of ``run`` over Arrow data on the driver (see
-    :class:`~sqlext.streaming.recursion.steps.Place`). Rows are Arrow tables; the edges
-    present are the graph walk's index (:class:`~sqlext.streaming.recursion.present.Present`).
+    :class:`~sqlext.streaming.operators.recursion.steps.Place`). Rows are Arrow tables; the edges
+    present are the graph walk's index (:class:`~sqlext.streaming.operators.recursion.present.Present`).
 
     The state's layers are written beside the rest (:class:`~sqlext.streaming.state.LayerWrites`)
     and committed together after the output."""

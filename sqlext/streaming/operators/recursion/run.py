@@ -1,5 +1,5 @@
 """The ``foreachBatch`` function of an incremental recursion: its state, and each batch's one
-step (:mod:`sqlext.streaming.recursion.steps`) placed on the driver or in Spark."""
+step (:mod:`sqlext.streaming.operators.recursion.steps`) placed on the driver or in Spark."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pyarrow as pa
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from sqlext.functions.changes import CHANGE_TYPE
-from sqlext.streaming.recursion import steps
-from sqlext.streaming.recursion.columns import COUNT, FOUND, FUNCTION
-from sqlext.streaming.recursion.compiled import compiled
-from sqlext.streaming.recursion.driver import DriverPlace
-from sqlext.streaming.recursion.in_spark import SparkPlace
-from sqlext.streaming.recursion.shape import RecursionShape
+from sqlext.streaming.operators.recursion import steps
+from sqlext.streaming.operators.recursion.columns import COUNT, FOUND, FUNCTION
+from sqlext.streaming.operators.recursion.compiled import compiled
+from sqlext.streaming.operators.recursion.driver import DriverPlace
+from sqlext.streaming.operators.recursion.in_spark import SparkPlace
+from sqlext.streaming.operators.recursion.shape import RecursionShape
 from sqlext.streaming.run import StatefulRun, arrow_schema, on_driver, step
 from sqlext.streaming.shapes import stream_order
 from sqlext.streaming.source_files import batch_rows

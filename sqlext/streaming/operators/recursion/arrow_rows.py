@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sqlext.streaming.keyed_rows import exclude, restrict
-from sqlext.streaming.recursion.columns import COUNT
+from sqlext.streaming.operators.recursion.columns import COUNT
 from sqlext.udfs.recursive_expand import distinct_rows
 
 

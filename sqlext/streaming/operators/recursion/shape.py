@@ -1,5 +1,5 @@
 """The statement of an incremental recursion: its parts, checked against what runs
-incrementally (see :mod:`sqlext.streaming.recursion`), the same parts rewritten over views,
+incrementally (see :mod:`sqlext.streaming.operators.recursion`), the same parts rewritten over views,
 and the errors that name the statement's stream."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from sqlext.errors import SqlextError
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.functions.input_formats import UPDATE_WITHOUT_BEFORE
 from sqlext.language.dialect import is_stream, to_sql
-from sqlext.streaming.recursion.columns import FUNCTION
+from sqlext.streaming.operators.recursion.columns import FUNCTION
 
 
 def unsupported(what: str, reason: str, fix: str) -> SqlextError:

@@ -14,11 +14,13 @@ from typing import Sequence
 
 from sqlglot import exp
 
+from sqlext.functions.arguments import SqlValue, key_text, raise_error
+from sqlext.functions.changes import (
+    CHANGE_TYPE, CHANGE_TYPES, INSERT, PREIMAGE, SETS_VALUE, ChangeShape, DELETE, POSTIMAGE,
+)
 from sqlext.language.sqltree import (
     alias, and_, halias, case, col, fragment, hcol, lateral_explode, over, paren, select_from, string,
 )
-from sqlext.functions.arguments import SqlValue, key_text, raise_error
-from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, INSERT, PREIMAGE, SETS_VALUE, ChangeShape
 
 
 def window(shape: ChangeShape, function: exp.Expression, frame: exp.WindowSpec | None = None) -> exp.Window:
@@ -152,8 +154,6 @@ def minimal_changes_from_parts(query: exp.Select, columns: Sequence[tuple[str, e
     ``columns`` are (name, its value before, its value after); the three conditions say
     whether the key has a row before, after, and whether the rows are equal (only read when
     both are there). Slot 0 forwards the old row, slot 1 the new one."""
-    from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE
-
     none = fragment("CAST(array() AS ARRAY<INT>)")
     slots = case([
         (fragment("__sx_had AND __sx_has"), paren(case([(paren(same), none)], fragment("array(0, 1)")))),

@@ -60,8 +60,6 @@ class MappingRelations:
 
     def expression_type(self, query: str, expression: str) -> str | None:
         """The type of a bare column of a described table (through ``SELECT *`` and CTEs)."""
-        from sqlext.language.dialect import parse_one
-
         try:
             column = parse_one(expression)
             tree = parse_one(query)

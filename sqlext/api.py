@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from sqlext.errors import SqlextError
+from sqlext.language.dialect import parse_one
 from sqlext.runner import recursion_paths, run_statement
-from sqlext.session import install
+from sqlext.session import install, SparkRelations, ensure_installed
+from sqlext.statements import split_statements
 
 __all__ = ["install", "rewrite", "explain", "sql"]
 
@@ -20,7 +22,6 @@ def rewrite(text: str, schema: Mapping | None = None) -> str:
     as they are, for the registered table functions.
     """
     from sqlext.rewrites.pipeline import MappingRelations, rewrite_statement
-    from sqlext.statements import split_statements
 
     relations = MappingRelations(schema)
     parts = [rewrite_statement(s.text, relations).sql for s in split_statements(text)]
@@ -37,8 +38,6 @@ def explain(*spark_and_text, spark=None, schema: Mapping | None = None):
     read too: the text is the argument that is a string.
     """
     from sqlext.rewrites.pipeline import MappingRelations, rewrite_statement
-    from sqlext.session import SparkRelations
-    from sqlext.statements import split_statements
 
     spark, text = _session_and_text(spark_and_text, spark, "explain")
     relations = SparkRelations(spark) if spark is not None else MappingRelations(schema)
@@ -77,8 +76,6 @@ def _session_and_text(given: tuple, spark, function: str) -> tuple:
 def _defines_temp_view(text: str) -> bool:
     from sqlglot import exp
 
-    from sqlext.language.dialect import parse_one
-
     try:
         tree = parse_one(text)
     except Exception:  # noqa: BLE001 - not one sqlglot reads, so not one explain runs
@@ -93,9 +90,6 @@ def sql(spark, text: str):
     sqlext is installed on the session first if it is not yet. ``sql(text, spark)`` is read
     too (the text is the argument that is a string), as :func:`explain` reads either order.
     """
-    from sqlext.session import ensure_installed
-    from sqlext.statements import split_statements
-
     spark, text = _session_and_text((spark, text), None, "sql")
     ensure_installed(spark)
     frame = None

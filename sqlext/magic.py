@@ -20,7 +20,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from sqlext.api import explain
 from sqlext.display import format_table, format_value
+from sqlext.language.dialect import parse_one, to_sql
+from sqlext.runner import run_and_fetch
+from sqlext.session import ensure_installed, local_session
+from sqlext.statements import split_statements
 
 
 @dataclass
@@ -48,10 +53,6 @@ class Result:
 def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
     """Rewrite and run every statement of ``cell``; the last one's result (None if it has no
     columns). Errors are printed as ``cell:LINE:COLUMN: [CLASS] message``; then None."""
-    from sqlext.runner import run_and_fetch
-    from sqlext.session import ensure_installed
-    from sqlext.statements import split_statements
-
     ensure_installed(spark)
     result = None
     for statement in split_statements(cell):
@@ -66,9 +67,6 @@ def run_cell(spark, cell: str, limit: int = 200) -> Result | None:
 def explain_text(spark, text: str) -> str:
     """Each statement of ``text`` before and after rewriting, what every rule did, and the path
     each recursion will take."""
-    from sqlext.api import explain
-    from sqlext.language.dialect import parse_one, to_sql
-
     parts = []
     for result in explain(text, spark=spark):
         after = to_sql(parse_one(result.sql), pretty=True) if result.changed else "(unchanged)"
@@ -92,7 +90,6 @@ def session_for(namespace: dict):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    from sqlext.session import local_session
 
     return local_session()
 

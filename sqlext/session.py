@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqlext.functions import catalogue
 from sqlext.local_spark import local_builder, quiet_python_logs, quiet_start
 from sqlext.spark_errors import install_error_hooks
 
@@ -60,8 +61,6 @@ def ensure_installed(spark):
 def register_table_functions(spark) -> None:
     """Register, under its name, each function of the catalogue that has a Python table function."""
     from pyspark.sql.functions import udtf
-
-    from sqlext.functions import catalogue
 
     for function in catalogue.functions():
         if function.table_function is not None:

@@ -27,6 +27,8 @@ import contextlib
 import functools
 import threading
 
+from sqlext.errors import carried_by
+
 # set on what a hook has wrapped, so that installing twice wraps nothing twice
 _HOOKED = "__sqlext_error_hook__"
 _busy = threading.local()
@@ -123,8 +125,6 @@ def _reraising_context(manager):
 def _carried(error: BaseException):
     """:func:`sqlext.errors.carried_by`, not reentered: reading a classic error asks the JVM,
     through the hooked function, and an error there is left as it is."""
-    from sqlext.errors import carried_by
-
     if getattr(_busy, "active", False):
         return None
     _busy.active = True

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, spark_error_summary
+from sqlext.language.dialect import SparkExt, parse_one
 from sqlext.statements import Statement, position, unclosed_quote
 
 
@@ -96,8 +97,6 @@ def trailing_comma(statement: Statement, function: str) -> Problem | None:
     ``FROM`` as a column, and the error comes only when the statement runs."""
     from sqlglot.tokens import TokenType
 
-    from sqlext.language.dialect import SparkExt
-
     try:
         tokens = SparkExt().tokenize(statement.text)
     except Exception:  # noqa: BLE001 - text sqlglot's tokenizer cannot read: the parsers decide
@@ -115,8 +114,6 @@ def _spark_problem(spark, statement: Statement, function: str) -> Problem | None
     """Spark's parse error of the statement, where sqlext's parser cannot read it either."""
     from pyspark.errors import PySparkException
 
-    from sqlext.errors import spark_error_summary
-
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is None:  # Spark Connect: no parser to ask here; the statement's run will say
         return None
@@ -132,8 +129,6 @@ def _spark_problem(spark, statement: Statement, function: str) -> Problem | None
 def _sqlglot_problem(statement: Statement, function: str) -> Problem | None:
     """sqlext's parser's error of the statement, at the token it stopped at."""
     from sqlglot.errors import ParseError, TokenError
-
-    from sqlext.language.dialect import parse_one
 
     try:
         parse_one(statement.text)

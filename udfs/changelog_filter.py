@@ -10,6 +10,8 @@ is what ``sqlext.sql`` runs. The tests hold the kernel to a plain per-key replay
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +27,11 @@ from sqlext.functions.changelog_filter import (
 from sqlext.functions.changes import (
     CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, check_arguments, check_order_type, late_change,
 )
+from sqlext.udfs.column_wise import check_rows, codes, differ, leaves_row, ranks, replaced_deletes, without_preimages
 
 
 def _sql_type(value: Any) -> str:
     """The SQL type of a value a predicate gave, for the message (``str`` is STRING)."""
-    import datetime
-    import decimal
-
     for python, sql in ((str, "STRING"), (int, "a number"), (float, "DOUBLE"), (decimal.Decimal, "DECIMAL"),
                         (bytes, "BINARY"), (datetime.datetime, "TIMESTAMP"), (datetime.date, "DATE")):
         if isinstance(value, python):
@@ -44,8 +44,6 @@ def filter_batch(spec: FilterSpec, rows: pa.Table) -> pa.Table:
     (:func:`filter_increment` from an empty state). ``rows`` holds the input's columns and the
     predicate's value in ``PASS_COLUMN``; returns the output rows (``spec.output_columns``);
     for ``emit => 'final'`` the last row of each key that passes."""
-    from sqlext.udfs.column_wise import without_preimages
-
     shape = spec.shape
     columns = [*shape.data_columns, shape.order_by]
     empty = pa.schema([rows.schema.field(c) for c in columns] + [("__sx_was_passed", pa.bool_()),
@@ -73,8 +71,6 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     than a change before it (in the increment, or the key's row) is dropped, as a versioned
     table ignores it."""
     import pyarrow.compute as pc
-
-    from sqlext.udfs.column_wise import check_rows, codes, leaves_row, ranks, replaced_deletes
 
     shape = spec.shape
     keys, data, order, sequence = list(shape.key), list(shape.data_columns), shape.order_by, shape.sequence_by
@@ -180,8 +176,6 @@ def _forwarded(spec: FilterSpec, rows: pa.Table, previous: pa.Table, new, old_pa
     table sees (an insert where a key starts to pass, a delete where it stops, a preimage and a
     postimage where it passes before and after with other values)."""
     import pyarrow.compute as pc
-
-    from sqlext.udfs.column_wise import differ
 
     shape = spec.shape
     data, order = list(shape.data_columns), shape.order_by

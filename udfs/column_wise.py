@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE
 from sqlext.errors import SqlextError
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES, PREIMAGE, SETS_VALUE, DELETE, INSERT, POSTIMAGE
 
 # what a column-wise step cannot take (a key or ordering type Arrow cannot hash or sort); the
 # caller then runs the per-key reference logic, which raises the errors
@@ -201,8 +201,6 @@ def replaced_deletes(shape, changes: pa.Table, key_codes: np.ndarray, order_rank
     first (Delta's protocol), so the insert is the key's change there and the delete is left
     out, as a preimage is (:func:`sqlext.functions.changes.without_replaced_delete` says it key
     by key); other changes sharing a value are left for :func:`check_ties`."""
-    from sqlext.functions.changes import DELETE, INSERT
-
     none = np.zeros(changes.num_rows, dtype=bool)
     if not shape.has_change_type or changes.num_rows < 2:
         return none
@@ -344,8 +342,6 @@ def net_changes(changes: pa.Table, keys: Sequence[str], order_by: str) -> pa.Tab
     delete; otherwise nothing. Every row takes the ordering value of the key's last change.
     The changes' order within a key is their ordering value, then their place in ``changes``
     (a preimage before its postimage)."""
-    from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE
-
     count = changes.num_rows
     if count == 0:
         return changes

@@ -29,9 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
+from sqlext.errors import SqlextError
+from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, late_change
 from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
-from sqlext.udfs.column_wise import pairs_within, row_codes, value_codes
+from sqlext.udfs.column_wise import (
+    pairs_within, row_codes, value_codes, Timeline, at, check_rows, check_ties, differ, first_of_each, flag,
+    leaves_row, ranks, replaced_deletes, take, together, without_preimages,
+)
 
 
 def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left, right, left_state, right_state,
@@ -58,8 +62,6 @@ def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left
 
 def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
     """:func:`sqlext.udfs.column_wise.differ` over columns that may be nested."""
-    from sqlext.udfs.column_wise import differ
-
     nested = [c for c in columns if pa.types.is_nested(a.schema.field(c).type)]
     differs = differ(a, b, [c for c in columns if c not in nested])
     for column in nested:
@@ -77,8 +79,6 @@ class _JoinIncrement:
     def _checked(self, shape, changes):
         """The changes without preimages and replaced deletes, after the checks of the
         change-row rules, and the codes of their keys."""
-        from sqlext.udfs.column_wise import check_rows, check_ties, ranks, replaced_deletes, without_preimages
-
         check_rows(shape, changes)
         changes = without_preimages(shape, changes)
         key_codes, order_ranks = row_codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
@@ -106,8 +106,6 @@ class _JoinIncrement:
         return np.asarray(pc.fill_null(late, False), dtype=bool)
 
     def _raise_late(self, shape, changes, late: np.ndarray):
-        from sqlext.functions.changes import late_change
-
         row = changes.take(pa.array(np.flatnonzero(late)[:1])).to_pylist()[0]
         raise late_change(FUNCTION, shape.key_text(row), shape.order_by, repr(row[shape.order_by]),
                           repr(self.highest), across_inputs=True)
@@ -117,8 +115,6 @@ class _JoinIncrement:
         when its ``sequence_by`` value is below the highest one of its key so far (its state
         row's, then its earlier changes'). A late change (at or below the highest ordering
         value processed) is ``[LATE_CHANGE]`` unless its state row says it is stale."""
-        from sqlext.udfs.column_wise import ranks, together
-
         if changes.num_rows == 0:
             return changes
         seq, count = shape.sequence_by, state.num_rows
@@ -149,8 +145,6 @@ class _JoinIncrement:
         return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, state_schema)], schema=state_schema)
 
     def run(self):
-        from sqlext.udfs.column_wise import Timeline, leaves_row, ranks, together
-
         spec, L, R = self.spec, self.spec.left, self.spec.right
         (left, left_codes), (right, _) = self._checked(L, self.left), self._checked(R, self.right)
         if L.sequence_by is None:
@@ -200,8 +194,6 @@ class _JoinIncrement:
     # -- emit => 'changes': the result rows before and after each version
 
     def _changes(self):
-        from sqlext.udfs.column_wise import at, first_of_each, flag, together
-
         spec, L, R, lines, right_lines = self.spec, self.spec.left, self.spec.right, self.lines, self.right_lines
         left_codes, left_versions, width = self.left_codes, self.left_versions, self.width
         # the (left key, version) pairs whose result may change: each left change ...
@@ -273,8 +265,6 @@ class _JoinIncrement:
         but the delete of an absent row, forwards every left row subscribed to its key just
         before it, joined with the new right row (a tombstone for an inner join's delete). A
         left change reads the right rows after the right changes at its version."""
-        from sqlext.udfs.column_wise import flag, together
-
         spec, L, R, lines, right_lines = self.spec, self.spec.left, self.spec.right, self.lines, self.right_lines
         padded = spec.join_type == "left"
         # the left changes
@@ -325,8 +315,6 @@ class _JoinIncrement:
     def _result_differs(self, old_left, new_left, old_right, new_right):
         """Whether the result rows of two (left row, right row) pairs differ: rows at the same
         index are equal, so only the pairs whose indices differ compare values."""
-        from sqlext.udfs.column_wise import take
-
         differs = np.zeros(len(old_left), dtype=bool)
         for table, columns, old, new in ((self.lines, self.spec.left.data_columns, old_left, new_left),
                                          (self.right_lines, self.spec.right.data_columns, old_right, new_right)):
@@ -338,8 +326,6 @@ class _JoinIncrement:
 
     def _images(self, left_rows, right_rows):
         """The result rows of the left rows joined with the right rows (indices; -1: NULLs)."""
-        from sqlext.udfs.column_wise import take
-
         spec = self.spec
         left = take(self.lines.select(list(spec.left.data_columns)), left_rows)
         right = take(self.right_lines.select(list(spec.right.data_columns)), right_rows)
@@ -352,8 +338,6 @@ def _check_ties_and_stamps(shape, changes, key_codes: np.ndarray, order_ranks: n
     """With ``sequence_by``: ``[AMBIGUOUS_ORDER]`` for two changes of one key at one ordering
     value, ``[NULL_SEQUENCE_VALUE]`` for a change without a ``sequence_by`` value; of several,
     the error of the key that comes first in the increment, a tie before a NULL value."""
-    from sqlext.errors import SqlextError
-
     if not len(key_codes):
         return
     order = np.lexsort((np.arange(len(key_codes)), order_ranks, key_codes))

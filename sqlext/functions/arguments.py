@@ -12,9 +12,9 @@ from typing import Any, Callable, Sequence
 
 from sqlglot import exp
 
-from sqlext.language.dialect import TableArgument, to_sql
+from sqlext.errors import SqlextError, sql_value, message_text
+from sqlext.language.dialect import TableArgument, to_sql, parse_one
 from sqlext.language.sqltree import identifier_list, read_identifier_list
-from sqlext.errors import SqlextError, sql_value
 
 
 @dataclass
@@ -180,8 +180,6 @@ def _names_or_none(text) -> list[str] | None:
 def replace_call(table: exp.Table, query: exp.Expression | str) -> None:
     """Put the native query (a tree, or SQL text) where the call stood, keeping the call's
     alias and joins."""
-    from sqlext.language.dialect import parse_one
-
     subquery = exp.Subquery(this=parse_one(query) if isinstance(query, str) else query)
     alias = table.args.get("alias")
     if alias is not None:
@@ -227,8 +225,6 @@ def raise_error(error_class: str, function: str, **params) -> exp.Expression:
     ...                          value=SqlValue(exp.column("v{x}", quoted=True))))[:180])
     RAISE_ERROR(CONCAT('[AMBIGUOUS_ORDER] F: two changes of key ', COALESCE(CAST(CONCAT('id=', COALESCE(CAST(`id` AS STRING), 'NULL')) AS STRING), 'NULL'), ' share v{x} = ', COALESCE(C
     """
-    from sqlext.errors import message_text
-
     sql_params = {name: value for name, value in params.items() if isinstance(value, SqlValue)}
     markers = {name: f"\x00{i}\x00" for i, name in enumerate(sql_params)}
     text = message_text(error_class, function, **{**params, **markers})

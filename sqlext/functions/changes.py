@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from sqlext.errors import SqlextError, sql_value
+from sqlext.language.sqltree import read_identifier_list
 
 CHANGE_TYPE = "_change_type"
 DEFAULT_ORDER_BY = "_commit_version"
@@ -43,8 +44,6 @@ def split_columns(function: str, argument: str, text: Any) -> list[str]:
     >>> split_columns("F", "key", "id, `k {x}`, `it's ``q```")
     ['id', 'k {x}', "it's `q`"]
     """
-    from sqlext.language.sqltree import read_identifier_list
-
     if not isinstance(text, str) or not text.strip():
         raise SqlextError(
             "INVALID_ARGUMENT_TYPE", function=function, argument=argument,

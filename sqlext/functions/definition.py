@@ -7,6 +7,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from sqlext.functions.arguments import read_call
+
 
 @dataclass(frozen=True)
 class Function:
@@ -49,8 +51,6 @@ class Function:
 
     def read(self, call):
         """A call's arguments, read and checked (:func:`sqlext.functions.arguments.read_call`)."""
-        from sqlext.functions.arguments import read_call
-
         return read_call(call, self.name, self.arguments, tables=self.tables)
 
     def emit(self, call) -> str:

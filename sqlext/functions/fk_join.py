@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sqlext.errors import SqlextError, sql_value
-from sqlext.language.dialect import is_numeric
-from sqlext.functions.changes import (
-    CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option,
-)
+from sqlext.functions.changes import CHANGE_TYPE, EMIT_MODES, ChangeShape, change_shape, check_arguments, check_option
 from sqlext.functions.definition import Function
 from sqlext.functions.expressions import check_columns, parse_expression
 from sqlext.functions.input_formats import check_read
+from sqlext.language.dialect import is_numeric, to_sql
 
 FUNCTION = "FK_JOIN"
 ARGUMENTS = ("left", "right", "left_key", "foreign_key", "right_key", "join_type", "order_by", "emit",
@@ -113,7 +111,6 @@ def fk_join_spec(arguments: Mapping[str, Any], left_columns: Sequence[str],
     check_columns(FUNCTION, "left", foreign_key, left_columns, "foreign_key")
     join_type = check_option(FUNCTION, "join_type", args.get("join_type", "inner"), JOIN_TYPES)
     emit = check_option(FUNCTION, "emit", args.get("emit", "changes"), EMIT_MODES)
-    from sqlext.language.dialect import to_sql
 
     return FkJoinSpec(left, right, to_sql(foreign_key), join_type, emit)
 

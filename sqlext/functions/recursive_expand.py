@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlext.errors import SqlextError
 from sqlext.functions.definition import Function
+from sqlext.language.sqltree import read_identifier_list
 
 FUNCTION = "RECURSIVE_EXPAND"
 ARGUMENTS = ["name", "columns", "anchor", "step", "distinct", "max_level", "key"]
@@ -54,8 +55,6 @@ def repeats_error(name: str, level: int) -> SqlextError:
 
 
 def spec_from_call(literals: dict[str, Any], anchor_sql: str) -> RecursiveSpec:
-    from sqlext.language.sqltree import read_identifier_list
-
     # the rule writes each list with sqltree.identifier_list: a name may hold a comma or a backtick
     columns = read_identifier_list(literals.get("columns"))
     key = read_identifier_list(literals.get("key"))

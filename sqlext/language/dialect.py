@@ -28,6 +28,8 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
 
+from sqlext.errors import SqlextError
+
 
 class TableArgument(exp.Expression):
     """``TABLE(relation) [WITH SINGLE PARTITION | PARTITION BY ...] [ORDER BY ...]``.
@@ -249,9 +251,6 @@ STREAM_OPTIONS = ("format", "order_by")
 def stream_argument(call: exp.Anonymous) -> exp.Expression:
     """The one table or view name ``STREAM(...)`` takes (a name, a dotted name or a string),
     before its named arguments (:func:`stream_options`)."""
-    from sqlext.errors import SqlextError
-
-    named = [e for e in call.expressions if isinstance(e, (exp.Kwarg, exp.PropertyEQ))]
     names = [e for e in call.expressions if not isinstance(e, (exp.Kwarg, exp.PropertyEQ))]
     if len(names) != 1 or not isinstance(names[0], (exp.Column, exp.Table, exp.Literal)) \
             or call.expressions[0] is not names[0]:
@@ -269,8 +268,6 @@ def stream_options(call: exp.Anonymous) -> dict[str, str]:
     >>> stream_options(parse_one("SELECT * FROM STREAM(e, FORMAT => 'iceberg')").find(exp.Anonymous))
     {'format': 'iceberg'}
     """
-    from sqlext.errors import SqlextError
-
     options: dict[str, str] = {}
     for item in call.expressions:
         if not isinstance(item, (exp.Kwarg, exp.PropertyEQ)):

@@ -22,15 +22,21 @@ it. The run's summary counts them.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow as pa
 
-from sqlext.errors import SqlextError, find_in, message_text, sql_value
-from sqlext.storage import Folder
+from sqlext.errors import SqlextError, find_in, message_text, sql_value, SqlextSparkError
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES
+from sqlext.storage import Folder, resolve
+from sqlext.streaming.batches import batch_entries, batch_files
 from sqlext.streaming.record_problems import Lines, columns_text, csv_problem, json_problem
+from sqlext.streaming.run import arrow_schema
 
 FUNCTION = "sqlext stream"
 CORRUPT = "__sx_bad_record"  # the column Spark's JSON and CSV readers put a record they cannot read in
@@ -110,8 +116,6 @@ class SourceRecords:
     @property
     def change_type(self) -> str | None:
         """The column of its rows' change types, where a quarantine checks them."""
-        from sqlext.functions.changes import CHANGE_TYPE
-
         return next((n for n in self.schema.names if n.lower() == CHANGE_TYPE), None) if self.change_rows else None
 
     def _unknown_type(self):
@@ -145,8 +149,6 @@ class SourceRecords:
         ``unknown_types``, also the change rows whose change type is unknown (a record that
         reads, but is no change: its values as JSON, at its row in a Parquet file)."""
         from pyspark.sql import functions as F
-
-        from sqlext.functions.changes import CHANGE_TYPES
 
         unknown_types = unknown_types and self.change_type is not None
         if not (self.parsed or unknown_types) or not files:
@@ -190,9 +192,6 @@ class SourceRecords:
 def unknown_change_type(column: str):
     """A Spark condition: the row's change type (in ``column``) is none a change row has, or NULL."""
     from pyspark.sql import functions as F
-
-    from sqlext.functions.arguments import quote
-    from sqlext.functions.changes import CHANGE_TYPES
 
     kind = F.col(quote(column))
     return kind.isNull() | ~kind.isin(*CHANGE_TYPES)
@@ -293,9 +292,6 @@ class Door:
     def _files(self, spark, source: SourceRecords, batch_id: int) -> list[Folder]:
         """The source's files in the batch, from Spark's records of it (named as Spark named them,
         through a mount table where the folder was given through one)."""
-        from sqlext.storage import resolve
-        from sqlext.streaming.batches import batch_entries, batch_files
-
         files = batch_files(self.checkpoint, batch_id, source.index, source.folder)
         if files is not None:
             return files
@@ -322,10 +318,6 @@ class Door:
         of the key the message names (``AMBIGUOUS_ORDER``, ``NULL_ORDER_VALUE``, ``LATE_CHANGE``).
         None where the files do not tell."""
         from pyspark.sql import functions as F
-
-        from sqlext.errors import SqlextSparkError
-        from sqlext.functions.arguments import quote
-        from sqlext.functions.changes import CHANGE_TYPE
 
         key = None if error.error_class == "UNKNOWN_CHANGE_TYPE" else _named_key(str(error))
         if key is None and error.error_class != "UNKNOWN_CHANGE_TYPE":
@@ -365,9 +357,6 @@ def _named_key(message: str) -> dict | None:
     >>> _named_key("[NULL_ORDER_VALUE] F: a change of key id=3 has NULL in the ordering column v. Fill ...")
     {'id': 3, 'v': None}
     """
-    import ast
-    import re
-
     found = re.search(r"\bkey (?P<key>.+?) (?:share|has) ", message)
     if found is None:
         return None
@@ -388,8 +377,6 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
     one (which Spark would read as NULL in every row; unless the column is one the source gained,
     :attr:`SourceRecords.optional`), with one more, or with another type is refused, naming the
     file and the column."""
-    from sqlext.streaming.run import arrow_schema
-
     want = arrow_schema(source.schema)
     for file in files:
         try:

@@ -6,7 +6,9 @@ of a batch that was planned and failed on its input (:func:`forget_batch`)."""
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote, urlparse
 
+from sqlext.errors import SqlextError
 from sqlext.storage import Folder
 
 
@@ -37,8 +39,6 @@ def batch_entries(checkpoint: Folder, batch_id: int, source: int) -> list[dict] 
     """The entries (``{"path": ...}``) of the files micro-batch ``batch_id`` read from its
     ``source``-th source, a file source, from Spark's offset and file logs (see
     :func:`batch_files`); None where the records are not as read here."""
-    from sqlext.errors import SqlextError
-
     def log_offset(batch: int):
         lines = (checkpoint / "offsets" / str(batch)).read_bytes().decode().splitlines()
         if not lines or lines[0] != "v1" or len(lines) < 3 + source:
@@ -139,8 +139,6 @@ def _delete_log_file(folder: Folder, name: str) -> None:
 
 def _place(uri: str) -> tuple[str, str, str]:
     """A URI as (scheme, authority, path), a plain path as a local file's."""
-    from urllib.parse import unquote, urlparse
-
     parsed = urlparse(uri)
     return (parsed.scheme or "file").lower(), parsed.netloc, unquote(parsed.path)
 

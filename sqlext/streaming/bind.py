@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.functions.arguments import find_calls
-from sqlext.functions import catalogue
 from sqlext.errors import SqlextError
-from sqlext.language.dialect import parse_one, stream_options, to_sql
-from sqlext.language.dialect import is_stream as _is_stream
+from sqlext.functions import catalogue
+from sqlext.functions.arguments import find_calls, set_literal
+from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
+from sqlext.language.dialect import parse_one, stream_options, to_sql, is_stream as _is_stream, parse, stream_argument
 from sqlext.language.sqltree import identifier_list
 from sqlext.streaming.registry import keyed_call
+from sqlext.streaming.shapes import stream_order, stream_shape
 
 FUNCTION = "sqlext stream"
 
@@ -22,8 +23,6 @@ FUNCTION = "sqlext stream"
 def one_statement(sql: str) -> exp.Expression:
     """The one statement of an incremental run, parsed; a text holding several, or none, or
     one that does not parse, is a classed error."""
-    from sqlext.language.dialect import parse
-
     try:
         statements = [s for s in parse(sql) if s is not None]
     except Exception as error:  # noqa: BLE001 - sqlglot's parse and token errors
@@ -92,11 +91,6 @@ def order_by_streams(tree: exp.Expression) -> None:
     columns alike. Where the call gives ``format`` too, the two must be the same: the call's
     ``format`` then maps the input, as without the STREAM's (which is left out, its
     ``order_by`` going to the call)."""
-    from sqlext.functions.arguments import set_literal
-    from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
-    from sqlext.language.dialect import stream_argument
-    from sqlext.streaming.shapes import stream_order, stream_shape
-
     # inner calls first: an outer call reads their change rows, ordered as they are
     for table in reversed([t for t in tree.find_all(exp.Table, bfs=False) if keyed_call(t) is not None]):
         keyed = keyed_call(table)

@@ -19,11 +19,12 @@ every source are recorded beside them (``sqlext-sources.json``): a change there 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 
-
 from sqlext.errors import SqlextError
-from sqlext.storage import Folder
+from sqlext.storage import Folder, resolve
+from sqlext.streaming.schema_evolution import adds, changes, grown
 
 FUNCTION = "sqlext stream"
 STATEMENT_FILE = "sqlext-statement.json"
@@ -150,8 +151,6 @@ def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple
     columns grew or widened since the output's were recorded (as its schema evolution allowed:
     :func:`check_source_columns`), columns added or widened are the same table grown, and
     recorded. Any other change (a joined view's columns changed under the same text) is refused."""
-    from sqlext.streaming.schema_evolution import grown
-
     path = checkpoint / STATEMENT_FILE
     recorded = path.read_json()
     if recorded is None:
@@ -181,8 +180,6 @@ def check_columns(checkpoint: Folder, output: Folder | None, columns: list[tuple
 
 def _sources_fingerprint(checkpoint: Folder) -> str:
     """The sources' recorded columns, as a digest: it changes when a source's columns evolve."""
-    import json
-
     recorded = (checkpoint / SOURCES_FILE).read_json() or {}
     columns = {name: entry if isinstance(entry, list) else entry["columns"] for name, entry in recorded.items()}
     return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()[:16]
@@ -233,8 +230,6 @@ def upstream_build(spark, folder: Folder) -> str | None:
     """The build of a folder that another sqlext run writes its output to: the id Spark gave
     that run's checkpoint when it was made (``<checkpoint>/metadata``), which starting the run
     over (a new checkpoint, a dbt full refresh) replaces. None for any other folder."""
-    from sqlext.storage import resolve
-
     marker = (folder / OUTPUT_FILE).read_json()
     if not marker or not marker.get("checkpoint"):
         return None
@@ -274,8 +269,6 @@ def check_source_columns(checkpoint: Folder, name: str, schema, holders=None, mo
     before the column was added): those added by an accepted change, and on the first run those
     ``absent()`` names (the columns some of the folder's files do not hold), where the mode adds
     columns."""
-    from sqlext.streaming.schema_evolution import adds, changes
-
     path = checkpoint / SOURCES_FILE
     recorded = path.read_json() or {}
     now = [[f.name, f.dataType.simpleString()] for f in schema.fields]

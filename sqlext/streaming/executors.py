@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ import pyarrow as pa
 from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, parquet_slices
-from sqlext.streaming.run import step, timed
+from sqlext.streaming.run import step, timed, arrow_schema
 from sqlext.streaming.state import KeyedState
 from sqlext.streaming.task_memory import task_memory
 
@@ -32,10 +33,6 @@ def routed(operator, frame, batch_id: int, pending: Folder, summary_schema):
     from pyspark.sql.functions import arrow_udf
     from pyspark.sql.types import IntegerType
     from pyspark.util import PythonEvalType
-
-    from sqlext.streaming.run import arrow_schema
-
-    import warnings
 
     columns = operator.route_columns()
     router = _Router(operator, columns)

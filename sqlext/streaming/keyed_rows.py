@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sqlext.functions.arguments import quote
+from sqlext.udfs.column_wise import codes, sorted_unique, together
 
 
 def buckets_of(rows: pa.Table, columns: Sequence[str], count: int) -> np.ndarray:
@@ -134,8 +135,6 @@ def rows_among(table: pa.Table, columns: Sequence[str], keys: pa.Table, key_colu
     of the keys (docs/performance.md has the figures).
     None where a column's type is not :func:`_codable`, or differs from the key column's (but
     for integers of two widths)."""
-    from sqlext.udfs.column_wise import codes, sorted_unique, together
-
     for column, key_column in zip(columns, key_columns):
         mine_type, their_type = table.schema.field(column).type, keys.schema.field(key_column).type
         if not (_codable(mine_type) and (mine_type == their_type or

@@ -12,17 +12,27 @@ from contextlib import ExitStack
 
 from sqlglot import exp
 
-from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.errors import SqlextError
-from sqlext.language.dialect import TableArgument, batch_form, parse_one, stream_options, to_sql
-from sqlext.language.dialect import is_stream as _is_stream
+from sqlext.functions.arguments import set_literal
+from sqlext.functions.changes import CHANGE_TYPE
+from sqlext.functions.input_formats import ARGUMENT, DELTA, take_format
+from sqlext.language.dialect import (
+    TableArgument, batch_form, parse_one, stream_options, to_sql, is_stream as _is_stream,
+)
 from sqlext.language.sqltree import identifier_list
-from sqlext.streaming.bind import (FUNCTION, is_recursion, order_by_streams, reads_no_stream, refuse_recursion,
-                                   refuse_shape, refuse_table_input, replace_table)
-from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER
+from sqlext.runner import run_statement
+from sqlext.session import ensure_installed
+from sqlext.storage import folder_bytes
+from sqlext.streaming.bad_records import QUARANTINE
+from sqlext.streaming.bind import (
+    FUNCTION, is_recursion, order_by_streams, reads_no_stream, refuse_recursion, refuse_shape, refuse_table_input,
+    replace_table,
+)
+from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER, LAYOUT_FILE
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.registry import build_operator, keyed_call
-from sqlext.streaming.shapes import change_rows_frame
+from sqlext.streaming.run import arrow_schema, outer_over, spark_schema
+from sqlext.streaming.shapes import change_rows_frame, DELTA_SHAPE, as_change_rows, stream_order, stream_shape
 from sqlext.streaming.sources import Sources
 
 _views = itertools.count(1)
@@ -32,8 +42,6 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     """The streaming source and the foreachBatch function of a statement holding one
     CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
     around it)."""
-    from sqlext.session import ensure_installed
-
     ensure_installed(spark)
     tree = tree.copy()
     calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
@@ -92,7 +100,6 @@ _COMPILED = Recent(8)
 
 def _compiled_key(spark, statement: str, checkpoint, output, output_format: str, frames: list, folders: list,
                   converted, sources: "Sources") -> tuple:
-    from sqlext.streaming.checkpoint import LAYOUT_FILE
     from sqlext.streaming.engine import BUCKETS_SETTING
 
     def written(folder, name):
@@ -135,7 +142,6 @@ def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operat
     """The incremental GROUP BY over the call's change feed (appended to ``operators``) and the
     statement that then reads its rows; None where the aggregate has no incremental form."""
     from sqlext.streaming.operators.aggregate import AggregateOperator, AggregateShape
-    from sqlext.streaming.run import spark_schema
 
     import pyarrow as pa
 
@@ -162,7 +168,6 @@ def _buckets(spark, checkpoint, folders: list) -> int:
     first run over a long history gets more; see :meth:`KeyedOperator.state_buckets`). A state
     that exists keeps the number it recorded, so the folders are only measured before the
     first run has kept any."""
-    from sqlext.storage import folder_bytes
     from sqlext.streaming.engine import KeyedOperator
 
     if (checkpoint / STATE_FOLDER).entries():
@@ -177,7 +182,6 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
     streams numbered in ``converted`` are read as change rows from another shape, so their
     files are not the rows the operator reads."""
     from sqlext.streaming.engine import Input
-    from sqlext.streaming.run import arrow_schema, spark_schema
 
     keyed = keyed_call(table)
     call = keyed.read(table)
@@ -214,9 +218,6 @@ def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> fro
     and the call rewritten to read change rows (no ``format``; ``order_by`` naming the ordering
     column of the change rows), so that the operators, their checks and the batch function a
     first run may use all see one shape. Returns the indexes of the streams it replaced."""
-    from sqlext.functions.arguments import set_literal
-    from sqlext.functions.input_formats import ARGUMENT, DELTA, take_format
-
     converted = set()
     for table in [t for t in root.find_all(exp.Table) if keyed_call(t) is not None]:
         keyed = keyed_call(table)
@@ -252,8 +253,6 @@ def stateless_frame(spark, tree: exp.Expression, sources: "Sources"):
     """The streaming DataFrame of a statement that keeps no state: each ``STREAM(...)`` read as
     a stream, the rest Spark SQL. Its rows are Spark's own stream, with no place to set bad
     records aside, so a quarantine is refused."""
-    from sqlext.session import ensure_installed
-    from sqlext.streaming.bad_records import QUARANTINE
     from sqlext.streaming.engine import temporary_view
 
     quarantined = [name for name, mode in sources.bad_records.items() if mode == QUARANTINE]
@@ -284,8 +283,6 @@ def result_schema(spark, sql: str, sources: Sources | None = None):
     ordering column: :func:`order_by_streams`; a folder of ``sources`` as the columns a run
     reads from its files, with no row). sqlext computes a recursion when it is read, so a
     recursion's columns are found as its runs find them (:func:`_recursion_schema`)."""
-    from sqlext.runner import run_statement
-    from sqlext.session import ensure_installed
     from sqlext.streaming.engine import temporary_view
 
     ensure_installed(spark)
@@ -305,9 +302,6 @@ def _batch_rows(spark, call: exp.Anonymous, sources: Sources):
     """All the rows of the source ``STREAM(...)`` reads, as a run reads them: in another shape
     (``format => ...``), as change rows; a folder, as an empty frame of the columns a run
     reads from it."""
-    from sqlext.runner import run_statement
-    from sqlext.streaming.shapes import DELTA_SHAPE, as_change_rows, stream_shape
-
     if sources.folder_of(call) is not None:
         return sources.batch_frame(call)
     rows = run_statement(spark, batch_form(to_sql(exp.select("*").from_(exp.Table(this=call.copy())))))
@@ -321,11 +315,8 @@ def _recursion_schema(spark, tree: exp.Expression, sources: Sources):
     the change columns a run carries (``_change_type`` and the stream's ordering column)."""
     from pyspark.sql.types import StructField, StringType, StructType
 
-    from sqlext.runner import run_statement
     from sqlext.streaming.engine import temporary_view
     from sqlext.streaming.operators.recursion import RecursionShape, compiled
-    from sqlext.streaming.run import outer_over
-    from sqlext.streaming.shapes import stream_order
 
     shape = RecursionShape(tree)
     edges = _batch_rows(spark, shape.stream.this, sources).schema

@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import Mapping
 
 from sqlext.errors import SqlextError, find_in
+from sqlext.storage import resolve
+from sqlext.streaming.bad_records import Door, Quarantine
+from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
 from sqlext.streaming.bind import FUNCTION, one_statement, stateless
-from sqlext.streaming.checkpoint import START_OVER, Before, check_columns, claim
+from sqlext.streaming.checkpoint import START_OVER, Before, check_columns, claim, output_columns
 from sqlext.streaming.plan import stateful_function, stateless_frame
 from sqlext.streaming.registry import purpose_of
 from sqlext.streaming.sources import Sources
@@ -48,8 +51,6 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
 
     The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
     ``awaitTermination``, where the run failed with one."""
-    from sqlext.storage import resolve
-
     tree = one_statement(sql)
     checkpoint = resolve(spark, checkpoint)
     output = None if output is None else resolve(spark, output)
@@ -71,8 +72,6 @@ SPARK_SINK_LOG = "_spark_metadata"
 def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "Sources", query_name, start_over):
     """The query started, and the ``foreachBatch`` function that runs its micro-batches (None
     where Spark's own sink writes them)."""
-    from sqlext.streaming.bad_records import Door
-
     sources.check_used(tree)
     claim(checkpoint, output, purpose_of(tree), start_over)
     run = None
@@ -119,8 +118,6 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
 def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
     classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
-    from sqlext.storage import resolve
-
     checkpoint, output = options.get("checkpoint"), options.get("output")
     before = None if checkpoint is None else \
         Before(resolve(spark, checkpoint), None if output is None else resolve(spark, output))
@@ -171,9 +168,6 @@ class RunningQuery:
         return self._classed(self._query.processAllAvailable)
 
     def _classed(self, call):
-        from sqlext.streaming.bad_records import Quarantine
-        from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
-
         try:
             return call()
         except Exception as error:
@@ -218,8 +212,6 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
     ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
-    from sqlext.storage import resolve
-
     tree = one_statement(sql)
     if stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)
@@ -252,8 +244,6 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
 def _output_schema(spark, checkpoint, output):
     """The columns the runs write into ``output``: those the checkpoint recorded, else the files'."""
-    from sqlext.streaming.checkpoint import output_columns
-
     return output_columns(checkpoint) or spark.read.parquet(output.uri).schema
 
 

@@ -11,6 +11,7 @@ import json
 from decimal import Decimal, InvalidOperation
 
 from sqlext.errors import SqlextError, sql_value
+from sqlext.storage import resolve
 
 
 def columns_text(schema) -> str:
@@ -26,8 +27,6 @@ class Lines:
         self.spark, self.texts, self.after = spark, {}, {}
 
     def of(self, file: str, record: str) -> int | None:
-        from sqlext.storage import resolve
-
         if file not in self.texts:
             try:
                 self.texts[file] = resolve(self.spark, file).read_bytes().decode("utf-8", errors="replace")

@@ -15,17 +15,21 @@ nor a row of a batch that did not commit.
 
 from __future__ import annotations
 
+import pickle
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Sequence
 
 import pyarrow as pa
 from sqlglot import exp
 
 from sqlext.language.dialect import to_sql
-from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
+from sqlext.runner import run_statement
 from sqlext.storage import Folder
+from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
 
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
@@ -64,8 +68,6 @@ def timed(steps: dict[str, float]):
 def step(name: str):
     """Time one step of a micro-batch into the step times of the block of :func:`timed` it is
     in (outside any, the time is not kept)."""
-    import time
-
     started = time.perf_counter()
     try:
         yield
@@ -167,8 +169,6 @@ class StatefulRun:
         Spark frame), written as the batch's output files; the columns ``carry`` names are kept
         in its rows (added to a select list without ``*``). ``whole``: the rows are the whole
         output (the final table), which replaces the earlier batches' files."""
-        from sqlext.runner import run_statement
-
         out_view = f"{self.placeholder}_{batch_id}"
         forwarded.createOrReplaceTempView(out_view)
         try:
@@ -225,16 +225,12 @@ def outer_over(outer: exp.Expression, name: str, view: str, carry: Sequence[str]
 def recorded_in(folder: Folder, name: str, batch_id: int):
     """The value the last batch before ``batch_id`` recorded under ``name`` in ``folder`` (a
     file per batch, so a replayed batch reads what it read before); None before any."""
-    import pickle
-
     found = sorted(n for n in _numbered(folder, name) if n < batch_id)
     return pickle.loads((folder / f"{name}-{found[-1]}").read_bytes()) if found else None
 
 
 def record_in(folder: Folder, name: str, batch_id: int, value) -> None:
     """Record ``value`` under ``name`` for this batch; the records no replay reads go."""
-    import pickle
-
     (folder / f"{name}-{batch_id}").write_bytes(pickle.dumps(value))
     for number in _numbered(folder, name):  # a replay of this batch reads the one before it
         if number < batch_id - 1:
@@ -252,8 +248,6 @@ def instant(value):
     """A value read on either path as one kind of value: Spark's collect gives a TIMESTAMP as a
     naive local datetime, Arrow as an aware one in UTC; both become aware, in UTC (a value
     recorded by one path is compared with values the other reads)."""
-    from datetime import datetime, timezone
-
     if isinstance(value, datetime):
         return value.astimezone(timezone.utc)
     return value

@@ -10,7 +10,10 @@ import itertools
 
 from sqlglot import exp
 
-from sqlext.language.dialect import stream_argument, stream_options, to_sql
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import check_option
+from sqlext.functions.input_formats import FORMATS, change_rows, connect_payload, order_column
+from sqlext.language.dialect import stream_argument, stream_options, to_sql, TableArgument
 
 _shape_views = itertools.count(1)
 
@@ -57,9 +60,6 @@ def debezium_envelope(schema):
 def stream_shape(call: exp.Anonymous) -> str:
     """The shape ``STREAM(...)`` reads its source in (``format =>``; ``'delta'``, change rows,
     when absent); an unknown one is ``INVALID_OPTION_VALUE``."""
-    from sqlext.functions.changes import check_option
-    from sqlext.functions.input_formats import FORMATS
-
     return check_option("STREAM", "format", stream_options(call).get("format", DELTA_SHAPE), FORMATS)
 
 
@@ -67,16 +67,12 @@ def stream_order(call: exp.Anonymous) -> str:
     """The name of the ordering column of the change rows ``STREAM(...)`` gives: its
     ``order_by`` as the shape names it there (``'source.lsn'`` is ``source_lsn``), else the
     shape's default (``_commit_version`` for change rows)."""
-    from sqlext.functions.input_formats import order_column
-
     return order_column(stream_shape(call), stream_options(call).get("order_by"))
 
 
 def read_by_recursion(call: exp.Anonymous) -> bool:
     """Whether the stream is read by a recursive CTE itself (its rows are edges, without a
     key), not by a table function inside one."""
-    from sqlext.language.dialect import TableArgument
-
     node = call.parent
     while node is not None:
         if isinstance(node, TableArgument):
@@ -100,9 +96,6 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     """``frame`` (rows in ``shape``) as sqlext's change rows (the query of
     :mod:`sqlext.functions.input_formats` over it), and the name of their ordering column."""
     from pyspark.sql.types import StructType
-
-    from sqlext.functions.arguments import quote
-    from sqlext.functions.input_formats import change_rows, connect_payload
 
     def fields(column: str):
         kind = frame.schema[column].dataType if column in frame.columns else None

@@ -11,7 +11,8 @@ import re
 
 import pyarrow as pa
 
-from sqlext.storage import Folder, resolve, walk_files
+from sqlext.errors import SqlextError, spark_error_summary
+from sqlext.storage import Folder, resolve, walk_files, read_parquet
 from sqlext.streaming.batches import batch_files
 
 # Spark's classes for a folder that is missing or holds no file to read columns from
@@ -67,8 +68,6 @@ def microseconds(schema):
 
 def cause_of(error: BaseException) -> str:
     """Spark's reason, on one line, without the JVM exception's name before it."""
-    from sqlext.errors import spark_error_summary
-
     return re.sub(r"^[\w.$]+(?:Exception|Error): ", "", spark_error_summary(error)).rstrip(".")
 
 
@@ -205,8 +204,6 @@ def batch_rows(batch, batch_id: int, checkpoint: Folder, folder: Folder | None, 
     """Micro-batch ``batch_id``'s rows of a query reading one stream, as Arrow data of
     ``schema``: read straight from their files in ``folder`` (the stream's Parquet folder, or
     None) where Arrow reads them as Spark does (no Spark job), else collected from Spark."""
-    from sqlext.storage import read_parquet
-
     if folder is not None:
         files = batch_files(checkpoint, batch_id, 0, folder)
         if files is not None and readable_files(files, schema):
@@ -218,8 +215,6 @@ def readable_files(files: list[Folder], schema) -> bool:
     """Whether every Parquet file holds each column of ``schema`` (Arrow) under its name with
     its type, so that Arrow reads the files as Spark does (from their footers)."""
     import pyarrow as pa
-
-    from sqlext.errors import SqlextError
 
     try:
         for file in files:

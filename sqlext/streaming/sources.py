@@ -12,18 +12,26 @@ read from the files themselves (:mod:`sqlext.streaming.source_files`)."""
 from __future__ import annotations
 
 import json
+from difflib import get_close_matches
 from typing import Mapping
 
 from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
-from sqlext.language.dialect import stream_argument, stream_options, to_sql
-from sqlext.storage import Folder, resolve
-from sqlext.streaming.shapes import (DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope,
-                                     stream_names, stream_order, stream_shape)
-from sqlext.streaming.source_files import (FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of,
-                                           condition_of, data_files, disagreement, first_file, has_nanos, microseconds,
-                                           named_file, schema_json)
+from sqlext.functions.arguments import quote
+from sqlext.language.dialect import stream_argument, stream_options, to_sql, SparkExt, is_stream
+from sqlext.storage import Folder, resolve, decoded
+from sqlext.streaming.bad_records import CORRUPT, QUARANTINE, check_options, reader_options
+from sqlext.streaming.checkpoint import SOURCES_FILE, check_source_build, check_source_columns, upstream_build
+from sqlext.streaming.run import arrow_schema, spark_schema
+from sqlext.streaming.schema_evolution import check_modes
+from sqlext.streaming.shapes import (
+    DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope, stream_names, stream_order, stream_shape,
+)
+from sqlext.streaming.source_files import (
+    FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, condition_of, data_files, disagreement,
+    first_file, has_nanos, microseconds, named_file, schema_json,
+)
 
 FUNCTION = "sqlext stream"
 # formats whose files hold no column types (Spark infers them, as BIGINT for any JSON number)
@@ -45,9 +53,6 @@ class Sources:
                  schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None,
                  options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
                  schema_evolution: Mapping[str, str] | None = None):
-        from sqlext.streaming.bad_records import check_options
-        from sqlext.streaming.schema_evolution import check_modes
-
         self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
@@ -122,10 +127,7 @@ class Sources:
         statement would fail on a table that does not exist, and say nothing of the folder. A
         folder beside those of every stream the statement reads is left alone: one mapping of
         sources may serve several statements. ``option`` is how the caller's user gave the folders."""
-        from difflib import get_close_matches
-
         from sqlext.delta import path_of
-        from sqlext.language.dialect import is_stream
 
         streams = [t.this for t in tree.find_all(exp.Table) if is_stream(t)]
         spellings = {n for call in streams for n in stream_names(call)}
@@ -156,7 +158,6 @@ class Sources:
         name has no folder. No row is read and nothing is recorded or staged: a checkpoint's
         records are its runs' to write."""
         from sqlext.delta import DeltaChanges, is_delta_table, spark_reads_delta
-        from sqlext.streaming.run import spark_schema
 
         path = self.folder_of(call)
         if path is None:
@@ -188,8 +189,6 @@ class Sources:
         """The folder of Parquet files whose batch files a run may read its rows from itself
         (:meth:`parquet_folder`), or None where Spark reads them: a source whose bad records go
         to the quarantine, whose stream leaves out the change rows the quarantine takes."""
-        from sqlext.streaming.bad_records import QUARANTINE
-
         names = stream_names(call)
         if any(self.bad_records.get(n) == QUARANTINE for n in names if n in self.folders):
             return None
@@ -199,7 +198,6 @@ class Sources:
         """The streaming DataFrame ``STREAM(name)`` names, as change rows where it names a shape
         (``format => ...``). Its columns are compared with those the checkpoint's first run
         recorded (:func:`~sqlext.streaming.checkpoint.check_source_columns`), and recorded then."""
-        from sqlext.streaming.checkpoint import SOURCES_FILE, check_source_columns
         from sqlext.streaming.schema_evolution import FAIL
 
         if self.checkpoint is not None and self._columns_before is None:
@@ -271,8 +269,6 @@ class Sources:
     def _check_build(self, name: str, folder: Folder | None) -> None:
         """A source that another sqlext run writes (a chain of statements, of dbt models) must
         be the build this checkpoint's runs read (:func:`~sqlext.streaming.checkpoint.check_source_build`)."""
-        from sqlext.streaming.checkpoint import check_source_build, upstream_build
-
         if self.checkpoint is not None and folder is not None:
             check_source_build(self.checkpoint, name, upstream_build(self.spark, folder))
 
@@ -305,7 +301,6 @@ class Sources:
 
     def _stage(self, name: str, path: str) -> tuple:
         from sqlext.delta import STAGED_FOLDER, DeltaChanges, spark_reads_delta
-        from sqlext.streaming.run import arrow_schema, spark_schema
 
         if spark_reads_delta(self.spark):
             return None, None, path
@@ -326,8 +321,6 @@ class Sources:
         them, each column then cast to ``schema``'s type (nanosecond timestamps to microseconds,
         Spark's unit: what lies below a microsecond is dropped)."""
         from pyspark.sql import functions as F
-
-        from sqlext.functions.arguments import quote
 
         spark = self.spark
         if getattr(spark, "_jvm", None) is None:  # Spark Connect: no JVM here to give the schema to
@@ -432,8 +425,6 @@ class Sources:
         """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
         folder that is missing or holds no file. Any other failure to read them is an error
         naming the file and the cause, never an empty source."""
-        from sqlext.streaming.bad_records import CORRUPT, reader_options
-
         reader = self.spark.read.format(self.file_format).options(**reader_options(self.file_format,
                                                                                    self.options.get(name, {})))
         if self.file_format == "parquet":
@@ -498,8 +489,6 @@ def _columns(columns) -> str:
 
 def table_name(table: str) -> exp.Table:
     """``table`` (``name``, ``db.name``, quoted with backticks where needed) as a table node."""
-    from sqlext.language.dialect import SparkExt
-
     try:
         target = exp.to_table(table, dialect=SparkExt)
     except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
@@ -526,6 +515,5 @@ def table_folder(spark, target: exp.Table, exists: bool) -> str:
     database = target.db or spark.catalog.currentDatabase()
     # the catalog gives the database's location as an encoded URI ('ware%20house'); a path
     # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
-    from sqlext.storage import decoded
 
     return decoded(spark, spark.catalog.getDatabase(database).locationUri).rstrip("/") + "/" + target.name

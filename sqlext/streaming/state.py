@@ -29,6 +29,7 @@ next batch (:mod:`sqlext.streaming.layer_cache`).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -40,6 +41,7 @@ from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, read_parquet
 from sqlext.streaming.keyed_rows import among, buckets_of, exclude, over, restrict
 from sqlext.streaming.layer_cache import CACHE_BYTES, LAYERS, same_columns
+from sqlext.streaming.schema_evolution import merged_fields
 
 # a new base is written once the delta holds this share of the base's bytes
 COMPACT_SHARE = 0.25
@@ -94,8 +96,6 @@ class KeyedState:
         them, but for columns its input gained or widened (schema evolution, which the run's
         sources allowed: :mod:`sqlext.streaming.schema_evolution`): those are recorded too, and
         the layers written before read NULL, or the narrower values, there."""
-        from sqlext.streaming.schema_evolution import merged_fields
-
         if self.schema is None:
             if buckets != 1:
                 (self.folder / BUCKETS_FILE).write_json({"buckets": int(buckets)})
@@ -196,8 +196,6 @@ class LayerWrites:
     ``with`` block waits for the writes, also when the batch fails."""
 
     def __init__(self, threads: int = 1):
-        from concurrent.futures import ThreadPoolExecutor
-
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sqlext-state")
         self._writes: list = []
 

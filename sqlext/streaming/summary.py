@@ -16,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlext.storage import Folder, resolve
+from sqlext.streaming.bad_records import Quarantine
+from sqlext.streaming.batches import batch_entries
+from sqlext.streaming.run import output_file
 
 
 @dataclass
@@ -67,9 +70,6 @@ class RunCounter:
         self.files = self._data_files()
 
     def counts(self, query=None) -> Counts:
-        from sqlext.streaming.bad_records import Quarantine
-        from sqlext.streaming.batches import batch_entries
-
         batches = sorted(committed_batches(self.checkpoint) - self.committed)
         counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches))
         spark_rows = 0  # the rows Spark counted, for sources that are not folders of files
@@ -142,8 +142,6 @@ def _data_files(folder: Folder) -> set[str]:
 
 def _batch_of(name: str) -> int | None:
     """The batch that wrote an output file, from its name (``batch-<id>-...``, ``base-<id>-...``)."""
-    from sqlext.streaming.run import output_file
-
     found = output_file(name)
     return None if found is None else found[1]
 

@@ -11,11 +11,15 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.language.dialect import to_sql
+from sqlext.session import ensure_installed
+from sqlext.storage import resolve
+from sqlext.streaming.bad_records import Quarantine
 from sqlext.streaming.bind import FUNCTION, one_statement
 from sqlext.streaming.checkpoint import START_OVER_DBT
 from sqlext.streaming.plan import result_schema
 from sqlext.streaming.query import run_available_now
 from sqlext.streaming.sources import Sources, table_folder, table_name
+from sqlext.streaming.summary import committed_batches
 
 CHECKPOINT_FOLDER = "_sqlext_checkpoint"
 
@@ -45,11 +49,6 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
     ``_sqlext_checkpoint/quarantine`` in the table's folder. A column a source gained is added
     to the table once the run wrote its rows (``ALTER TABLE ... ADD COLUMNS``); a wider type is
     refused, as Spark does not change the type of a column of a table of files."""
-    from sqlext.session import ensure_installed
-    from sqlext.storage import resolve
-    from sqlext.streaming.bad_records import Quarantine
-    from sqlext.streaming.summary import committed_batches
-
     ensure_installed(spark)
     target = table_name(table)
     name = to_sql(target)

@@ -31,15 +31,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, DELETE, PREIMAGE
-from sqlext.errors import SqlextError
-from sqlext.language.dialect import to_sql
+from sqlext.language.dialect import to_sql, TableArgument
 from sqlext.language.sqltree import helper
-from sqlext.streaming.engine import Input, KeyedOperator, Step
-from sqlext.streaming.run import arrow_schema
-from sqlext.streaming.operators.self_join_aggregate import _grouping
+from sqlext.streaming.arrow_sql import arrow_expression, evaluate
+from sqlext.streaming.engine import Input, KeyedOperator, Step, temporary_view
+from sqlext.streaming.operators.self_join_aggregate import _grouping, _positions
+from sqlext.streaming.run import arrow_schema, arrow_frame, spark_schema, step
 from sqlext.streaming.state import KeyedState
+from sqlext.udfs.column_wise import codes, take, together
 
 FUNCTION = "sqlext stream"
 COUNT = helper("n")  # a group's rows, or a value's count
@@ -119,8 +121,6 @@ class AggregateShape:
     def __init__(self, spark, tree: exp.Select, placeholder: str, feed_schema, table_schema):
         """``feed_schema``: the Spark columns of the call's change feed; ``table_schema``: of its
         final table (what the statement reads)."""
-        from sqlext.language.dialect import TableArgument
-
         clauses = [k for k in ("order", "limit", "offset", "distinct", "qualify", "joins", "with_") if tree.args.get(k)]
         nested = [s for s in tree.find_all(exp.Select) if s is not tree] + list(tree.find_all(exp.Window)) + \
             [a for a in tree.find_all(TableArgument)]
@@ -230,8 +230,6 @@ class AggregateOperator(KeyedOperator):
         super().__init__(folder, call)
         from pyspark.sql.types import LongType, StructField, StructType
 
-        from sqlext.streaming.run import spark_schema
-
         self.shape = shape
         self.inputs = {"input": Input("input", upstream.output_arrow, spark_schema(upstream.output_arrow),
                                       upstream=upstream)}
@@ -265,8 +263,6 @@ class AggregateOperator(KeyedOperator):
         """The statement's select list and its condition (a group's count above zero, HAVING)
         as Arrow expressions over the groups' accumulators and summaries (see
         :meth:`_accumulators`), where each is Spark's by construction; None where one is not."""
-        from sqlext.streaming.arrow_sql import arrow_expression
-
         select = self.shape.final(helper("groups"))
         schema = self.accumulators_schema
         items = [arrow_expression(item.this if isinstance(item, exp.Alias) else item, schema)
@@ -292,9 +288,6 @@ class AggregateOperator(KeyedOperator):
         without GROUP BY, the one group, counts of zero where it has no row), each valued
         aggregate's summary of the group's values beside them (its MIN, MAX or number of
         distinct values), read on the driver."""
-        from sqlext.streaming.operators.self_join_aggregate import _positions
-        from sqlext.udfs.column_wise import codes, take, together
-
         names = self.shape.group_names
         groups = self.groups.before(batch_id + 1).rows()
         groups = groups.filter(pc.greater(groups[COUNT], 0))
@@ -322,8 +315,6 @@ class AggregateOperator(KeyedOperator):
         """The projection (grouping values, arguments) and the WHERE as Arrow expressions over
         the feed, where each is Spark's by construction (:mod:`sqlext.streaming.arrow_sql`);
         (None, None) where one is not."""
-        from sqlext.streaming.arrow_sql import arrow_expression
-
         shape, alias = self.shape, self.shape.alias
         items = list(zip(shape.group_names, shape.groups))
         items += [(a.column, a.argument) for a in shape.aggregates if a.argument is not None]
@@ -348,17 +339,12 @@ class AggregateOperator(KeyedOperator):
     # -- the increment
 
     def prepare(self, frames: dict):
-        from sqlext.streaming.engine import temporary_view
-
         feed = frames["input"]
         with temporary_view(feed) as view:
             return feed.sparkSession.sql(to_sql(self.shape.projection(view)))
 
     def rows_from(self, spark, tables: dict):
         """The projected changes: over Arrow data where :attr:`arrow_ready`, else by Spark."""
-        from sqlext.streaming.arrow_sql import evaluate
-        from sqlext.streaming.run import arrow_frame
-
         rows = tables["input"]
         if self.projection is None:
             return self.prepare({"input": arrow_frame(spark, rows)}).toArrow()
@@ -384,8 +370,6 @@ class AggregateOperator(KeyedOperator):
     def step(self, rows: pa.Table, views, batch_id: int) -> Step:
         """Each change added to or taken away from its group: the touched groups' new
         accumulators, and each valued aggregate's touched values with their new counts."""
-        from sqlext.streaming.run import step
-
         names = self.shape.group_names
         sign = rows[SIGN].cast(pa.int64())
         sums = {COUNT: sign}
@@ -418,9 +402,6 @@ class AggregateOperator(KeyedOperator):
 
     def _added(self, view, delta: pa.Table, keys: list[str], counts: list[str]) -> pa.Table:
         """The state rows of ``delta``'s keys with ``delta``'s counts added to what they held."""
-        from sqlext.streaming.operators.self_join_aggregate import _positions
-        from sqlext.udfs.column_wise import codes, take, together
-
         schema = view.state.arrow_schema
         delta = delta.cast(pa.schema([schema.field(k) for k in keys] + [schema.field(c) for c in counts]))
         before = view.rows(keys=delta.select(keys))
@@ -451,8 +432,6 @@ class AggregateOperator(KeyedOperator):
                 pa.table({n: pa.nulls(0, f.type) for n, f in zip(named, self.final_arrow)})
             return pa.Table.from_arrays([table[n].cast(f.type) for n, f in zip(named, self.final_arrow)],
                                         schema=self.final_arrow)
-
-        from sqlext.streaming.engine import temporary_view
 
         names = self.shape.group_names
         groups = self.groups.before(batch_id + 1).frame(spark).where(F.col(COUNT) > 0)

@@ -19,15 +19,20 @@ the engine runs it: :mod:`sqlext.streaming.engine`):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlext.functions.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec
-from sqlext.functions.changes import CHANGE_TYPE, PREIMAGE
+from sqlext.functions.arguments import quote
+from sqlext.functions.changelog_filter import FUNCTION, PASS_COLUMN, FilterSpec, filter_spec, not_boolean
+from sqlext.functions.changes import CHANGE_TYPE, PREIMAGE, check_order_type
+from sqlext.streaming.arrow_sql import arrow_expression, evaluate
 from sqlext.streaming.engine import Input, KeyedOperator, Step
-from sqlext.streaming.run import arrow_schema, step
+from sqlext.streaming.run import arrow_schema, step, arrow_frame
 from sqlext.streaming.state import KeyedState
+from sqlext.udfs.changelog_filter import filter_increment
 
 PRESENT = "__sx_present"
 PASSED = "__sx_passed"
@@ -56,7 +61,6 @@ class FilterOperator(KeyedOperator):
         self.output_arrow = arrow_schema(output)
         self.order_by = self.spec.shape.order_by
         self.output_key = list(shape.key)
-        from sqlext.streaming.arrow_sql import arrow_expression
 
         # the predicate over Arrow data where its result is Spark's by construction (no Spark job)
         self.predicate = arrow_expression(spec.predicate, source.schema, boolean=True)
@@ -65,11 +69,6 @@ class FilterOperator(KeyedOperator):
     def build(cls, spark, table: exp.Table, literals: dict, inputs: dict, folder, buckets: int, feed: bool):
         """The operator of a call, its arguments checked against its input's columns (Spark's
         analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
-        from dataclasses import replace
-
-        from sqlext.functions.changelog_filter import filter_spec
-        from sqlext.functions.changes import check_order_type
-
         source = spark.createDataFrame([], inputs["input"].spark_schema)
         spec = filter_spec(literals, source.columns)
         check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
@@ -93,9 +92,6 @@ class FilterOperator(KeyedOperator):
         """The changes without preimages with the predicate's value: computed over Arrow data
         where it can be (:mod:`sqlext.streaming.arrow_sql`), else by Spark (one job)."""
         import pyarrow.compute as pc
-
-        from sqlext.streaming.arrow_sql import evaluate
-        from sqlext.streaming.run import arrow_frame
 
         rows = tables["input"]
         if self.predicate is None:
@@ -121,8 +117,6 @@ class FilterOperator(KeyedOperator):
     def step(self, rows: pa.Table, views, batch_id: int) -> Step:
         """The changes applied to the touched keys' state: the rows they forward and the keys'
         new state rows."""
-        from sqlext.udfs.changelog_filter import filter_increment
-
         spec, keys = self.spec, list(self.spec.shape.key)
         with step("look up the state"):
             touched = rows.select(keys).group_by(keys, use_threads=False).aggregate([]) \
@@ -144,8 +138,6 @@ class FilterOperator(KeyedOperator):
             return rows.filter(pc.fill_null(rows[PASSED], False)).select(columns)
         from pyspark.sql import functions as F
 
-        from sqlext.functions.arguments import quote
-
         return view.frame(spark).where(F.col(PASSED)).select(*[F.col(quote(c)) for c in columns])
 
 
@@ -153,8 +145,6 @@ def checked_predicate(source, spec: FilterSpec):
     """The predicate as a column of ``source``; EXPRESSION_TYPE_MISMATCH unless it is boolean."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
-
-    from sqlext.functions.changelog_filter import not_boolean
 
     predicate = F.expr(spec.predicate)
     actual = source.select(predicate.alias("p")).schema["p"].dataType

@@ -33,20 +33,24 @@ present rows.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.functions.arguments import quote
-from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.errors import SqlextError
-from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
-from sqlext.streaming.operators.changelog_filter import PRESENT
+from sqlext.functions.arguments import quote
+from sqlext.functions.changes import CHANGE_TYPE, check_order_type
+from sqlext.functions.fk_join import FUNCTION, FkJoinSpec, fk_join_spec
+from sqlext.language.dialect import INTEGRAL, parse_one
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.executors import EVERY
+from sqlext.streaming.operators.changelog_filter import PRESENT
 from sqlext.streaming.run import arrow_schema, instant, step
 from sqlext.streaming.state import KeyedState
+from sqlext.udfs.fk_join import join_increment
 
 LEFT, RIGHT = "__sx_left", "__sx_right"
 FOREIGN_KEY = "__sx_fk"
@@ -108,12 +112,7 @@ class FkJoinOperator(KeyedOperator):
     def build(cls, spark, table: exp.Table, literals: dict, inputs: dict, folder, buckets: int, feed: bool):
         """The operator of a call, its arguments checked against its inputs' columns (Spark's
         analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
-        from dataclasses import replace
-
         from pyspark.sql import functions as F
-
-        from sqlext.functions.changes import check_order_type
-        from sqlext.functions.fk_join import fk_join_spec
 
         empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
         spec = fk_join_spec(literals, empty["left"].columns, empty["right"].columns)
@@ -187,8 +186,6 @@ class FkJoinOperator(KeyedOperator):
     def step(self, rows, views, batch_id: int) -> Step:
         """The changes of both inputs over the state rows they meet: the rows they forward and
         the changed keys' last rows in both states."""
-        from sqlext.udfs.fk_join import join_increment
-
         spec = self.spec
         left_rows, right_rows = rows
         newest = _highest_of(left_rows, spec.left.order_by, right_rows, spec.right.order_by)
@@ -238,8 +235,6 @@ class FkJoinOperator(KeyedOperator):
 def _key_kind(data_type) -> str:
     """How a key type compares: integers with integers, text with text; any other type only
     with itself."""
-    from sqlext.language.dialect import INTEGRAL
-
     name = data_type.simpleString()
     if name in INTEGRAL:
         return "integer"
@@ -267,8 +262,6 @@ def _check_key_types(spec, foreign, right) -> None:
 def _plain_column(expression: str, columns) -> str | None:
     """The column an expression names, if it is just a column of ``columns`` (resolved as
     Spark resolves names, ignoring case)."""
-    from sqlext.language.dialect import parse_one
-
     try:
         tree = parse_one(expression)
     except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read

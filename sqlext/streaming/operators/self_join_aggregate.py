@@ -26,9 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
 from sqlext.errors import SqlextError
+from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
 from sqlext.language.sqltree import helper
+from sqlext.udfs.column_wise import codes, differ, take, together
 
 FUNCTION = "sqlext stream"
 AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
@@ -190,8 +191,6 @@ class GroupedPairs:
     def merge(self, before: pa.Table, partials: pa.Table, schema: pa.Schema) -> pa.Table:
         """The accumulators of the groups in ``partials`` after adding the partials to what
         ``before`` holds for them (a group ``before`` does not hold starts from its partials)."""
-        from sqlext.udfs.column_wise import codes, take, together
-
         found = _positions(before, partials, self.group_names, codes, together)
         old = take(before.select([a.name for a in self.accumulators]), found)
         columns = {n: partials[n] for n in self.group_names}
@@ -204,8 +203,6 @@ class GroupedPairs:
         """The aggregate's change feed from the rows of the groups before (tag false) and after
         (tag true) this run: an insert for a new group, a preimage and postimage for a changed
         one, nothing for a group whose row stays."""
-        from sqlext.udfs.column_wise import codes, differ, take, together
-
         new_mask = pc.fill_null(finals[TAG], False)
         old, new = finals.filter(pc.invert(new_mask)), finals.filter(new_mask)
         found = _positions(old, new, self.group_names, codes, together)

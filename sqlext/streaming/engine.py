@@ -273,10 +273,10 @@ class Pipeline(StatefulRun):
         driver = self.on_driver(batch, batch_id)
         self.last.placement = "driver" if driver else "executors"
         if driver:
-            facts = self._on_driver(spark, batch, batch_id)
+            facts = self._run_on_driver(spark, batch, batch_id)
         else:
             with step("on the executors"):
-                facts = self._on_executors(spark, batch, batch_id)
+                facts = self._run_on_executors(spark, batch, batch_id)
         for operator in self.operators:
             operator.finish(batch_id, facts.get(id(operator), {}))
         if self.emit == "final":
@@ -312,7 +312,7 @@ class Pipeline(StatefulRun):
 
     # -- on the driver
 
-    def _on_driver(self, spark, batch, batch_id: int) -> dict:
+    def _run_on_driver(self, spark, batch, batch_id: int) -> dict:
         """Each operator's step in the statement's order. A state's new layers are written
         while the next operators compute, and committed after the output
         (:class:`~sqlext.streaming.state.LayerWrites`)."""
@@ -357,7 +357,7 @@ class Pipeline(StatefulRun):
 
     # -- on the executors
 
-    def _on_executors(self, spark, batch, batch_id: int) -> dict:
+    def _run_on_executors(self, spark, batch, batch_id: int) -> dict:
         root = self.state / f"{PENDING}-{batch_id}"
         root.delete()
         summary_schema = StructType([StructField("summary", BinaryType())])

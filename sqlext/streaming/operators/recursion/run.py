@@ -52,11 +52,11 @@ class RecursionRun(StatefulRun):
 
     def run(self, batch, batch_id: int) -> None:
         """The batch's step (edges that only arrive, or a change feed of edges) at the place
-        :meth:`_walks_on_driver` picks."""
+        :meth:`_walks_in_memory` picks."""
         self._views = []
         one_step = steps.changes if CHANGE_TYPE in batch.columns else steps.arrivals
         try:
-            if self._walks_on_driver(batch, batch_id):
+            if self._walks_in_memory(batch, batch_id):
                 one_step(self.shape, DriverPlace(self, batch, batch_id))
             else:
                 with step("spark"):
@@ -65,7 +65,7 @@ class RecursionRun(StatefulRun):
             for name in self._views:
                 batch.sparkSession.catalog.dropTempView(name)
 
-    def _walks_on_driver(self, batch, batch_id: int) -> bool:
+    def _walks_in_memory(self, batch, batch_id: int) -> bool:
         """Whether this batch walks the graph on the driver, over Arrow data: where the step is
         a walk, the increment is at most :data:`WALK_BYTES` (Spark's estimate; a first run over
         a long history included: one walk over Arrow data costs less than Spark's recursion)

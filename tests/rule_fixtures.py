@@ -22,6 +22,25 @@ def rewrite(query: str, tables: dict[str, dict[str, str]]):
     return rewrite_statement(query, MappingRelations(tables))
 
 
+def check_case(case, tables: dict[str, dict[str, str]], rule: str, calls: tuple[str, ...]) -> None:
+    """One fixture case of ``rule``, whose calls are ``calls`` (``calls[0]`` the rule's own): a
+    noop case comes back unchanged, and where it holds the call the rule says why it left it
+    (its columns are unknown); any other rewrites to exactly its expected text, the rule fired
+    and no call left in it."""
+    out = rewrite(case.query, tables)
+    if case.noop:
+        assert out.sql == case.query
+        assert not out.changed
+        if f"{calls[0]}(" in case.query:
+            assert any(n.rule == rule and not n.fired and "unknown" in n.text for n in out.notes), \
+                [str(n) for n in out.notes]
+    else:
+        assert out.changed, [str(n) for n in out.notes]
+        assert rule in out.notes.fired
+        assert not any(f"{call}(" in out.sql.upper() for call in calls)
+        assert out.sql == case.expected
+
+
 def quoted(name: str) -> str:
     """A name as Spark reads it: in backticks, a backtick written twice."""
     return "`" + name.replace("`", "``") + "`"

@@ -96,6 +96,11 @@ MESSAGES: dict[str, str] = {
         "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "
         "names the model), or give the folder that holds them."
     ),
+    "DBT_REFUSED": (
+        "{function}: dbt stopped before building the project {path}: {reason}. Check the arguments given "
+        "to dbt (--select, --vars) and where its profiles.yml is (DBT_PROFILES_DIR, the current folder, "
+        "~/.dbt or the project folder)."
+    ),
     "SPARK_UNAVAILABLE": (
         "{function}: Spark's JVM stopped answering ({reason}), so the command could not finish. It may "
         "have run out of memory: run the command again, with more memory for the driver "

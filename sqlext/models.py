@@ -433,16 +433,19 @@ def dbt_arguments(project: Path, selectors: Iterable[str], vars: Mapping[str, st
     return arguments
 
 
-def generated_profile(project: Path, warehouse: Path) -> str | None:
-    """A ``profiles.yml`` giving the profile the project names an sqlext target that writes
-    under ``warehouse``, or None when dbt will find a profiles.yml in its usual places
-    (``DBT_PROFILES_DIR``, the project folder, ``~/.dbt``)."""
+def profile_arguments(project: Path, warehouse: Path) -> tuple[list[str], str | None]:
+    """Where dbt takes its ``profiles.yml`` from: ``([], None)`` where dbt finds one itself or
+    the user chose (``DBT_PROFILES_DIR``, the current folder, ``~/.dbt``); ``--profiles-dir PROJECT`` where the
+    project folder holds one (dbt alone would not look there from another folder); otherwise
+    ``(["--profiles-dir"], text)``: a generated profile giving the project's profile name an
+    sqlext target that writes under ``warehouse`` (the caller adds the folder it writes it to)."""
     import yaml
 
-    known = [Path(os.environ["DBT_PROFILES_DIR"])] if os.environ.get("DBT_PROFILES_DIR") else []
-    known += [project, Path.home() / ".dbt"]
-    if any((folder / "profiles.yml").exists() for folder in known):
-        return None
+    if os.environ.get("DBT_PROFILES_DIR") or any(
+            (folder / "profiles.yml").exists() for folder in (Path.cwd(), Path.home() / ".dbt")):
+        return [], None
+    if (project / "profiles.yml").exists():
+        return ["--profiles-dir", str(project)], None
     name = (yaml.safe_load((project / "dbt_project.yml").read_text()) or {}).get("profile") or "default"
     warehouse = warehouse.resolve()
     target = {"type": "sqlext", "schema": "default", "threads": 1, "server_side_parameters": {
@@ -450,29 +453,39 @@ def generated_profile(project: Path, warehouse: Path) -> str | None:
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             "jdbc:derby:;databaseName=" + str(warehouse / "metastore_db") + ";create=true",
     }}
-    return yaml.safe_dump({name: {"target": "sqlext", "outputs": {"sqlext": target}}}, sort_keys=False)
+    return ["--profiles-dir"], yaml.safe_dump({name: {"target": "sqlext", "outputs": {"sqlext": target}}},
+                                              sort_keys=False)
 
 
 def _hand_to_dbt(args) -> int:
     """A dbt project is dbt's to build: run ``dbt build`` in this process through the sqlext
     adapter (every statement rewritten by sqlext), so that all of dbt applies (its
-    ``dbt_project.yml``, macros, packages, seeds, data tests, materializations)."""
+    ``dbt_project.yml``, macros, packages, seeds, data tests, materializations). dbt reports
+    what fails while it builds; what it refuses before it starts (an argument, a missing folder)
+    it only returns, so that is printed here."""
     try:
         from dbt.cli.main import dbtRunner
+        from dbt_common.exceptions import DbtRuntimeError
     except ImportError:
         print(f"sqlext build: {args.models} is a dbt project (it has dbt_project.yml), which sqlext builds with "
               "dbt and the sqlext adapter: install them with pip install \"sqlext[dbt]\", then run this again "
               "(or run dbt build with a profile of type: sqlext).", file=sys.stderr)
         return 1
     arguments = dbt_arguments(args.models, args.select, parse_vars(args.vars))
-    profile = generated_profile(args.models, args.warehouse)
+    profile_options, profile = profile_arguments(args.models, args.warehouse)
     with tempfile.TemporaryDirectory(prefix="sqlext-profiles-") as profiles:
         if profile is not None:
             (Path(profiles) / "profiles.yml").write_text(profile)
-            arguments += ["--profiles-dir", profiles]
+            profile_options = profile_options + [profiles]
             print(f"sqlext build: no profiles.yml found; building with the sqlext adapter, tables under "
                   f"{args.warehouse.resolve()}")
-        result = dbtRunner().invoke(arguments)
+        elif profile_options:
+            print(f"sqlext build: building with the profiles.yml in {args.models} (its target says where "
+                  "tables go)")
+        result = dbtRunner().invoke(arguments + profile_options)
+    if result.exception is not None and not isinstance(result.exception, DbtRuntimeError):
+        print(SqlextError("DBT_REFUSED", function=FUNCTION, path=str(args.models),
+                          reason=str(result.exception).rstrip(".")), file=sys.stderr)
     return 0 if result.success else 1
 
 

@@ -187,6 +187,43 @@ def test_a_dbt_project_is_handed_to_dbt_with_the_sqlext_adapter(spark, tmp_path)
         (1, "insert", 1), (1, "delete", 2), (2, "insert", 3)]
 
 
+def test_a_dbt_project_holding_its_profiles_is_built_with_them_from_any_folder(tmp_path, monkeypatch):
+    """dbt itself looks for profiles.yml in DBT_PROFILES_DIR, the current folder and ~/.dbt, not
+    in the project given with --project-dir; a project that holds its own is built with it from
+    any folder, and one dbt would find a profile for is left to dbt."""
+    import yaml
+
+    from sqlext.models import profile_arguments
+
+    project, elsewhere, home = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "home"
+    shutil.copytree(DBT_PROJECT, project, ignore=shutil.ignore_patterns("target", "logs"))
+    elsewhere.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    assert profile_arguments(project, tmp_path / "wh") == (["--profiles-dir", str(project)], None)
+    (project / "profiles.yml").unlink()
+    options, generated = profile_arguments(project, tmp_path / "w h'{x}")
+    target = yaml.safe_load(generated)["accounts"]["outputs"]["sqlext"]
+    assert options == ["--profiles-dir"] and target["type"] == "sqlext"
+    assert target["server_side_parameters"]["spark.sql.warehouse.dir"] == str(tmp_path / "w h'{x}")
+    (elsewhere / "profiles.yml").write_text("accounts: {}\n")
+    assert profile_arguments(project, tmp_path / "wh") == ([], None)
+
+
+def test_what_dbt_refuses_before_it_builds_is_said(tmp_path, monkeypatch, capsys):
+    """dbt returns a refusal to start (here DBT_PROFILES_DIR names a folder that does not exist)
+    without printing it; sqlext build prints it as one line and fails."""
+    project = tmp_path / "project"
+    shutil.copytree(DBT_PROJECT, project, ignore=shutil.ignore_patterns("target", "logs"))
+    monkeypatch.setenv("DBT_PROFILES_DIR", str(tmp_path / "no such folder"))
+    monkeypatch.setenv("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+    assert main(["build", str(project)]) == 1
+    err = capsys.readouterr().err
+    assert "[DBT_REFUSED] sqlext build:" in err and "no such folder" in err and str(project) in err
+
+
 def test_build_of_a_folder_without_models_fails_before_spark(tmp_path, capsys):
     assert main(["build", str(tmp_path / "nowhere")]) == 1
     assert str(tmp_path / "nowhere") in capsys.readouterr().err

@@ -96,6 +96,10 @@ MESSAGES: dict[str, str] = {
         "{function}: the folder {path} holds no *.sql model. Put one SELECT per file there (the file "
         "names the model), or give the folder that holds them."
     ),
+    "INVALID_SETTING": (
+        "{function}: the setting {setting} is {value}, which is not {expected}. Set it to {expected} "
+        "(for example --conf {setting}={example}), or leave it unset for {default}."
+    ),
     "DBT_REFUSED": (
         "{function}: dbt stopped before building the project {path}: {reason}. Check the arguments given "
         "to dbt (--select, --vars) and where its profiles.yml is (DBT_PROFILES_DIR, the current folder, "

@@ -51,12 +51,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 from sqlglot import exp
 
+from sqlext.errors import SqlextError
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, read_parquet
 from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.batches import batch_files
-from sqlext.streaming.run import (StatefulRun, check_columns, on_driver, record_in, recorded_in, spark_columns,
-                                  spark_schema, step)
+from sqlext.streaming.run import (PATH_SETTING, StatefulRun, check_columns, on_driver, record_in, recorded_in,
+                                  spark_columns, spark_schema, step)
+from sqlext.streaming.rescale import rescale
 from sqlext.streaming.source_files import readable_files
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.executors import FileTasks, Stage, carried_input, routed
@@ -213,9 +215,9 @@ class KeyedOperator:
         sources already hold more than :data:`BUCKET_SOURCE_BYTES` of Parquet a bucket, so that
         the task of one bucket in a first run over a long history holds a share that fits a
         Python worker's memory."""
-        value = spark.conf.get(BUCKETS_SETTING, "")
-        if value:
-            return max(1, int(value))
+        asked = asked_buckets(spark)
+        if asked is not None:
+            return asked
         cores = int(spark.sparkContext.defaultParallelism)
         return max(1, cores, -(-int(source_bytes) // BUCKET_SOURCE_BYTES))
 
@@ -226,6 +228,19 @@ class KeyedOperator:
     def record(self, name: str, batch_id: int, value) -> None:
         """Record ``value`` under ``name`` for this batch."""
         record_in(self.folder, name, batch_id, value)
+
+
+def asked_buckets(spark) -> int | None:
+    """The bucket count ``spark.sqlext.streaming.stateBuckets`` asks for; None where it is unset."""
+    value = spark.conf.get(BUCKETS_SETTING, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=BUCKETS_SETTING, value=repr(value),
+                          expected="a whole number of buckets, 1 or more", example=8,
+                          default="Spark's default parallelism for a new state, and the recorded count for one "
+                                  "that exists")
+    return int(value)
 
 
 def inputs_stream(streams: list):
@@ -267,6 +282,7 @@ class Pipeline(StatefulRun):
 
     def run(self, batch, batch_id: int) -> None:
         spark = batch.sparkSession
+        self._rescale(spark, batch_id)
         self._files: dict[int, list | None] = {}
         for operator in self.operators:
             operator.begin(batch_id)
@@ -286,6 +302,19 @@ class Pipeline(StatefulRun):
                     self.write_rows(spark, final.cast(self.root.final_arrow), batch_id, whole=True)
                 else:
                     self.write_statement(spark, final, batch_id, whole=True)
+
+    def _rescale(self, spark, batch_id: int) -> None:
+        """The states laid out in the bucket count the run asks for
+        (``spark.sqlext.streaming.stateBuckets``) where it is another than theirs, before the batch
+        reads them (:mod:`sqlext.streaming.rescale`)."""
+        asked = asked_buckets(spark)
+        states = [state for operator in self.operators for state in operator.states.values()]
+        if asked is None or all(state.buckets == asked for state in states):
+            return
+        place = {"driver": True, "spark": False}.get(spark.conf.get(PATH_SETTING, "auto").lower())
+        with step("rescale the state"):
+            for state in states:
+                rescale(spark, state, asked, batch_id, on_driver=place)
 
     def on_driver(self, batch, batch_id: int) -> bool:
         """Where this batch runs (see the module's docstring)."""

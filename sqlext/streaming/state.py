@@ -47,6 +47,9 @@ from sqlext.streaming.schema_evolution import merged_fields
 COMPACT_SHARE = 0.25
 SCHEMA_FILE = "schema.json"
 BUCKETS_FILE = "buckets.json"
+# buckets-<generation>.json ({"buckets": n}): the layout a rescale gave the state, its layers in
+# generation-<generation>/bucket-<k>; the highest generation written is the state's
+LAYOUT_PREFIX, LAYOUT_SUFFIX = "buckets-", ".json"
 # Parquet row groups this small keep the statistics that let a lookup skip most of them
 ROW_GROUP_BYTES = 2 * 1024 * 1024
 
@@ -57,7 +60,9 @@ class KeyedState:
     (:func:`buckets_of`), each part a base and at most one delta. A state of one bucket keeps
     its layers in ``folder`` itself; of several, in ``folder/bucket-<n>``. The engine gives each
     bucket of a large run to a task of its own (:mod:`sqlext.streaming.engine`); the bucket
-    count is recorded with the columns on the first write and never changes."""
+    count is recorded with the columns on the first write, and changes only by a rescale
+    (:mod:`sqlext.streaming.rescale`), which writes the state again in a new generation:
+    ``folder/generation-<g>/bucket-<n>``, named by a ``buckets-<g>.json`` file."""
 
     def __init__(self, folder: Folder, keys: Sequence[str], share: float | None = None,
                  bucket_by: Sequence[str] | None = None):
@@ -68,6 +73,7 @@ class KeyedState:
         self.share = share  # this state's compaction share (None: COMPACT_SHARE)
         self._schema = None
         self._buckets = None
+        self._generation = 0
 
     # -- the columns and buckets
 
@@ -87,9 +93,47 @@ class KeyedState:
         """The number of parts the state is kept in (1 where none is recorded: a state of an
         earlier sqlext, kept in one part)."""
         if self._buckets is None:
-            recorded = (self.folder / BUCKETS_FILE).read_json()
-            self._buckets = int(recorded["buckets"]) if recorded else 1
+            self._read_layout()
         return self._buckets
+
+    @property
+    def generation(self) -> int:
+        """How many times the state was rescaled (0: kept as its first run laid it out)."""
+        if self._buckets is None:
+            self._read_layout()
+        return self._generation
+
+    def layouts(self) -> list[int]:
+        """The generations whose layout file is written, in order."""
+        found = []
+        for entry in self.folder.entries():
+            number = entry.name[len(LAYOUT_PREFIX):-len(LAYOUT_SUFFIX)]
+            if entry.name.startswith(LAYOUT_PREFIX) and entry.name.endswith(LAYOUT_SUFFIX) and number.isdigit():
+                found.append(int(number))
+        return sorted(found)
+
+    def _read_layout(self) -> None:
+        generations = self.layouts()
+        if generations:  # written whole, never rewritten: the newest is the state's layout
+            self._generation = generations[-1]
+            recorded = (self.folder / f"{LAYOUT_PREFIX}{self._generation}{LAYOUT_SUFFIX}").read_json()
+        else:
+            self._generation, recorded = 0, (self.folder / BUCKETS_FILE).read_json()
+        self._buckets = int(recorded["buckets"]) if recorded else 1
+
+    def laid_out(self, buckets: int, generation: int) -> "KeyedState":
+        """The same state in another layout (what a rescale writes before it is the state's)."""
+        other = KeyedState(self.folder, self.keys, self.share, self.bucket_by)
+        other._schema, other._buckets, other._generation = self.schema, int(buckets), int(generation)
+        return other
+
+    def adopt(self, layout: "KeyedState") -> None:
+        """Read and write in ``layout``'s buckets from now on (once its layout file is written)."""
+        self._buckets, self._generation = layout.buckets, layout.generation
+
+    def home(self) -> Folder:
+        """The folder of the current layout's parts."""
+        return self.folder if self.generation == 0 else self.folder / f"generation-{self.generation}"
 
     def record_schema(self, schema, buckets: int = 1) -> None:
         """Record the state's columns and bucket count on its first write. Later writes keep
@@ -118,7 +162,9 @@ class KeyedState:
         return to_arrow_schema(self.schema, timezone="UTC")
 
     def part(self, bucket: int) -> "_Part":
-        return _Part(self, self.folder if self.buckets == 1 else self.folder / f"bucket-{bucket}")
+        if self.buckets == 1 and self.generation == 0:
+            return _Part(self, self.folder)
+        return _Part(self, self.home() / f"bucket-{bucket}")
 
     def bucket_of(self, rows: pa.Table, columns: Sequence[str] | None = None) -> np.ndarray:
         """The bucket of each row, by its bucket columns (in ``columns``, by default their own
@@ -288,6 +334,11 @@ class _Part:
         return written
 
     def _put(self, kind: str, batch_id: int, table: pa.Table, view: "PartView") -> Pending:
+        self.write_layer(kind, batch_id, table)
+        return Pending(view.bucket, kind, batch_id, (view.base, view.delta))
+
+    def write_layer(self, kind: str, batch_id: int, table: pa.Table) -> Folder:
+        """Write a layer, not committed; the layer's folder."""
         # a base too large for the driver's cache is written in key order, so that a lookup pushed
         # into the reader finds its values in few row groups; one the cache holds is looked up in
         # memory, by its index, and the sort would only cost time
@@ -304,7 +355,7 @@ class _Part:
         # costs several times as much
         LAYERS.put(layer, table.combine_chunks() if table.num_columns and table.column(0).num_chunks > 1 else table,
                    identity=pending.identity())
-        return Pending(view.bucket, kind, batch_id, (view.base, view.delta))
+        return layer
 
     def _put_frame(self, kind: str, batch_id: int, frame, view: "PartView") -> Pending:
         pending = self.path(kind, batch_id).begin_layer()

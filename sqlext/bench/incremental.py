@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from sqlext.bench.changes import make_changes, make_fk_inputs
@@ -297,11 +298,13 @@ def self_join_workload(events: int, percent: float) -> Workload:
 def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: int | None = None,
                       function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
-                      uri: bool = False, regions: int = 5_000) -> dict:
+                      uri: bool = False, regions: int = 5_000, buckets: int | None = None,
+                      rescale: int | None = None) -> dict:
     """The incremental runs over a history and its increments, against the batch query; returns
     the first run's seconds, the incremental and batch seconds per increment, and the rows.
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
-    ``right`` changes)."""
+    ``right`` changes). ``buckets``: the state's bucket count when the first run makes it;
+    ``rescale``: the count asked for from the first timed run on (which rescales the state)."""
     if function == "fk":
         workload = fk_workload(left, right, percent, keys)
     elif function in ("recursion", "moves"):
@@ -312,13 +315,17 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         workload = self_join_workload(rows, percent)
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
+    from sqlext.streaming.engine import BUCKETS_SETTING
     from sqlext.streaming.run import PATH_SETTING
 
     spark.conf.set(PATH_SETTING, place)
+    if buckets is not None:
+        spark.conf.set(BUCKETS_SETTING, str(buckets))
     try:
-        return _bench_workload(spark, workload, runs, percent, uri)
+        return _bench_workload(spark, workload, runs, percent, uri, rescale)
     finally:
         spark.conf.unset(PATH_SETTING)
+        spark.conf.unset(BUCKETS_SETTING)
 
 
 def _copy_sql(name: str) -> str:
@@ -331,9 +338,11 @@ def _copy_sql(name: str) -> str:
     return to_sql(exp.select("*").from_(stream))
 
 
-def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: bool = False) -> dict:
+def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: bool = False,
+                    rescale: int | None = None) -> dict:
     import sqlext
     from sqlext.streaming import jobs_of, run_available_now
+    from sqlext.streaming.engine import BUCKETS_SETTING
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-incremental-")
     named = "file://" + directory if uri else directory  # how the runs name the folders
@@ -355,7 +364,10 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         native, native_state = [], []
         if workload.native_stream is not None:
             workload.native_stream(spark, **native_options).awaitTermination()
-        incremental, batch, floor, jobs, steps = [], [], [], [], []
+        incremental, batch, floor, jobs, steps, tasks = [], [], [], [], [], []
+        laid_out = _buckets_of(f"{directory}/checkpoint")
+        if rescale is not None:
+            spark.conf.set(BUCKETS_SETTING, str(rescale))
         for run in range(runs):
             workload.add_increment(spark, directory, run)
             settle(spark)
@@ -363,6 +375,7 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
             query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
             jobs.append(len(jobs_of(spark, query)))
+            tasks.append(_widest_stage(spark, query))
             steps.append(_steps(query))
             if workload.native_stream is not None:
                 settle(spark)
@@ -406,6 +419,12 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         print(f"  ratio batch/incremental: {ratio:.2f}x (same output: {out_rows:,} rows)")
         print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}; computed on: "
               f"{spark.conf.get('spark.sqlext.streaming.path', 'auto')} ({'executors' if steps and 'on the executors' in steps[-1] else 'driver'} in the last run)")
+        print(f"  the state's buckets: {laid_out} after the first run, {_buckets_of(f'{directory}/checkpoint')} "
+              f"after the last; most tasks of a stage per incremental run: {', '.join(str(t) for t in tasks)} "
+              f"(the session offers {spark.sparkContext.defaultParallelism} cores)")
+        if rescale is not None and steps and "rescale the state" in steps[0]:
+            print(f"  rescale {laid_out} -> {rescale} buckets, in the first timed run: "
+                  f"{steps[0]['rescale the state']:.2f} s of its {incremental[0]:.2f} s")
         if native:
             ours = _state_rows(f"{directory}/checkpoint")
             print(f"  Spark's own stream-stream join per increment: median {statistics.median(native):.2f} s   runs: "
@@ -428,6 +447,30 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
                 "jobs": jobs, "steps": steps, "native": native, "native_state": native_state}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _widest_stage(spark, query) -> int:
+    """The most tasks one stage of a run had (how many tasks a run used at once)."""
+    tracker = spark.sparkContext.statusTracker()
+    widest = 0
+    for job in tracker.getJobIdsForGroup(str(query.runId)):
+        info = tracker.getJobInfo(job)
+        for stage in (info.stageIds if info is not None else []):
+            stage_info = tracker.getStageInfo(stage)
+            widest = max(widest, stage_info.numTasks if stage_info is not None else 0)
+    return widest
+
+
+def _buckets_of(checkpoint: str) -> list[int]:
+    """The bucket counts of the checkpoint's states (one per state, sorted)."""
+    from sqlext.storage import local
+    from sqlext.streaming.checkpoint import STATE_FOLDER
+    from sqlext.streaming.state import SCHEMA_FILE, KeyedState
+
+    counts = []
+    for schema in Path(checkpoint, STATE_FOLDER).rglob(SCHEMA_FILE):
+        counts.append(KeyedState(local(schema.parent), []).buckets)
+    return sorted(counts)
 
 
 def _steps(query) -> dict[str, float]:

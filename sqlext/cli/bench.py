@@ -108,7 +108,9 @@ def add_parser(commands) -> None:
         "everything. Both outputs are checked against each other.",
         "  sqlext bench incremental --rows 10000000 --runs 3\n"
         "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
-        "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3")
+        "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3\n"
+        "  sqlext bench incremental --function fk --left 500000 --right 50000 --buckets 2 --rescale 8 "
+        "--master 'local[8]'")
     incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin", "pipeline"],
                              default="filter",
                              help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
@@ -130,6 +132,11 @@ def add_parser(commands) -> None:
     incremental.add_argument("--path", choices=["auto", "driver", "spark"], default="auto", dest="place",
                              help="where a run's step computes: chosen by the engine (auto), the driver, or "
                                   "Spark's executors (spark)")
+    incremental.add_argument("--buckets", type=int, metavar="N", default=None,
+                             help="the state's bucket count when the first run makes it (default: the engine's)")
+    incremental.add_argument("--rescale", type=int, metavar="N", default=None,
+                             help="after the first run, ask for N buckets: the first timed run rescales the state "
+                                  "(its rescale step reported), the later ones run on N buckets")
     incremental.add_argument("--uri", action="store_true",
                              help="give the checkpoint, output and sources as file: URIs (as a cluster names them)")
 
@@ -150,7 +157,8 @@ def main(args) -> int:
     elif args.what == "incremental":
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
                           function=args.function, left=args.left, right=args.right,
-                          nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions)
+                          nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions,
+                          buckets=args.buckets, rescale=args.rescale)
     elif args.levels_only:
         bench_levels(spark, levels=args.levels_only, runs=args.runs)
     elif args.forest_only:

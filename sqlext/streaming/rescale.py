@@ -53,9 +53,9 @@ def rescale(spark, state: KeyedState, buckets: int, batch_id: int, on_driver: bo
         if on_driver is None:
             on_driver = view.stored_bytes() * 4 <= CACHE_BYTES
         if on_driver:
-            _move_on_driver(view.rows(), new, batch_id - 1)
+            _move_in_memory(view.rows(), new, batch_id - 1)
         else:
-            _move_in_spark(spark, view.frame(spark), new, batch_id - 1)
+            _move_in_tasks(spark, view.frame(spark), new, batch_id - 1)
     (state.folder / f"{LAYOUT_PREFIX}{generation}{LAYOUT_SUFFIX}").write_json({"buckets": buckets})
     state.adopt(new)
     forget_earlier_layouts(state)
@@ -76,7 +76,7 @@ def forget_earlier_layouts(state: KeyedState) -> None:
             (state.folder / entry.name).delete()
 
 
-def _move_on_driver(rows: pa.Table, new: KeyedState, base: int) -> None:
+def _move_in_memory(rows: pa.Table, new: KeyedState, base: int) -> None:
     owner = new.bucket_of(rows)
     for bucket in range(new.buckets):
         mine = rows.filter(pa.array(owner == bucket))
@@ -84,7 +84,7 @@ def _move_on_driver(rows: pa.Table, new: KeyedState, base: int) -> None:
             new.part(bucket).write_layer("base", base, mine).commit_layer()
 
 
-def _move_in_spark(spark, frame, new: KeyedState, base: int) -> None:
+def _move_in_tasks(spark, frame, new: KeyedState, base: int) -> None:
     """The rows of ``frame`` (the state's current rows) routed by Spark to their new buckets, and
     each bucket's base written by the task that holds it."""
     from pyspark.sql import functions as F

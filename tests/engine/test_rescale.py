@@ -94,18 +94,18 @@ def test_a_rescale_stopped_before_its_layout_is_written_leaves_the_state_as_it_w
     state.record_schema(SCHEMA, buckets=2)
     batch = {(k, "a"): k for k in range(40)}
     state.write(state.before(0), _table(batch), 0)
-    real = rescale_module._move_on_driver
+    real = rescale_module._move_in_memory
 
     def killed(rows, new, base):
         real(rows, new, base)
         raise KeyboardInterrupt("killed after the rows moved, before the layout file")
 
-    monkeypatch.setattr(rescale_module, "_move_on_driver", killed)
+    monkeypatch.setattr(rescale_module, "_move_in_memory", killed)
     with pytest.raises(KeyboardInterrupt):
         rescale(None, state, 5, 1, on_driver=True)
     again = KeyedState(state.folder, ["k1", "k2"])
     assert (again.buckets, again.generation) == (2, 0) and _current(again, 1) == batch
-    monkeypatch.setattr(rescale_module, "_move_on_driver", real)
+    monkeypatch.setattr(rescale_module, "_move_in_memory", real)
     assert rescale(None, again, 5, 1, on_driver=True)
     assert (again.buckets, again.generation) == (5, 1) and _current(again, 1) == batch
 
@@ -210,16 +210,16 @@ def test_a_run_killed_while_it_rescales_is_redone_exactly(spark, tmp_path, stora
         chain.run(sql)
         spark.conf.set(BUCKETS_SETTING, "8")
         chain.land(rows, 12, 20)
-        real = rescale_module._move_on_driver
+        real = rescale_module._move_in_memory
 
         def killed(*args):
             real(*args)
             raise RuntimeError("killed while rescaling")
 
-        monkeypatch.setattr(rescale_module, "_move_on_driver", killed)
+        monkeypatch.setattr(rescale_module, "_move_in_memory", killed)
         with pytest.raises(Exception):
             chain.run(sql)
-        monkeypatch.setattr(rescale_module, "_move_on_driver", real)
+        monkeypatch.setattr(rescale_module, "_move_in_memory", real)
         chain.run(sql)
     finally:
         spark.conf.unset(BUCKETS_SETTING)

@@ -91,15 +91,13 @@ def main(master: str, work: Path) -> None:
     shapes = ("debezium.sql", "iceberg.sql")
     result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES if e.name not in shapes}
 
-    from self_join_fixtures import read_fixtures, register_fixture_relations
+    from self_join_fixtures import cluster_cases, register_fixture_relations
     from sqlext.rewrites.pipeline import rewrite_statement
     from sqlext.session import SparkRelations
 
     register_fixture_relations(spark, 1)
     result["self_joins"] = {}
-    for fixture in read_fixtures().cases:
-        if fixture.noop:
-            continue
+    for fixture in cluster_cases():
         rewritten = rewrite_statement(fixture.query, SparkRelations(spark)).sql
         result["self_joins"][fixture.title] = [rows(spark.sql(fixture.query)), rows(spark.sql(rewritten))]
 

@@ -136,6 +136,6 @@ class Sampler:
         self._thread.join()
 
 
-def _jvm_pid(spark) -> int:
+def jvm_pid(spark) -> int:
     process = getattr(spark.sparkContext._gateway, "proc", None)
     return process.pid if process is not None else os.getpid()

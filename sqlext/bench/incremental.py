@@ -201,9 +201,9 @@ def recursion_workload(nodes: int, percent: float) -> Workload:
     size = max(1, int(nodes * percent / 100))
 
     def history(spark, directory):
-        from sqlext.bench.recursion import _make_forest
+        from sqlext.bench.recursion import make_forest
 
-        _make_forest(spark, nodes, directory)
+        make_forest(spark, nodes, directory)
         spark.read.parquet(f"{directory}/forest").where("parent IS NOT NULL") \
             .selectExpr("id AS src", "parent AS dst").write.parquet(f"{directory}/bench_edges")
         shutil.rmtree(f"{directory}/forest", ignore_errors=True)
@@ -229,9 +229,9 @@ def moves_workload(nodes: int, percent: float) -> Workload:
     size = max(1, nodes // every)
 
     def history(spark, directory):
-        from sqlext.bench.recursion import _make_forest
+        from sqlext.bench.recursion import make_forest
 
-        _make_forest(spark, nodes, directory)
+        make_forest(spark, nodes, directory)
         spark.read.parquet(f"{directory}/forest").where("parent IS NOT NULL") \
             .selectExpr("id AS src", "parent AS dst", "'insert' AS _change_type", "CAST(1 AS BIGINT) AS _commit_version") \
             .write.parquet(f"{directory}/bench_edges")

@@ -72,14 +72,14 @@ def make_inputs(spark, nodes: int, depth: int, directory: str, only: tuple[str, 
         spark.range(1, depth).selectExpr("id AS src", "id + 1 AS dst") \
             .write.mode("overwrite").parquet(f"{directory}/chain")
     if "forest" in only:
-        _make_forest(spark, nodes, directory)
+        make_forest(spark, nodes, directory)
     if "parts" in only:
         _make_parts(spark, nodes, directory)
     for name in only:
         spark.read.parquet(f"{directory}/{name}").createOrReplaceTempView(f"bench_{name}")
 
 
-def _make_forest(spark, nodes: int, directory: str) -> None:
+def make_forest(spark, nodes: int, directory: str) -> None:
     roots = max(1, nodes // 1000)
     spark.range(nodes).selectExpr(
         "id",
@@ -229,7 +229,7 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto", floor: bool =
     import os
 
     import sqlext
-    from sqlext.bench.common import Sampler, _jvm_pid
+    from sqlext.bench.common import Sampler, jvm_pid
 
     directory = tempfile.mkdtemp(prefix="sqlext-bench-")
     spark.conf.set("spark.sqlext.recursion.path", path)
@@ -239,7 +239,7 @@ def bench_forest(spark, nodes: int, runs: int, path: str = "auto", floor: bool =
     try:
         make_inputs(spark, nodes, 2, directory, only=("forest",))
         seconds = []
-        with Sampler((os.getpid(), _jvm_pid(spark))) as sampler:
+        with Sampler((os.getpid(), jvm_pid(spark))) as sampler:
             for _ in range(runs):
                 started = time.perf_counter()
                 sqlext.sql(spark, FOREST).write.format("noop").mode("overwrite").save()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlext.bench.changes import FILTER_SQLEXT, FK_SQLEXT, make_changes, make_fk_inputs
-from sqlext.bench.common import Sampler, _jvm_pid
+from sqlext.bench.common import Sampler, jvm_pid
 
 
 @dataclass
@@ -42,7 +42,7 @@ def _measure(spark, name: str, size: int, frame_factory, runs: int) -> Point:
     for _ in range(runs):
         # from the text to the last row: rewriting, and any work sqlext does before Spark runs
         # the statement (a recursion's levels), count too
-        with Sampler((os.getpid(), _jvm_pid(spark))) as sampler:
+        with Sampler((os.getpid(), jvm_pid(spark))) as sampler:
             started = time.perf_counter()
             frame_factory().write.format("noop").mode("overwrite").save()
             seconds.append(time.perf_counter() - started)

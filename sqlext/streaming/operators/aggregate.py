@@ -38,7 +38,7 @@ from sqlext.language.dialect import to_sql, TableArgument
 from sqlext.language.sqltree import helper
 from sqlext.streaming.arrow_sql import arrow_expression, evaluate
 from sqlext.streaming.engine import Input, KeyedOperator, Step, temporary_view
-from sqlext.streaming.operators.self_join_aggregate import _grouping, _positions
+from sqlext.streaming.operators.self_join_aggregate import grouped_expression, matching_rows
 from sqlext.streaming.run import arrow_schema, arrow_frame, spark_schema, step
 from sqlext.streaming.state import KeyedState
 from sqlext.udfs.column_wise import codes, take, together
@@ -135,7 +135,7 @@ class AggregateShape:
         self.alias = source.this.alias_or_name
         group = tree.args.get("group")
         self.grouped = group is not None  # without GROUP BY, one row however many rows there are
-        self.groups = [_grouping(e, tree) for e in group.expressions] if group else [exp.Literal.number(0)]
+        self.groups = [grouped_expression(e, tree) for e in group.expressions] if group else [exp.Literal.number(0)]
         self.group_names = [helper(f"g{i}") for i in range(len(self.groups))]
         self.aggregates: list[Aggregate] = []
         having = tree.args.get("having")
@@ -305,7 +305,7 @@ class AggregateOperator(KeyedOperator):
             values = values.filter(pc.greater(values[COUNT], 0))
             function = {"min": "min", "max": "max", "distinct": "count"}[aggregate.kind]
             summary = values.group_by(names, use_threads=False).aggregate([(helper(f"v{j}"), function)])
-            found = _positions(summary, groups, names, codes, together)
+            found = matching_rows(summary, groups, names, codes, together)
             value = take(summary.select([summary.column_names[-1]]), found).column(0)
             columns.append(pc.fill_null(value, 0) if aggregate.kind == "distinct" else value)
         schema = self.accumulators_schema
@@ -405,7 +405,7 @@ class AggregateOperator(KeyedOperator):
         schema = view.state.arrow_schema
         delta = delta.cast(pa.schema([schema.field(k) for k in keys] + [schema.field(c) for c in counts]))
         before = view.rows(keys=delta.select(keys))
-        found = _positions(before, delta, keys, codes, together)
+        found = matching_rows(before, delta, keys, codes, together)
         old = take(before.select(counts), found)
         columns = {k: delta[k] for k in keys}
         for count in counts:

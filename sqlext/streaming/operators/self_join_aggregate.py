@@ -75,7 +75,7 @@ class GroupedPairs:
                                    "the aggregate's change feed adds that column itself",
                                    f"Name the statement's column otherwise than {name}.")
         group = tree.args.get("group")
-        self.groups = [_grouping(e, tree) for e in group.expressions] if group else [exp.Literal.number(0)]
+        self.groups = [grouped_expression(e, tree) for e in group.expressions] if group else [exp.Literal.number(0)]
         self.group_names = [helper(f"g{i}") for i in range(len(self.groups))]
         self.arguments: list[exp.Expression] = []
         self.aggregates: list[exp.Expression] = []
@@ -191,7 +191,7 @@ class GroupedPairs:
     def merge(self, before: pa.Table, partials: pa.Table, schema: pa.Schema) -> pa.Table:
         """The accumulators of the groups in ``partials`` after adding the partials to what
         ``before`` holds for them (a group ``before`` does not hold starts from its partials)."""
-        found = _positions(before, partials, self.group_names, codes, together)
+        found = matching_rows(before, partials, self.group_names, codes, together)
         old = take(before.select([a.name for a in self.accumulators]), found)
         columns = {n: partials[n] for n in self.group_names}
         for accumulator in self.accumulators:
@@ -205,7 +205,7 @@ class GroupedPairs:
         one, nothing for a group whose row stays."""
         new_mask = pc.fill_null(finals[TAG], False)
         old, new = finals.filter(pc.invert(new_mask)), finals.filter(new_mask)
-        found = _positions(old, new, self.group_names, codes, together)
+        found = matching_rows(old, new, self.group_names, codes, together)
         prior = take(old, found)
         there = found >= 0
         changed = there & differ(prior, new, self.output_names)
@@ -220,7 +220,7 @@ class GroupedPairs:
                                  image(new, changed, POSTIMAGE)])
 
 
-def _grouping(expression: exp.Expression, tree: exp.Select) -> exp.Expression:
+def grouped_expression(expression: exp.Expression, tree: exp.Select) -> exp.Expression:
     """A GROUP BY item as the expression it groups by: an ordinal (``GROUP BY 1``) or a select
     alias (``GROUP BY kk``, as Spark allows) stands for the select item's expression."""
     items = tree.expressions
@@ -234,7 +234,7 @@ def _grouping(expression: exp.Expression, tree: exp.Select) -> exp.Expression:
     return expression.copy()
 
 
-def _positions(before: pa.Table, after: pa.Table, keys, codes, together) -> np.ndarray:
+def matching_rows(before: pa.Table, after: pa.Table, keys, codes, together) -> np.ndarray:
     """For each row of ``after``, the row of ``before`` with equal keys (NULL equal to NULL), or -1."""
     if after.num_rows == 0 or before.num_rows == 0:
         return np.full(after.num_rows, -1, np.int64)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profiles import examples
 
-from test_streaming_pipeline import FILTERED, JOINED, Chain, histories
+from three_tables import FILTERED, JOINED, Chain, histories
 
 STATEMENTS = {
     "filtered by branch": (

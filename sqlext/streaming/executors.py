@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
@@ -30,32 +31,49 @@ def routed(operator, frame, batch_id: int, pending: Folder, summary_schema):
     each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
     bucket, and each partition's task runs the buckets it holds."""
     from pyspark.sql import functions as F
-    from pyspark.sql.functions import arrow_udf
-    from pyspark.sql.types import IntegerType
-    from pyspark.util import PythonEvalType
 
-    columns = operator.route_columns()
-    router = _Router(operator, columns)
-    with warnings.catch_warnings():  # the kind is given: Spark would rather read it from type hints
-        warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(router, IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)
-    bucket = udf(*[F.col(quote(c)) for c in columns])
+    bucket = bucket_column(operator.route, operator.route_columns())
     everywhere = F.sequence(F.lit(0), F.lit(operator.buckets - 1))
     tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
     task = RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema))
     return tagged.repartition(operator.buckets, BUCKET).mapInArrow(task, summary_schema)
 
 
-class _Router:
-    """The Arrow function that gives each row of an operator's rows its bucket, from its routing
-    columns (Spark ships only those to Python)."""
+def bucket_column(buckets_of, columns: list[str]):
+    """A Spark column: each row's bucket, computed in Python workers by ``buckets_of`` (an Arrow
+    table of ``columns`` to a bucket per row) from those columns alone."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import arrow_udf
+    from pyspark.sql.types import IntegerType
+    from pyspark.util import PythonEvalType
 
-    def __init__(self, operator, columns: list[str]):
-        self.operator, self.columns = operator, columns
+    with warnings.catch_warnings():  # the kind is given: Spark would rather read it from type hints
+        warnings.simplefilter("ignore", UserWarning)
+        udf = arrow_udf(_Router(buckets_of, columns), IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)
+    return udf(*[F.col(quote(c)) for c in columns])
+
+
+class _Router:
+    """The Arrow function that gives each row its bucket from its routing columns (Spark ships
+    only those to Python)."""
+
+    def __init__(self, buckets_of, columns: list[str]):
+        self.buckets_of, self.columns = buckets_of, columns
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         table = pa.table(list(arrays), names=self.columns)
-        return pa.array(self.operator.route(table).astype(np.int32), pa.int32())
+        return pa.array(self.buckets_of(table).astype(np.int32), pa.int32())
+
+
+def by_bucket(batches, schema: pa.Schema):
+    """A task's rows (Arrow batches with a :data:`BUCKET` column), a bucket at a time in bucket
+    order: ``(bucket, rows)``, the rows without that column and as ``schema``."""
+    batches = list(batches)
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
+        yield int(bucket), table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(schema)
 
 
 def carried_input(upstream, operator) -> str | None:
@@ -126,18 +144,11 @@ class RoutedTasks:
         self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
 
     def __call__(self, batches):
-        import pyarrow.compute as pc
-
         with task_memory():
             started = time.perf_counter()
-            batches = list(batches)
-            if not batches:
-                return
-            table = pa.Table.from_batches(batches)
-            for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
-                mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.schema)
+            for bucket, mine in by_bucket(batches, self.schema):
                 with timed({}) as steps:
-                    summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, int(bucket),
+                    summary, _ = _run_bucket(self.operator, self.batch_id, self.pending, bucket,
                                              self.operator.rows_of(mine), started, steps)
                 started = time.perf_counter()
                 yield _summary_row(summary)

@@ -24,18 +24,13 @@ keeps a small state in few files, and costs one pass over the state when the cou
 
 from __future__ import annotations
 
-import warnings
-
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sqlext.errors import SqlextError
-from sqlext.functions.arguments import quote
+from sqlext.streaming.executors import BUCKET, bucket_column, by_bucket
 from sqlext.streaming.layer_cache import CACHE_BYTES
 from sqlext.streaming.state import LAYOUT_PREFIX, LAYOUT_SUFFIX, KeyedState
 from sqlext.streaming.task_memory import task_memory
-
-BUCKET = "__sx_new_bucket"
 
 
 def rescale(spark, state: KeyedState, buckets: int, batch_id: int, on_driver: bool | None = None) -> bool:
@@ -87,16 +82,7 @@ def _move_in_memory(rows: pa.Table, new: KeyedState, base: int) -> None:
 def _move_in_tasks(spark, frame, new: KeyedState, base: int) -> None:
     """The rows of ``frame`` (the state's current rows) routed by Spark to their new buckets, and
     each bucket's base written by the task that holds it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.functions import arrow_udf
-    from pyspark.sql.types import IntegerType
-    from pyspark.util import PythonEvalType
-
-    columns = list(new.bucket_by)
-    with warnings.catch_warnings():  # the kind is given: Spark would rather read it from type hints
-        warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(_NewBucket(new), IntegerType(), PythonEvalType.SQL_SCALAR_ARROW_UDF)
-    tagged = frame.withColumn(BUCKET, udf(*[F.col(quote(c)) for c in columns]))
+    tagged = frame.withColumn(BUCKET, bucket_column(new.bucket_of, list(new.bucket_by)))
     written = tagged.repartition(new.buckets, BUCKET) \
         .mapInArrow(_WriteBuckets(new, base), "bucket INT, rows BIGINT").collect()
     moved = sum(r.rows for r in written)
@@ -107,17 +93,6 @@ def _move_in_tasks(spark, frame, new: KeyedState, base: int) -> None:
                                  "(nothing was committed; the next run tries again)")
 
 
-class _NewBucket:
-    """Each row's bucket among the new layout's, from its bucket columns."""
-
-    def __init__(self, new: KeyedState):
-        self.new = new
-
-    def __call__(self, *arrays: pa.Array) -> pa.Array:
-        table = pa.table(list(arrays), names=list(self.new.bucket_by))
-        return pa.array(self.new.bucket_of(table).astype("int32"), pa.int32())
-
-
 class _WriteBuckets:
     """A task's buckets of the new layout, each written whole as a base."""
 
@@ -126,12 +101,7 @@ class _WriteBuckets:
 
     def __call__(self, batches):
         with task_memory():
-            batches = list(batches)
-            if not batches:
-                return
-            table = pa.Table.from_batches(batches)
-            for bucket in sorted(pc.unique(table[BUCKET]).to_pylist()):
-                mine = table.filter(pc.equal(table[BUCKET], bucket)).drop_columns([BUCKET]).cast(self.new.arrow_schema)
-                self.new.part(int(bucket)).write_layer("base", self.base, mine).commit_layer()
+            for bucket, mine in by_bucket(batches, self.new.arrow_schema):
+                self.new.part(bucket).write_layer("base", self.base, mine).commit_layer()
                 yield pa.RecordBatch.from_arrays([pa.array([bucket], pa.int32()), pa.array([mine.num_rows], pa.int64())],
                                                  names=["bucket", "rows"])

@@ -433,19 +433,19 @@ def dbt_arguments(project: Path, selectors: Iterable[str], vars: Mapping[str, st
     return arguments
 
 
-def profile_arguments(project: Path, warehouse: Path) -> tuple[list[str], str | None]:
-    """Where dbt takes its ``profiles.yml`` from: ``([], None)`` where dbt finds one itself or
-    the user chose (``DBT_PROFILES_DIR``, the current folder, ``~/.dbt``); ``--profiles-dir PROJECT`` where the
-    project folder holds one (dbt alone would not look there from another folder); otherwise
-    ``(["--profiles-dir"], text)``: a generated profile giving the project's profile name an
-    sqlext target that writes under ``warehouse`` (the caller adds the folder it writes it to)."""
+def profile_source(project: Path, warehouse: Path) -> tuple[Path | None, str | None]:
+    """Where dbt takes its ``profiles.yml`` from, as ``(folder, generated)``: ``(None, None)``
+    where dbt finds one itself or the user chose (``DBT_PROFILES_DIR``, the current folder,
+    ``~/.dbt``); ``(project, None)`` where the project folder holds one (dbt alone would not look
+    there from another folder); otherwise ``(None, text)``: a generated profile giving the
+    project's profile name an sqlext target that writes under ``warehouse``."""
     import yaml
 
     if os.environ.get("DBT_PROFILES_DIR") or any(
             (folder / "profiles.yml").exists() for folder in (Path.cwd(), Path.home() / ".dbt")):
-        return [], None
+        return None, None
     if (project / "profiles.yml").exists():
-        return ["--profiles-dir", str(project)], None
+        return project, None
     name = (yaml.safe_load((project / "dbt_project.yml").read_text()) or {}).get("profile") or "default"
     warehouse = warehouse.resolve()
     target = {"type": "sqlext", "schema": "default", "threads": 1, "server_side_parameters": {
@@ -453,8 +453,7 @@ def profile_arguments(project: Path, warehouse: Path) -> tuple[list[str], str | 
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             "jdbc:derby:;databaseName=" + str(warehouse / "metastore_db") + ";create=true",
     }}
-    return ["--profiles-dir"], yaml.safe_dump({name: {"target": "sqlext", "outputs": {"sqlext": target}}},
-                                              sort_keys=False)
+    return None, yaml.safe_dump({name: {"target": "sqlext", "outputs": {"sqlext": target}}}, sort_keys=False)
 
 
 def _hand_to_dbt(args) -> int:
@@ -472,17 +471,17 @@ def _hand_to_dbt(args) -> int:
               "(or run dbt build with a profile of type: sqlext).", file=sys.stderr)
         return 1
     arguments = dbt_arguments(args.models, args.select, parse_vars(args.vars))
-    profile_options, profile = profile_arguments(args.models, args.warehouse)
+    folder, profile = profile_source(args.models, args.warehouse)
     with tempfile.TemporaryDirectory(prefix="sqlext-profiles-") as profiles:
         if profile is not None:
-            (Path(profiles) / "profiles.yml").write_text(profile)
-            profile_options = profile_options + [profiles]
+            folder = Path(profiles)
+            (folder / "profiles.yml").write_text(profile)
             print(f"sqlext build: no profiles.yml found; building with the sqlext adapter, tables under "
                   f"{args.warehouse.resolve()}")
-        elif profile_options:
+        elif folder is not None:
             print(f"sqlext build: building with the profiles.yml in {args.models} (its target says where "
                   "tables go)")
-        result = dbtRunner().invoke(arguments + profile_options)
+        result = dbtRunner().invoke(arguments + ([] if folder is None else ["--profiles-dir", str(folder)]))
     if result.exception is not None and not isinstance(result.exception, DbtRuntimeError):
         print(SqlextError("DBT_REFUSED", function=FUNCTION, path=str(args.models),
                           reason=str(result.exception).rstrip(".")), file=sys.stderr)

@@ -193,7 +193,7 @@ def test_a_dbt_project_holding_its_profiles_is_built_with_them_from_any_folder(t
     any folder, and one dbt would find a profile for is left to dbt."""
     import yaml
 
-    from sqlext.models import profile_arguments
+    from sqlext.models import profile_source
 
     project, elsewhere, home = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "home"
     shutil.copytree(DBT_PROJECT, project, ignore=shutil.ignore_patterns("target", "logs"))
@@ -202,14 +202,14 @@ def test_a_dbt_project_holding_its_profiles_is_built_with_them_from_any_folder(t
     monkeypatch.chdir(elsewhere)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
-    assert profile_arguments(project, tmp_path / "wh") == (["--profiles-dir", str(project)], None)
+    assert profile_source(project, tmp_path / "wh") == (project, None)
     (project / "profiles.yml").unlink()
-    options, generated = profile_arguments(project, tmp_path / "w h'{x}")
+    folder, generated = profile_source(project, tmp_path / "w h'{x}")
     target = yaml.safe_load(generated)["accounts"]["outputs"]["sqlext"]
-    assert options == ["--profiles-dir"] and target["type"] == "sqlext"
+    assert folder is None and target["type"] == "sqlext"
     assert target["server_side_parameters"]["spark.sql.warehouse.dir"] == str(tmp_path / "w h'{x}")
     (elsewhere / "profiles.yml").write_text("accounts: {}\n")
-    assert profile_arguments(project, tmp_path / "wh") == ([], None)
+    assert profile_source(project, tmp_path / "wh") == (None, None)
 
 
 def test_what_dbt_refuses_before_it_builds_is_said(tmp_path, monkeypatch, capsys):

@@ -36,6 +36,14 @@ def _current(state: KeyedState, batch_id: int) -> dict:
     return {(r["k1"], r["k2"]): r["v"] for r in state.before(batch_id).rows().to_pylist()}
 
 
+def _written(folder, buckets: int, batch: dict) -> KeyedState:
+    """A state of ``buckets`` buckets in ``folder`` holding ``batch`` (batch 0's write)."""
+    state = KeyedState(local(folder), ["k1", "k2"])
+    state.record_schema(SCHEMA, buckets=buckets)
+    state.write(state.before(0), _table(batch), 0)
+    return state
+
+
 def _layer_folders(state: KeyedState) -> set[str]:
     """The folders (relative to the state's) that hold layers."""
     root = state.folder.path.rstrip("/")
@@ -78,10 +86,8 @@ def test_the_rows_are_the_same_in_every_layout(tmp_path_factory, runs):
 
 
 def test_a_state_too_large_for_the_driver_is_moved_by_spark_tasks(spark, tmp_path):
-    state = KeyedState(local(tmp_path / "state"), ["k1", "k2"])
-    state.record_schema(SCHEMA, buckets=2)
     batch = {(k, "x" if k % 3 else None): k % 7 - 3 for k in range(500)}
-    state.write(state.before(0), _table(batch), 0)
+    state = _written(tmp_path / "state", 2, batch)
     for buckets in (8, 3):
         assert rescale(spark, state, buckets, 1, on_driver=False)
         assert state.buckets == buckets and _current(state, 1) == batch
@@ -90,10 +96,8 @@ def test_a_state_too_large_for_the_driver_is_moved_by_spark_tasks(spark, tmp_pat
 
 
 def test_a_rescale_stopped_before_its_layout_is_written_leaves_the_state_as_it_was(tmp_path, monkeypatch):
-    state = KeyedState(local(tmp_path / "state"), ["k1", "k2"])
-    state.record_schema(SCHEMA, buckets=2)
     batch = {(k, "a"): k for k in range(40)}
-    state.write(state.before(0), _table(batch), 0)
+    state = _written(tmp_path / "state", 2, batch)
     real = rescale_module._move_in_memory
 
     def killed(rows, new, base):
@@ -111,10 +115,8 @@ def test_a_rescale_stopped_before_its_layout_is_written_leaves_the_state_as_it_w
 
 
 def test_a_rescale_stopped_after_its_layout_is_written_is_the_new_layout(tmp_path, monkeypatch):
-    state = KeyedState(local(tmp_path / "state"), ["k1", "k2"])
-    state.record_schema(SCHEMA, buckets=1)
     batch = {(k, None): -k for k in range(30)}
-    state.write(state.before(0), _table(batch), 0)
+    state = _written(tmp_path / "state", 1, batch)
 
     def killed(*args):
         raise KeyboardInterrupt("killed before the old layers were deleted")

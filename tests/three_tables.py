@@ -94,10 +94,11 @@ class Chain:
             done = bound
             yield bound
 
-    def run(self, sql: str) -> None:
+    def run(self, sql: str):
+        """One run over what has landed; the finished query."""
         with computed_on(self.spark, self.path):
-            run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
-                              sources={name: self.uri(name) for name in SCHEMAS})
+            return run_available_now(self.spark, sql, checkpoint=self.uri("cp"), output=self.uri("out"),
+                                     sources={name: self.uri(name) for name in SCHEMAS})
 
     def output(self):
         if not any((self.root / "out").glob("*.parquet")):

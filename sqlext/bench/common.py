@@ -136,6 +136,43 @@ class Sampler:
         self._thread.join()
 
 
+class WorkerPeak:
+    """The highest resident memory (MB) of any one of Spark's Python workers on this machine,
+    and of this (the driver's) process, while the block runs: sampled every 50 ms. The workers
+    are the processes forked from ``pyspark.daemon`` (they keep its command line)."""
+
+    def __enter__(self):
+        self.worker = self.driver = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            for pid in _python_workers():
+                self.worker = max(self.worker, _rss_mb(pid))
+            self.driver = max(self.driver, _rss_mb(os.getpid()))
+            time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _python_workers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if b"pyspark.daemon" in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
 def jvm_pid(spark) -> int:
     process = getattr(spark.sparkContext._gateway, "proc", None)
     return process.pid if process is not None else os.getpid()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sqlext.bench.changes import make_changes, make_fk_inputs
-from sqlext.bench.common import settle
+from sqlext.bench.common import WorkerPeak, settle
 
 STREAMED = """SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(bench_feed)), key => 'id',
   predicate => 'balance >= 0', emit => 'changes')"""
@@ -299,12 +299,14 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
                       function: str = "filter",
                       left: int = 5_000_000, right: int = 500_000, nodes: int = 1_000_000, place: str = "auto",
                       uri: bool = False, regions: int = 5_000, buckets: int | None = None,
-                      rescale: int | None = None) -> dict:
+                      rescale: int | None = None, catch_up: int = 0, max_batch_rows: int | None = None) -> dict:
     """The incremental runs over a history and its increments, against the batch query; returns
     the first run's seconds, the incremental and batch seconds per increment, and the rows.
     ``function`` is ``filter`` (``rows`` changes over ``keys`` keys) or ``fk`` (``left`` and
     ``right`` changes). ``buckets``: the state's bucket count when the first run makes it;
-    ``rescale``: the count asked for from the first timed run on (which rescales the state)."""
+    ``rescale``: the count asked for from the first timed run on (which rescales the state);
+    ``catch_up``: after the timed runs, that many increments land and one run takes them all
+    (in parts where they hold more rows than the batch bound, ``max_batch_rows`` where given)."""
     if function == "fk":
         workload = fk_workload(left, right, percent, keys)
     elif function in ("recursion", "moves"):
@@ -315,17 +317,20 @@ def bench_incremental(spark, rows: int, runs: int, percent: float = 1.0, keys: i
         workload = self_join_workload(rows, percent)
     else:
         workload = filter_workload(rows, percent, keys or max(1, rows // 8))
+    from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
     from sqlext.streaming.engine import BUCKETS_SETTING
     from sqlext.streaming.run import PATH_SETTING
 
     spark.conf.set(PATH_SETTING, place)
     if buckets is not None:
         spark.conf.set(BUCKETS_SETTING, str(buckets))
+    if max_batch_rows is not None:
+        spark.conf.set(MAX_ROWS_SETTING, str(max_batch_rows))
     try:
-        return _bench_workload(spark, workload, runs, percent, uri, rescale)
+        return _bench_workload(spark, workload, runs, percent, uri, rescale, catch_up)
     finally:
-        spark.conf.unset(PATH_SETTING)
-        spark.conf.unset(BUCKETS_SETTING)
+        for setting in (PATH_SETTING, BUCKETS_SETTING, MAX_ROWS_SETTING):
+            spark.conf.unset(setting)
 
 
 def _copy_sql(name: str) -> str:
@@ -339,7 +344,7 @@ def _copy_sql(name: str) -> str:
 
 
 def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: bool = False,
-                    rescale: int | None = None) -> dict:
+                    rescale: int | None = None, catch_up: int = 0) -> dict:
     import sqlext
     from sqlext.streaming import jobs_of, run_available_now
     from sqlext.streaming.engine import BUCKETS_SETTING
@@ -355,16 +360,17 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         for name, copy in copies.items():  # the floor's queries read the history first, untimed
             run_available_now(spark, _copy_sql(name), **copy)
         started = time.perf_counter()
-        query = run_available_now(spark, workload.streamed, **options)
+        with WorkerPeak() as initial_peak:
+            query = run_available_now(spark, workload.streamed, **options)
         initial = time.perf_counter() - started
-        initial_steps = _steps(query)
+        initial_steps, initial_parts = _steps(query), _parts(query)
         first_batch = _batch_over_history(spark, workload, directory)
         native_options = dict(sources=options["sources"], checkpoint=f"{directory}/native-checkpoint",
                               output=f"{directory}/native-out")
         native, native_state = [], []
         if workload.native_stream is not None:
             workload.native_stream(spark, **native_options).awaitTermination()
-        incremental, batch, floor, jobs, steps, tasks = [], [], [], [], [], []
+        incremental, batch, floor, jobs, steps, tasks, peaks = [], [], [], [], [], [], []
         laid_out = _buckets_of(f"{directory}/checkpoint")
         if rescale is not None:
             spark.conf.set(BUCKETS_SETTING, str(rescale))
@@ -372,8 +378,10 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
             workload.add_increment(spark, directory, run)
             settle(spark)
             started = time.perf_counter()
-            query = run_available_now(spark, workload.streamed, **options)
+            with WorkerPeak() as peak:
+                query = run_available_now(spark, workload.streamed, **options)
             incremental.append(time.perf_counter() - started)
+            peaks.append(peak)
             jobs.append(len(jobs_of(spark, query)))
             tasks.append(_widest_stage(spark, query))
             steps.append(_steps(query))
@@ -395,6 +403,21 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
             started = time.perf_counter()
             sqlext.sql(spark, workload.batch).write.format("noop").mode("overwrite").save()
             batch.append(time.perf_counter() - started)
+        caught_up = None
+        if catch_up:
+            for run in range(runs, runs + catch_up):
+                workload.add_increment(spark, directory, run)
+            settle(spark)
+            started = time.perf_counter()
+            with WorkerPeak() as peak:
+                query = run_available_now(spark, workload.streamed, **options)
+            caught_up = (time.perf_counter() - started, _parts(query), peak)
+            for name, view in workload.feeds.items():
+                workload.batch_view(spark.read.parquet(f"{directory}/{name}")).createOrReplaceTempView(view)
+            settle(spark)
+            started = time.perf_counter()
+            sqlext.sql(spark, workload.batch).write.format("noop").mode("overwrite").save()
+            caught_up += (time.perf_counter() - started,)
         written = spark.read.parquet(options["output"])
         out_rows = written.count()
         if workload.change_feed:  # the rows the changes leave
@@ -406,9 +429,11 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         ratio = statistics.median(batch) / statistics.median(incremental)
         print(f"{workload.name}: history {workload.about}, increments of "
               f"{workload.increment:,} changes ({percent:g}%), {runs} runs", flush=True)
-        print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s"
-              + ("" if not initial_steps else
-                 " (steps, s: " + ", ".join(f"{n} {t:.2f}" for n, t in initial_steps.items()) + ")"))
+        print(f"  first incremental run (the whole history, builds the state): {initial:.2f} s, in "
+              f"{initial_parts} part(s); peak memory of a Python worker {initial_peak.worker:,.0f} MB, of the "
+              f"driver {initial_peak.driver:,.0f} MB")
+        if initial_steps:
+            print("    its steps, s: " + ", ".join(f"{n} {t:.2f}" for n, t in initial_steps.items()))
         print(f"  the batch statement over the same history: {first_batch['noop']:.2f} s computed, "
               f"{first_batch['parquet']:.2f} s computed and written as Parquet (as the run writes it); "
               f"first run / batch written {initial / first_batch['parquet']:.2f}x")
@@ -417,6 +442,15 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         print(f"  batch recompute (history + increments): median {statistics.median(batch):.2f} s   runs: "
               + ", ".join(f"{s:.2f}" for s in batch))
         print(f"  ratio batch/incremental: {ratio:.2f}x (same output: {out_rows:,} rows)")
+        print("  peak memory of a Python worker per incremental run, MB: "
+              + ", ".join(f"{p.worker:,.0f}" for p in peaks) + "; of the driver: "
+              + ", ".join(f"{p.driver:,.0f}" for p in peaks))
+        if caught_up is not None:
+            seconds, parts, peak, batch_seconds = caught_up
+            print(f"  catch-up of {catch_up} increments ({catch_up * workload.increment:,} changes) in one run: "
+                  f"{seconds:.2f} s in {parts} part(s) (bound {_bound(spark)}); peak memory of a Python worker "
+                  f"{peak.worker:,.0f} MB, of the driver {peak.driver:,.0f} MB; the batch statement over everything "
+                  f"{batch_seconds:.2f} s (batch/catch-up {batch_seconds / seconds:.2f}x)")
         print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}; computed on: "
               f"{spark.conf.get('spark.sqlext.streaming.path', 'auto')} ({'executors' if steps and 'on the executors' in steps[-1] else 'driver'} in the last run)")
         print(f"  the state's buckets: {laid_out} after the first run, {_buckets_of(f'{directory}/checkpoint')} "
@@ -471,6 +505,18 @@ def _buckets_of(checkpoint: str) -> list[int]:
     for schema in Path(checkpoint, STATE_FOLDER).rglob(SCHEMA_FILE):
         counts.append(KeyedState(local(schema.parent), []).buckets)
     return sorted(counts)
+
+
+def _parts(query) -> int:
+    """The parts a run's last micro-batch was applied in."""
+    last = query.last_batch
+    return 1 if last is None else last.parts
+
+
+def _bound(spark) -> str:
+    from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
+
+    return spark.conf.get(MAX_ROWS_SETTING, "") or "default: 1,000,000 rows a bucket"
 
 
 def _steps(query) -> dict[str, float]:

@@ -110,7 +110,9 @@ def add_parser(commands) -> None:
         "  sqlext bench incremental --function fk --left 5000000 --right 500000 --runs 3\n"
         "  sqlext bench incremental --function moves --nodes 1000000 --percent 0.1 --runs 3\n"
         "  sqlext bench incremental --function fk --left 500000 --right 50000 --buckets 2 --rescale 8 "
-        "--master 'local[8]'")
+        "--master 'local[8]'\n"
+        "  sqlext bench incremental --function fk --left 500000 --right 50000 --runs 1 --percent 100 --catch-up 10 "
+        "--max-batch-rows 2000000")
     incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin", "pipeline"],
                              default="filter",
                              help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
@@ -137,6 +139,13 @@ def add_parser(commands) -> None:
     incremental.add_argument("--rescale", type=int, metavar="N", default=None,
                              help="after the first run, ask for N buckets: the first timed run rescales the state "
                                   "(its rescale step reported), the later ones run on N buckets")
+    incremental.add_argument("--catch-up", type=int, metavar="K", default=0,
+                             help="after the timed runs, K increments land and one run takes them all (in parts "
+                                  "where they hold more rows than the batch bound); its time, parts and peak "
+                                  "memory reported")
+    incremental.add_argument("--max-batch-rows", type=int, metavar="N", default=None,
+                             help="the batch bound for every run (spark.sqlext.streaming.maxBatchRows; default "
+                                  "1,000,000 rows a bucket)")
     incremental.add_argument("--uri", action="store_true",
                              help="give the checkpoint, output and sources as file: URIs (as a cluster names them)")
 
@@ -158,7 +167,8 @@ def main(args) -> int:
         bench_incremental(spark, rows=args.rows, runs=args.runs, percent=args.percent, keys=args.keys,
                           function=args.function, left=args.left, right=args.right,
                           nodes=args.nodes, place=args.place, uri=args.uri, regions=args.regions,
-                          buckets=args.buckets, rescale=args.rescale)
+                          buckets=args.buckets, rescale=args.rescale, catch_up=args.catch_up,
+                          max_batch_rows=args.max_batch_rows)
     elif args.levels_only:
         bench_levels(spark, levels=args.levels_only, runs=args.runs)
     elif args.forest_only:

@@ -127,9 +127,9 @@ class ArrowIO(StoreIO):
         return ds.dataset(list(paths), schema=schema, format=_parquet_format(), filesystem=self.fs) \
             .to_table(columns=columns, filter=filter)
 
-    def parquet_slices(self, paths, schema, rows):
+    def parquet_slices(self, paths, schema, rows, where=None):
         for batch in ds.dataset(list(paths), schema=schema, format=_parquet_format(), filesystem=self.fs) \
-                .to_batches(batch_size=rows):
+                .to_batches(batch_size=rows, filter=where):
             if batch.num_rows:
                 yield pa.Table.from_batches([batch])
 
@@ -208,5 +208,5 @@ class HadoopIO(StoreIO):
             table = table.filter(filter)
         return table if columns is None else table.select(columns)
 
-    def parquet_slices(self, paths, schema, rows):
-        yield self.read_parquet(paths, schema, None, None)
+    def parquet_slices(self, paths, schema, rows, where=None):
+        yield self.read_parquet(paths, schema, None, where)

@@ -52,7 +52,7 @@ class StoreIO:
     def parquet_metadata(self, path: str): ...
     def read_parquet(self, paths, schema, columns, filter) -> pa.Table: ...
 
-    def parquet_slices(self, paths, schema, rows) -> Iterator[pa.Table]: ...
+    def parquet_slices(self, paths, schema, rows, where=None) -> Iterator[pa.Table]: ...
 
 
 class Folder:
@@ -276,14 +276,15 @@ def read_parquet(files: Sequence[Folder], schema: pa.Schema, columns=None, filte
         raise storage_error("read", files[0], error) from error
 
 
-def parquet_slices(files: Sequence[Folder], schema: pa.Schema, rows: int = 1 << 20) -> Iterator[pa.Table]:
+def parquet_slices(files: Sequence[Folder], schema: pa.Schema, rows: int = 1 << 20, where=None) -> Iterator[pa.Table]:
     """The rows of Parquet files as :func:`read_parquet` reads them, a slice of about ``rows``
-    rows at a time (all at once where the store is read through the JVM)."""
+    rows at a time (all at once where the store is read through the JVM); only those ``where``
+    (an Arrow expression) keeps, where it is given."""
     if not files:
         return
     io = files[0].io
     try:
-        yield from io.parquet_slices([f.path for f in files], schema, rows)
+        yield from io.parquet_slices([f.path for f in files], schema, rows, where)
     except SqlextError:
         raise
     except Exception as error:  # noqa: BLE001 - the store's own failure

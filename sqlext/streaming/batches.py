@@ -88,12 +88,11 @@ def forget_batch(checkpoint: Folder) -> int | None:
     process to stop between the two, the next run would meet the bad file again and say so; it
     never skips one). Nothing else of the batch exists: a run that fails writes nothing it
     commits. Returns the batch forgotten (None where the last batch planned was committed)."""
+    batch = planned_batch(checkpoint)
+    if batch is None:
+        return None
     offsets = checkpoint / "offsets"
     planned = _numbers(offsets)
-    committed = _numbers(checkpoint / "commits")
-    if not planned or (committed and max(committed) >= max(planned)):
-        return None
-    batch = max(planned)
     previous = max((n for n in planned if n < batch), default=None)
     files_sources = _file_offsets(offsets / str(batch))
     kept = _file_offsets(offsets / str(previous)) if previous is not None else {}
@@ -105,6 +104,15 @@ def forget_batch(checkpoint: Folder) -> int | None:
             if not entry.name.startswith(".") and number.isdigit() and int(number) > kept.get(source, -1):
                 _delete_log_file(log, entry.name)
     return batch
+
+
+def planned_batch(checkpoint: Folder) -> int | None:
+    """The micro-batch Spark planned and did not commit; None where the last one planned was."""
+    planned = _numbers(checkpoint / "offsets")
+    committed = _numbers(checkpoint / "commits")
+    if not planned or (committed and max(committed) >= max(planned)):
+        return None
+    return max(planned)
 
 
 def _numbers(folder: Folder) -> list[int]:

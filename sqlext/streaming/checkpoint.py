@@ -33,6 +33,8 @@ SOURCES_FILE = "sqlext-sources.json"
 SOURCE_BUILDS_FILE = "sqlext-source-builds.json"  # the build of each source that is sqlext output
 # the incremental runs' state, and the file naming the layout its states are kept in
 STATE_FOLDER = "sqlext-state"
+# in the checkpoint: the last batch whose output files were moved into place
+OUTPUT_COMMITTED = "sqlext-output-commit.json"
 LAYOUT_FILE = "layout"
 LAYOUT = "keyed state: one compacted base and one cumulative delta per state"
 # what to say about starting over, by surface
@@ -222,8 +224,12 @@ def _columns(columns) -> str:
 
 
 def _committed(checkpoint: Folder) -> bool:
-    """Whether Spark committed a batch of this checkpoint."""
-    return any(e.name.isdigit() for e in (checkpoint / "commits").entries())
+    """Whether Spark committed a batch of this checkpoint, or a run committed a part of one
+    (:mod:`sqlext.streaming.batch_parts`) or the output of one."""
+    from sqlext.streaming.batch_parts import parts_committed
+
+    return any(e.name.isdigit() for e in (checkpoint / "commits").entries()) \
+        or (checkpoint / OUTPUT_COMMITTED).exists() or parts_committed(checkpoint / STATE_FOLDER)
 
 
 def upstream_build(spark, folder: Folder) -> str | None:

@@ -56,8 +56,11 @@ from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, read_parquet
 from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.batches import batch_files
-from sqlext.streaming.run import (PATH_SETTING, StatefulRun, check_columns, on_driver, record_in, recorded_in,
-                                  spark_columns, spark_schema, step)
+from sqlext.functions.arguments import quote
+from sqlext.streaming.batch_parts import (ORDER, Parts, Window, cuts, first_part, max_rows, parts_needed,
+                                          recorded_parts, splittable)
+from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, estimated_bytes, on_driver,
+                                  record_in, recorded_in, spark_columns, spark_schema, step, timed)
 from sqlext.streaming.rescale import rescale
 from sqlext.streaming.source_files import readable_files
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
@@ -158,6 +161,11 @@ class KeyedOperator:
 
     def step(self, rows, views: dict[str, StateView], batch_id: int) -> Step:
         raise NotImplementedError
+
+    def input_order(self, name: str) -> str | None:
+        """The column that orders the rows of input ``name`` (where it is a stream the statement
+        reads, its ordering column); None where the operator does not say."""
+        return None
 
     def routed_by(self, name: str) -> "tuple[KeyedState, list[str]] | None":
         """How :meth:`route` sends the rows of input ``name``: each to the bucket, in this
@@ -277,13 +285,30 @@ class Pipeline(StatefulRun):
         for operator in operators[:-1]:  # an inner operator, where the statement gives a table
             operator.net = root.emit == "final"
         self.emit, self.output_arrow = root.emit, root.output_arrow
+        self._spark_batch, self._files, self._window = None, {}, Window()
 
     # -- one micro-batch
 
-    def run(self, batch, batch_id: int) -> None:
+    def __call__(self, batch, batch_id: int) -> None:
+        """The ``foreachBatch`` function: Spark's batch ``batch_id`` in parts where it holds more
+        rows than the batch bound (:mod:`sqlext.streaming.batch_parts`), each part a step whose
+        output and state are committed before the next; :attr:`last` says how it went."""
+        spark = batch.sparkSession
+        self.last = BatchReport(batch_id)
+        with timed(self.last.steps):
+            self._spark_batch, self._files = batch_id, {}
+            parts = self._parts(spark, batch, batch_id)
+            self.last.parts = parts.count
+            for number in parts.pending():
+                part, window = parts.first + number, parts.window(number)
+                self.sink.around(spark, part, lambda: self.run(batch, part, window))
+                parts.finished(self.state, number)
+
+    def run(self, batch, batch_id: int, window: Window = Window()) -> None:
+        """One part of a micro-batch (``batch_id`` its id): the inputs' changes in ``window``."""
         spark = batch.sparkSession
         self._rescale(spark, batch_id)
-        self._files: dict[int, list | None] = {}
+        self._window = window
         for operator in self.operators:
             operator.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
@@ -302,6 +327,61 @@ class Pipeline(StatefulRun):
                     self.write_rows(spark, final.cast(self.root.final_arrow), batch_id, whole=True)
                 else:
                     self.write_statement(spark, final, batch_id, whole=True)
+
+    def _parts(self, spark, batch, batch_id: int) -> Parts:
+        """How Spark's batch ``batch_id`` is applied: as recorded where an earlier attempt of it
+        was split, else in one part, or cut where it holds more rows than the bound."""
+        recorded = recorded_parts(self.state, batch_id)
+        if recorded is not None:
+            return recorded
+        whole = Parts(batch_id, first_part(self.state, batch_id))
+        leaves = self._leaves()
+        if not leaves or not splittable([source.spark_schema[order].dataType.simpleString()
+                                         for source, order, _ in leaves]):
+            return whole
+        buckets = max([asked_buckets(spark) or 1] + [s.buckets for op in self.operators for s in op.states.values()])
+        limit = max_rows(spark, buckets)
+        rows = self._batch_rows(batch, leaves, limit)
+        if rows <= limit or self.sink.committed_through(spark) >= whole.first:
+            return whole
+        with step("cut the batch in parts"):
+            frames = [source_frame(batch, source.source).select(F.col(quote(order)).alias(ORDER))
+                      for source, order, _ in leaves]
+            bounds = cuts(frames, parts_needed(rows, limit))
+        if not bounds:
+            return whole
+        parts = Parts(batch_id, whole.first, bounds)
+        parts.record(self.state)
+        return parts
+
+    def _leaves(self) -> list[tuple[Input, str, int]]:
+        """The statement's streams (each once) with their ordering columns and the copies of a
+        row the tasks hold (one, or one per bucket for a row every bucket sees: an FK_JOIN's
+        right change); empty where an operator does not name an ordering column."""
+        found = {}
+        for operator in self.operators:
+            for name, source in operator.inputs.items():
+                if source.upstream is None:
+                    order = operator.input_order(name)
+                    if order is None:
+                        return []
+                    copies = 1 if operator.routed_by(name) is not None else operator.buckets
+                    found[source.source] = (source, order, copies)
+        return [found[k] for k in sorted(found)]
+
+    def _batch_rows(self, batch, leaves: list[tuple[Input, str, int]], limit: int) -> int:
+        """The rows the batch puts in the tasks (a row every bucket sees counted once per
+        bucket): from the footers of its files, where every stream is a folder of Parquet
+        files; else 0 where Spark's estimate of its bytes says it is small, and otherwise
+        counted (one job)."""
+        files = [self._source_files(source, self._spark_batch) for source, _, _ in leaves]
+        if all(f is not None for f in files):
+            return sum(copies * sum(f.parquet_rows() for f in found) for found, (_, _, copies) in zip(files, leaves))
+        size = estimated_bytes(batch)
+        if size is not None and size <= limit:  # a row takes a byte at the least
+            return 0
+        counts = batch.agg(*[F.count(INPUT.format(source.source)) for source, _, _ in leaves]).first()
+        return sum(copies * int(count) for count, (_, _, copies) in zip(counts, leaves))
 
     def _rescale(self, spark, batch_id: int) -> None:
         """The states laid out in the bucket count the run asks for
@@ -330,11 +410,12 @@ class Pipeline(StatefulRun):
         return not any(isinstance(f.io, HadoopIO) for f in folders)
 
     def _source_files(self, source: Input, batch_id: int) -> list | None:
-        """A source's files in this batch, where it is a folder of Parquet files whose columns
-        Arrow reads as Spark does; None otherwise (Spark reads it)."""
+        """A source's files in Spark's batch, where it is a folder of Parquet files whose columns
+        Arrow reads as Spark does; None otherwise (Spark reads it). (``batch_id`` is a part's:
+        the files are Spark's batch's.)"""
         if source.source not in self._files:
             files = None if source.folder is None else \
-                batch_files(self.checkpoint, batch_id, source.source, source.folder)
+                batch_files(self.checkpoint, self._spark_batch, source.source, source.folder)
             self._files[source.source] = files if files is not None and readable_files(files, source.schema) \
                 else None
         return self._files[source.source]
@@ -373,15 +454,16 @@ class Pipeline(StatefulRun):
                 tables[name] = outputs[id(source.upstream)]
             else:
                 files = self._source_files(source, batch_id)
-                tables[name] = None if files is None else read_parquet(files, source.schema)
+                tables[name] = None if files is None else \
+                    read_parquet(files, source.schema, filter=self._where(operator, name))
         if all(t is not None for t in tables.values()) and operator.arrow_ready:
             return operator.rows_from(None, tables)
         if all(source.upstream is None for source in operator.inputs.values()):  # one Spark job
-            frames = {name: source_frame(batch, source.source) for name, source in operator.inputs.items()}
+            frames = {name: self._stream_rows(batch, operator, name) for name in operator.inputs}
             return operator.rows_of(operator.prepare(frames).toArrow())
         for name, source in operator.inputs.items():
             if tables[name] is None:
-                tables[name] = source_frame(batch, source.source).toArrow().cast(source.schema)
+                tables[name] = self._stream_rows(batch, operator, name).toArrow().cast(source.schema)
         return operator.rows_from(spark, tables)
 
     # -- on the executors
@@ -404,7 +486,7 @@ class Pipeline(StatefulRun):
             else:  # Spark routes the rows to the buckets
                 operator = first.operator
                 frames = {name: _read_frame(spark, parts[id(source.upstream)], source)
-                          if source.upstream is not None else source_frame(batch, source.source)
+                          if source.upstream is not None else self._stream_rows(batch, operator, name)
                           for name, source in operator.inputs.items()}
                 job = routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
             done = [pickle.loads(row["summary"]) for row in job.collect()]
@@ -441,13 +523,30 @@ class Pipeline(StatefulRun):
             last = chains[-1][-1] if chains else None
             carried = None if last is None or last.files is None or files is None \
                 or self._readers(last.operator) != 1 else carried_input(last.operator, operator)
-            stage = Stage(operator, folder, files, carried)
+            where = {name: self._where(operator, name) for name, source in operator.inputs.items()
+                     if source.upstream is None and not self._window.whole}
+            stage = Stage(operator, folder, files, carried, where=where)
             if carried is not None:
                 last.kept = False  # its rows go on in memory
                 chains[-1].append(stage)
             else:
                 chains.append([stage])
         return chains
+
+    def _stream_rows(self, batch, operator: KeyedOperator, name: str):
+        """The rows of a stream the statement reads (input ``name`` of ``operator``) in the
+        batch, those of the part's window (a Spark frame)."""
+        frame = source_frame(batch, operator.inputs[name].source)
+        where = None if self._window.whole else self._window.spark(operator.input_order(name))
+        return frame if where is None else frame.where(where)
+
+    def _where(self, operator: KeyedOperator, name: str):
+        """The part's window over a stream's rows (input ``name`` of ``operator``), as an Arrow
+        expression a reader of its files applies; None for a batch in one part."""
+        if self._window.whole:
+            return None
+        column = operator.input_order(name)
+        return self._window.arrow(column, operator.inputs[name].schema.field(column).type)
 
     def _readers(self, upstream: KeyedOperator) -> int:
         """How many inputs of the statement's operators read ``upstream``'s rows."""

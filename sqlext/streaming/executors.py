@@ -99,14 +99,16 @@ def carried_input(upstream, operator) -> str | None:
 @dataclass
 class Stage:
     """One operator in a Spark job's tasks: where its tasks put what they write, the files of
-    each input they read, the input they take in memory from the operator before (``carried``),
-    and whether its forwarded rows are written (``kept``) or handed on."""
+    each input they read (and, in a batch applied in parts, the part's rows of them: ``where``),
+    the input they take in memory from the operator before (``carried``), and whether its
+    forwarded rows are written (``kept``) or handed on."""
 
     operator: object  # the KeyedOperator
     pending: Folder
     files: dict | None
     carried: str | None = None
     kept: bool = True
+    where: dict | None = None  # an input's rows its tasks take (an Arrow expression over its files' rows)
 
 
 def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: float,
@@ -187,7 +189,7 @@ class FileTasks:
         empty = {name: op.inputs[name].schema.empty_table() for name in op.inputs}
         parts = [op.of_bucket(op.rows_from(None, {**empty, name: chunk}), bucket)
                  for name, files in stage.files.items()
-                 for chunk in parquet_slices(files, op.inputs[name].schema)]
+                 for chunk in parquet_slices(files, op.inputs[name].schema, where=(stage.where or {}).get(name))]
         if stage.carried is not None:
             schema = op.inputs[stage.carried].schema
             table = schema.empty_table() if carried is None else \

@@ -167,6 +167,17 @@ class RunningQuery:
     def processAllAvailable(self) -> None:
         return self._classed(self._query.processAllAvailable)
 
+    def _forgettable(self) -> bool:
+        """Whether the batch that failed may be forgotten: not where it was applied in parts and
+        a part is committed (:func:`~sqlext.streaming.batch_parts.forget_parts`); Spark then
+        runs it again with the same files, from the part that failed."""
+        from sqlext.streaming.batch_parts import forget_parts
+        from sqlext.streaming.batches import planned_batch
+        from sqlext.streaming.checkpoint import STATE_FOLDER
+
+        batch = planned_batch(self._checkpoint)
+        return batch is None or forget_parts(self._checkpoint / STATE_FOLDER, batch)
+
     def _classed(self, call):
         try:
             return call()
@@ -174,7 +185,7 @@ class RunningQuery:
             ours = find_in(error)
             if ours is None:
                 raise
-            if ours.error_class in INPUT_ERRORS:
+            if ours.error_class in INPUT_ERRORS and self._forgettable():
                 forgotten = forget_batch(self._checkpoint)
                 if forgotten is not None:  # its quarantine file goes with it
                     Quarantine(self._checkpoint).file(forgotten).delete()

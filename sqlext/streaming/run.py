@@ -29,7 +29,8 @@ from sqlglot import exp
 from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.storage import Folder
-from sqlext.streaming.checkpoint import FUNCTION, LAYOUT, LAYOUT_FILE, STATE_FOLDER, check_columns, output_columns
+from sqlext.streaming.checkpoint import (FUNCTION, LAYOUT, LAYOUT_FILE, OUTPUT_COMMITTED, STATE_FOLDER, check_columns,
+                                         output_columns)
 
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
@@ -39,12 +40,14 @@ DRIVER_BYTES = 8 * 1024 * 1024
 @dataclass
 class BatchReport:
     """How one micro-batch of a run went: its id, where it computed (``driver`` or
-    ``executors``, for a run of keyed operators) and the seconds of each step, by step
-    (``sqlext bench incremental`` shows them; a step of the tasks is the slowest task's)."""
+    ``executors``, for a run of keyed operators), the seconds of each step, by step
+    (``sqlext bench incremental`` shows them; a step of the tasks is the slowest task's), and
+    how many parts it was applied in."""
 
     batch: int
     placement: str | None = None
     steps: dict[str, float] = field(default_factory=dict)
+    parts: int = 1  # the parts the batch was applied in (see sqlext.streaming.batch_parts)
 
 
 # the step times of the micro-batch, or the task, that this thread runs (see timed)
@@ -105,11 +108,18 @@ def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
         return forced == "driver"
     if limit is None:
         limit = int(spark.conf.get(DRIVER_BYTES_SETTING, str(DRIVER_BYTES)))
-    try:
-        size = int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    except Exception:  # noqa: BLE001 - no estimate: take the path that scales
+    size = estimated_bytes(batch)
+    if size is None:  # no estimate: take the path that scales
         return False
     return size <= limit and (state_bytes is None or state_bytes() * 4 <= CACHE_BYTES)
+
+
+def estimated_bytes(batch) -> int | None:
+    """Spark's estimate of a batch's bytes (for files, their size); None where it gives none."""
+    try:
+        return int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - a plan without statistics
+        return None
 
 
 class StatefulRun:
@@ -316,8 +326,6 @@ def forget_batch_files(folder: Folder, batch_id: int) -> None:
 OUTPUT_PENDING = "_sqlext_pending-"
 # in a batch's pending folder: the batch commits, and moving its files into place is under way
 COMMITTING = "_committing"
-# in the checkpoint: the last batch whose output files were moved into place
-OUTPUT_COMMITTED = "sqlext-output-commit.json"
 
 
 def batch_output(output: Folder, checkpoint: Folder, output_format: str) -> "BatchOutput":
@@ -360,6 +368,10 @@ class BatchOutput:
             raise
         with step("commit the output"):
             self.commit(batch_id)
+
+    def committed_through(self, spark) -> int:
+        """The id of the last batch whose files were committed (-1: none)."""
+        return int(((self.checkpoint / OUTPUT_COMMITTED).read_json() or {}).get("batch", -1))
 
     def begin(self, spark, batch_id: int) -> None:
         """Before the batch: what an earlier attempt of it left is finished (a move under way)
@@ -448,6 +460,11 @@ class DeltaBatchOutput(BatchOutput):
 
         super().__init__(folder, checkpoint, "parquet")
         self.table = DeltaOutput(folder, FUNCTION)
+
+    def committed_through(self, spark) -> int:
+        self.table.locate(spark)
+        done = self.table.committed(self.app_id)[1]
+        return -1 if done is None else int(done)
 
     def begin(self, spark, batch_id: int) -> None:
         self.table.locate(spark)

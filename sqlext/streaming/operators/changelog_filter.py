@@ -75,6 +75,9 @@ class FilterOperator(KeyedOperator):
         checked_predicate(source, spec)
         return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["input"], buckets)
 
+    def input_order(self, name: str) -> str | None:
+        return self.spec.shape.order_by
+
     def prepare(self, frames: dict):
         """The changes without preimages, each with the predicate's value (computed by Spark)."""
         from pyspark.sql import functions as F

@@ -123,6 +123,9 @@ class FkJoinOperator(KeyedOperator):
         return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["left"], inputs["right"],
                    foreign_field, buckets)
 
+    def input_order(self, name: str) -> str | None:
+        return {"left": self.spec.left.order_by, "right": self.spec.right.order_by}.get(name)
+
     def begin(self, batch_id: int) -> None:
         self.highest = instant(self.recorded("highest", batch_id))  # the highest ordering value processed
 

@@ -46,9 +46,13 @@ from sqlext.errors import SqlextError
 from sqlext.storage import Folder
 
 MAX_ROWS_SETTING = "spark.sqlext.streaming.maxBatchRows"
-# the default bound: this many rows a bucket (a task's share of a part, about 0.6 GB of a
-# Python worker's memory while it runs an FK_JOIN step; docs/performance.md)
-ROWS_PER_BUCKET = 1_000_000
+TASK_MEMORY_SETTING = "spark.sqlext.streaming.taskMemory"
+# the memory budget of an executor task's Python worker: a quarter of it keeps state layers
+# between batches, and a part of a batch gives each task about a row per BYTES_PER_ROW of it
+# (an FK_JOIN step takes about 0.6 GB a million changes a task holds, at its peak)
+TASK_MEMORY = 2 * 1024 ** 3
+BYTES_PER_ROW = 2048
+ROWS_PER_BUCKET = TASK_MEMORY // BYTES_PER_ROW
 PLAN_PREFIX = "parts-"
 # the Spark types whose values a part's bounds can be (an ordering Spark compares by value)
 SPLITTABLE = ("tinyint", "smallint", "int", "bigint", "float", "double", "date", "timestamp")
@@ -170,15 +174,37 @@ def _planned(folder: Folder) -> list[int]:
 
 def max_rows(spark, buckets: int) -> int:
     """The most rows of its inputs a part of a batch takes: ``spark.sqlext.streaming.maxBatchRows``,
-    by default :data:`ROWS_PER_BUCKET` for each of the states' ``buckets``."""
+    by default a row per :data:`BYTES_PER_ROW` of a task's memory (:func:`task_budget`) for
+    each of the states' ``buckets``."""
     value = spark.conf.get(MAX_ROWS_SETTING, "").strip().replace("_", "")
     if not value:
-        return ROWS_PER_BUCKET * max(1, buckets)
+        return task_budget(spark) // BYTES_PER_ROW * max(1, buckets)
     if not value.isdigit() or int(value) < 1:
         raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=MAX_ROWS_SETTING, value=repr(value),
                           expected="a whole number of rows, 1 or more", example=5_000_000,
-                          default=f"{ROWS_PER_BUCKET:,} rows for each bucket of the state")
+                          default="a row per 2 KB of spark.sqlext.streaming.taskMemory for each bucket of the "
+                                  "state")
     return int(value)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024 ** 2, "mb": 1024 ** 2, "g": 1024 ** 3, "gb": 1024 ** 3,
+          "t": 1024 ** 4, "tb": 1024 ** 4}
+
+
+def task_budget(spark) -> int:
+    """The memory budget, in bytes, of an executor task's Python worker:
+    ``spark.sqlext.streaming.taskMemory`` (bytes, or with a unit as Spark writes sizes: ``512m``,
+    ``2g``), by default :data:`TASK_MEMORY`."""
+    value = spark.conf.get(TASK_MEMORY_SETTING, "").strip().lower()
+    if not value:
+        return TASK_MEMORY
+    number = value.rstrip("kmgtb")
+    unit = value[len(number):]
+    if not number.isdigit() or unit not in _UNITS or int(number) * _UNITS[unit] < 64 * 1024 ** 2:
+        raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=TASK_MEMORY_SETTING, value=repr(value),
+                          expected="a size of 64m or more, in bytes or with a unit (512m, 2g)", example="2g",
+                          default="2g")
+    return int(number) * _UNITS[unit]
 
 
 def splittable(kinds: list[str]) -> bool:

@@ -58,7 +58,7 @@ from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.batches import batch_files
 from sqlext.functions.arguments import quote
 from sqlext.streaming.batch_parts import (ORDER, Parts, Window, cuts, first_part, max_rows, parts_needed,
-                                          recorded_parts, splittable)
+                                          recorded_parts, splittable, task_budget)
 from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, estimated_bytes, on_driver,
                                   record_in, recorded_in, spark_columns, spark_schema, step, timed)
 from sqlext.streaming.rescale import rescale
@@ -472,6 +472,7 @@ class Pipeline(StatefulRun):
         root = self.state / f"{PENDING}-{batch_id}"
         root.delete()
         summary_schema = StructType([StructField("summary", BinaryType())])
+        cache = task_budget(spark) // 4  # what a task's Python worker keeps of the state between tasks
         parts: dict[int, list[Folder]] = {}
         facts, pending = {}, []
         for chain in self._chains(root, batch_id):
@@ -482,13 +483,13 @@ class Pipeline(StatefulRun):
                                         for name, source in stage.operator.inputs.items()
                                         if source.upstream is not None and name != stage.carried})
                 job = spark.range(0, first.operator.buckets, 1, first.operator.buckets).mapInArrow(
-                    FileTasks(chain, batch_id), summary_schema)
+                    FileTasks(chain, batch_id, cache), summary_schema)
             else:  # Spark routes the rows to the buckets
                 operator = first.operator
                 frames = {name: _read_frame(spark, parts[id(source.upstream)], source)
                           if source.upstream is not None else self._stream_rows(batch, operator, name)
                           for name, source in operator.inputs.items()}
-                job = routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema)
+                job = routed(operator, operator.prepare(frames), batch_id, first.pending, summary_schema, cache)
             done = [pickle.loads(row["summary"]) for row in job.collect()]
             steps = self.last.steps
             for summary in done:  # the slowest task's time of each step

@@ -19,6 +19,7 @@ from sqlext.errors import SqlextError
 from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, parquet_slices
 from sqlext.streaming.run import step, timed, arrow_schema
+from sqlext.streaming.layer_cache import LAYERS
 from sqlext.streaming.state import KeyedState
 from sqlext.streaming.task_memory import task_memory
 
@@ -26,7 +27,7 @@ BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
 
 
-def routed(operator, frame, batch_id: int, pending: Folder, summary_schema):
+def routed(operator, frame, batch_id: int, pending: Folder, summary_schema, cache_bytes: int):
     """The tasks over rows Spark routes: an Arrow function of the routing columns alone gives
     each row its bucket (:data:`EVERY` becomes one copy per bucket), the rows are shuffled by
     bucket, and each partition's task runs the buckets it holds."""
@@ -35,7 +36,7 @@ def routed(operator, frame, batch_id: int, pending: Folder, summary_schema):
     bucket = bucket_column(operator.route, operator.route_columns())
     everywhere = F.sequence(F.lit(0), F.lit(operator.buckets - 1))
     tagged = frame.withColumn(BUCKET, F.explode(F.when(bucket == EVERY, everywhere).otherwise(F.array(bucket))))
-    task = RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema))
+    task = RoutedTasks(operator, batch_id, pending, arrow_schema(frame.schema), cache_bytes)
     return tagged.repartition(operator.buckets, BUCKET).mapInArrow(task, summary_schema)
 
 
@@ -140,12 +141,15 @@ def _summary_row(summary: dict) -> pa.RecordBatch:
 
 class RoutedTasks:
     """The tasks over the rows Spark routed (``mapInArrow`` after the shuffle by bucket): each
-    runs the buckets its partition holds."""
+    runs the buckets its partition holds. ``cache_bytes``: the state layers its Python worker
+    keeps between tasks (a share of the task's memory budget)."""
 
-    def __init__(self, operator, batch_id: int, pending: Folder, schema: pa.Schema):
+    def __init__(self, operator, batch_id: int, pending: Folder, schema: pa.Schema, cache_bytes: int):
         self.operator, self.batch_id, self.pending, self.schema = operator, batch_id, pending, schema
+        self.cache_bytes = cache_bytes
 
     def __call__(self, batches):
+        LAYERS.keep_within(self.cache_bytes)
         with task_memory():
             started = time.perf_counter()
             for bucket, mine in by_bucket(batches, self.schema):
@@ -162,10 +166,11 @@ class FileTasks:
     turn (:meth:`Pipeline._chains`), each reading its files once and taking the rows the one
     before forwarded from memory."""
 
-    def __init__(self, stages: list[Stage], batch_id: int):
-        self.stages, self.batch_id = stages, batch_id
+    def __init__(self, stages: list[Stage], batch_id: int, cache_bytes: int):
+        self.stages, self.batch_id, self.cache_bytes = stages, batch_id, cache_bytes
 
     def __call__(self, batches):
+        LAYERS.keep_within(self.cache_bytes)
         with task_memory():
             for batch in batches:
                 for bucket in batch.column(0).to_pylist():

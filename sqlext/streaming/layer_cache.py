@@ -1,5 +1,6 @@
-"""The layers of keyed states a process keeps in its driver's memory between batches
-(:data:`LAYERS`, :data:`CACHE_BYTES` in all, the least recently used dropped first), with the
+"""The layers of keyed states a process keeps in its memory between batches (:data:`LAYERS`,
+:data:`CACHE_BYTES` in all on the driver, a share of the task's budget in an executor's Python
+worker; the least recently used dropped first), with the
 sorted indexes built over their columns (:class:`Index`), as Spark's own state stores keep the
 loaded version of their state between micro-batches. A layer is immutable once committed; a
 layer written again (a replayed batch) has new files, which the cache tells by their names,
@@ -49,7 +50,15 @@ class Layers:
         self.tables: OrderedDict[str, tuple[tuple, pa.Table, dict]] = OrderedDict()
         self.sizes: dict[str, int] = {}
         self.total = 0
+        self.limit = CACHE_BYTES  # the bytes kept in all
         self.lock = threading.RLock()
+
+    def keep_within(self, limit: int) -> None:
+        """Keep at most ``limit`` bytes from now on (an executor's Python worker keeps a share of
+        a task's memory budget, not of the machine's), the least recently used dropped now."""
+        with self.lock:
+            self.limit = int(limit)
+            self._shrink()
 
     def get(self, folder: Folder) -> pa.Table | None:
         entry = self._entry(folder)
@@ -69,7 +78,7 @@ class Layers:
         size = table.nbytes
         with self.lock:
             self.forget(folder)
-            if not identity or size > CACHE_BYTES:
+            if not identity or size > self.limit:
                 return
             self.tables[folder.uri] = (identity, table, {})
             self._grow(folder.uri, size)
@@ -78,7 +87,13 @@ class Layers:
         with self.lock:
             self.sizes[uri] = self.sizes.get(uri, 0) + size
             self.total += size
-            while len(self.tables) > 1 and self.total > CACHE_BYTES:
+            self._shrink(1)
+
+    def _shrink(self, keep: int = 0) -> None:
+        """Drop the least recently used layers until the total is within the limit (keeping the
+        newest ``keep``)."""
+        with self.lock:
+            while len(self.tables) > keep and self.total > self.limit:
                 oldest, _ = self.tables.popitem(last=False)
                 self.total -= self.sizes.pop(oldest, 0)
 

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from sqlext.functions.arguments import quote
 from sqlext.storage import Folder, read_parquet
 from sqlext.streaming.keyed_rows import among, buckets_of, exclude, over, restrict
-from sqlext.streaming.layer_cache import CACHE_BYTES, LAYERS, same_columns
+from sqlext.streaming.layer_cache import LAYERS, same_columns
 from sqlext.streaming.schema_evolution import merged_fields
 
 # a new base is written once the delta holds this share of the base's bytes
@@ -339,10 +339,10 @@ class _Part:
 
     def write_layer(self, kind: str, batch_id: int, table: pa.Table) -> Folder:
         """Write a layer, not committed; the layer's folder."""
-        # a base too large for the driver's cache is written in key order, so that a lookup pushed
+        # a base too large for the process's cache is written in key order, so that a lookup pushed
         # into the reader finds its values in few row groups; one the cache holds is looked up in
         # memory, by its index, and the sort would only cost time
-        if kind == "base" and table.nbytes * 4 > CACHE_BYTES:
+        if kind == "base" and table.nbytes * 4 > LAYERS.limit:
             try:
                 table = table.sort_by([(k, "ascending") for k in self.state.keys])
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a key type without an order
@@ -529,7 +529,7 @@ class PartView:
         entries = [e for e in folder.entries() if _is_part(e.name)]
         if not entries:
             return self.state.arrow_schema.empty_table()
-        if sum(e.size for e in entries) * 4 > CACHE_BYTES:
+        if sum(e.size for e in entries) * 4 > LAYERS.limit:
             return None
         table = read_parquet([folder / e.name for e in entries], self.state.arrow_schema)
         LAYERS.put(folder, table)

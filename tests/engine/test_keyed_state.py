@@ -208,12 +208,12 @@ def test_a_new_state_gets_a_bucket_for_each_share_of_a_long_history(spark):
         spark.conf.unset("spark.sqlext.streaming.stateBuckets")
 
 
-def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_limit(tmp_path, monkeypatch):
+def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_limit(tmp_path):
     """The cache counts what it holds (layers and their indexes) as it goes, and past its limit
     drops the layers used longest ago, never the one just kept."""
     layers = layer_cache.Layers()
     table = _table([(i, "a", i, True) for i in range(1000)])
-    monkeypatch.setattr(layer_cache, "CACHE_BYTES", int(table.nbytes * 3.5))
+    layers.keep_within(int(table.nbytes * 3.5))
     folders = []
     for i in range(5):
         folder = local(tmp_path / f"layer-{i}")
@@ -221,11 +221,16 @@ def test_the_layer_cache_holds_its_bytes_and_drops_the_least_recent_past_its_lim
         (folder / "part-00000.parquet").write_parquet(table)
         layers.put(folder, table)
         folders.append(folder)
-        assert layers.total == sum(layers.sizes.values()) <= layer_cache.CACHE_BYTES
+        assert layers.total == sum(layers.sizes.values()) <= layers.limit
     assert [f.uri for f in folders[-3:]] == list(layers.tables)
     assert layers.lookup(folders[-1], "k1", pa.array([3, 7])).tolist() == [3, 7]  # an index, counted too
     assert layers.sizes[folders[-1].uri] > table.nbytes  # the layer and its index
-    assert layers.total == sum(layers.sizes.values()) <= layer_cache.CACHE_BYTES
+    assert layers.total == sum(layers.sizes.values()) <= layers.limit
     assert list(layers.tables)[-1] == folders[-1].uri and len(layers.tables) == 2  # the oldest went
     layers.forget(folders[-1])
     assert layers.total == sum(layers.sizes.values()) and folders[-1].uri not in layers.tables
+    layers.put(folders[0], table)
+    layers.keep_within(int(table.nbytes * 1.5))  # an executor's worker keeps its share: dropped now
+    assert list(layers.tables) == [folders[0].uri] and layers.total <= layers.limit
+    layers.put(folders[1], _table([(i, "a", i, True) for i in range(2000)]))  # larger than the limit: not kept
+    assert folders[1].uri not in layers.tables

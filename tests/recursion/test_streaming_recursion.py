@@ -348,6 +348,31 @@ def test_deleted_edges_give_the_batch_recursion_after_every_run(spark, changed_e
         assert current.applied() == current.batch(sql)
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_runs_under_changing_bucket_counts_and_a_small_batch_bound_give_the_batch_recursion(spark, changed_edges,
+                                                                                            path):
+    """The recursion keeps its state in one bucket and runs a batch whole: runs asking for 2,
+    then 8, then 3 buckets, with a batch bound of two rows, give the batch recursion after each."""
+    from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
+    from sqlext.streaming.engine import BUCKETS_SETTING
+
+    changes = [(0, 1, "insert", 1), (1, 2, "insert", 2), (2, 3, "insert", 3), (1, 2, "delete", 4),
+               (1, 4, "insert", 5), (4, 5, "insert", 6), (2, 3, "update_preimage", 7), (2, 0, "update_postimage", 7),
+               (0, 2, "insert", 8), (3, 1, "insert", 9)]
+    current = changed_edges()
+    current.path = path
+    spark.conf.set(MAX_ROWS_SETTING, "2")
+    try:
+        for buckets, increment in zip([2, 8, 3], _cut(changes, [3, 7])):
+            spark.conf.set(BUCKETS_SETTING, str(buckets))
+            current.change(increment)
+            current.run(PAIRS)
+            assert current.applied() == current.batch(PAIRS), buckets
+    finally:
+        spark.conf.unset(MAX_ROWS_SETTING)
+        spark.conf.unset(BUCKETS_SETTING)
+
+
 def test_a_node_that_moves_deletes_and_inserts_only_what_changed(spark, changed_edges):
     """Edges point from a node to its parent; node 2 moves from parent 1 to parent 4. The run
     deletes the ancestors it lost, inserts the ones it gained, and leaves what it still

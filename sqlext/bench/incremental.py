@@ -516,7 +516,7 @@ def _parts(query) -> int:
 def _bound(spark) -> str:
     from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
 
-    return spark.conf.get(MAX_ROWS_SETTING, "") or "default: 1,000,000 rows a bucket"
+    return spark.conf.get(MAX_ROWS_SETTING, "") or "the default, a row per 3 KB of the task memory a bucket"
 
 
 def _steps(query) -> dict[str, float]:

@@ -145,7 +145,7 @@ def add_parser(commands) -> None:
                                   "memory reported")
     incremental.add_argument("--max-batch-rows", type=int, metavar="N", default=None,
                              help="the batch bound for every run (spark.sqlext.streaming.maxBatchRows; default "
-                                  "1,000,000 rows a bucket)")
+                                  "a row per 3 KB of spark.sqlext.streaming.taskMemory, a bucket)")
     incremental.add_argument("--uri", action="store_true",
                              help="give the checkpoint, output and sources as file: URIs (as a cluster names them)")
 

@@ -47,11 +47,13 @@ from sqlext.storage import Folder
 
 MAX_ROWS_SETTING = "spark.sqlext.streaming.maxBatchRows"
 TASK_MEMORY_SETTING = "spark.sqlext.streaming.taskMemory"
-# the memory budget of an executor task's Python worker: a quarter of it keeps state layers
-# between batches, and a part of a batch gives each task about a row per BYTES_PER_ROW of it
-# (an FK_JOIN step takes about 0.6 GB a million changes a task holds, at its peak)
+# the memory budget of an executor task's Python worker: an eighth of it keeps state layers
+# between batches (CACHE_SHARE), and a part of a batch gives each task about a row per
+# BYTES_PER_ROW of it (an FK_JOIN step takes about 0.6 GB a million changes a task holds, at
+# its peak; with a quarter for layers and a row per 2 KB, workers peaked at 2.1-2.4 GB)
 TASK_MEMORY = 2 * 1024 ** 3
-BYTES_PER_ROW = 2048
+BYTES_PER_ROW = 3072
+CACHE_SHARE = 8
 ROWS_PER_BUCKET = TASK_MEMORY // BYTES_PER_ROW
 PLAN_PREFIX = "parts-"
 # the Spark types whose values a part's bounds can be (an ordering Spark compares by value)
@@ -182,13 +184,18 @@ def max_rows(spark, buckets: int) -> int:
     if not value.isdigit() or int(value) < 1:
         raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=MAX_ROWS_SETTING, value=repr(value),
                           expected="a whole number of rows, 1 or more", example=5_000_000,
-                          default="a row per 2 KB of spark.sqlext.streaming.taskMemory for each bucket of the "
+                          default="a row per 3 KB of spark.sqlext.streaming.taskMemory for each bucket of the "
                                   "state")
     return int(value)
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024 ** 2, "mb": 1024 ** 2, "g": 1024 ** 3, "gb": 1024 ** 3,
           "t": 1024 ** 4, "tb": 1024 ** 4}
+
+
+def worker_cache_bytes(spark) -> int:
+    """The bytes of state layers an executor task's Python worker keeps between tasks."""
+    return task_budget(spark) // CACHE_SHARE
 
 
 def task_budget(spark) -> int:
@@ -233,5 +240,65 @@ def cuts(frames: list, count: int) -> list:
     return sorted({v for v in values if v is not None and v != top})
 
 
-def parts_needed(rows: int, limit: int) -> int:
-    return max(1, math.ceil(rows / limit))
+@dataclass(frozen=True)
+class Stream:
+    """One stream a statement reads, as the bound sees it: its place among the query's sources
+    (:func:`~sqlext.streaming.inputs.source_frame`), its ordering column and that column's Spark
+    type (``simpleString``), the copies of a row the tasks hold (one, or one per bucket for a row
+    every bucket sees), and its Parquet files in the batch (None where Spark reads it)."""
+
+    index: int
+    order: str
+    kind: str
+    copies: int
+    files: list | None
+
+
+def plan_parts(spark, batch, batch_id: int, folder: Folder, streams: list[Stream], buckets: int,
+               committed_through) -> Parts:
+    """How Spark's batch ``batch_id`` is applied: as the plan recorded in the state folder
+    ``folder`` says, where an earlier attempt of it was split; else in one part, or, where it
+    puts more rows in the tasks than the bound (:func:`max_rows` for the states' ``buckets``),
+    cut at shared ordering values and recorded. ``committed_through()`` is the id of the last
+    batch whose output is committed: a batch an earlier attempt committed whole stays whole."""
+    from pyspark.sql import functions as F
+
+    from sqlext.functions.arguments import quote
+    from sqlext.streaming.inputs import source_frame
+
+    recorded = recorded_parts(folder, batch_id)
+    if recorded is not None:
+        return recorded
+    whole = Parts(batch_id, first_part(folder, batch_id))
+    if not streams or not splittable([stream.kind for stream in streams]):
+        return whole
+    limit = max_rows(spark, buckets)
+    rows = _rows(batch, streams, limit)
+    if rows <= limit or committed_through() >= whole.first:
+        return whole
+    frames = [source_frame(batch, stream.index).select(F.col(quote(stream.order)).alias(ORDER))
+              for stream in streams]
+    bounds = cuts(frames, max(1, math.ceil(rows / limit)))
+    if not bounds:
+        return whole
+    parts = Parts(batch_id, whole.first, bounds)
+    parts.record(folder)
+    return parts
+
+
+def _rows(batch, streams: list[Stream], limit: int) -> int:
+    """The rows the batch puts in the tasks (a row counted once for each copy the tasks hold):
+    from the footers of its files, where every stream is a folder of Parquet files; else 0
+    where Spark's estimate of its bytes is within ``limit`` (a row takes a byte at the least),
+    and otherwise counted (one job)."""
+    from pyspark.sql import functions as F
+
+    from sqlext.streaming.inputs import INPUT, estimated_bytes
+
+    if all(stream.files is not None for stream in streams):
+        return sum(stream.copies * sum(f.parquet_rows() for f in stream.files) for stream in streams)
+    size = estimated_bytes(batch)
+    if size is not None and size <= limit:
+        return 0
+    counts = batch.agg(*[F.count(INPUT.format(stream.index)) for stream in streams]).first()
+    return sum(stream.copies * int(count) for stream, count in zip(streams, counts))

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 from sqlglot import exp
 
@@ -56,11 +55,10 @@ from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, read_parquet
 from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.batches import batch_files
-from sqlext.functions.arguments import quote
-from sqlext.streaming.batch_parts import (ORDER, Parts, Window, cuts, first_part, max_rows, parts_needed,
-                                          recorded_parts, splittable, task_budget)
-from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, estimated_bytes, on_driver,
-                                  record_in, recorded_in, spark_columns, spark_schema, step, timed)
+from sqlext.streaming.batch_parts import Parts, Stream, Window, plan_parts, worker_cache_bytes
+from sqlext.streaming.inputs import source_frame
+from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, on_driver, record_in,
+                                  recorded_in, spark_columns, spark_schema, step, timed)
 from sqlext.streaming.rescale import rescale
 from sqlext.streaming.source_files import readable_files
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
@@ -74,7 +72,6 @@ PENDING = "_pending"
 # whose keys change once is no smaller netted, and the readers' work does not shrink); a first
 # run over a long history nets
 NET_ROWS = 1_000_000
-INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
 
 
 @dataclass
@@ -251,28 +248,6 @@ def asked_buckets(spark) -> int | None:
     return int(value)
 
 
-def inputs_stream(streams: list):
-    """The streams a statement reads as one stream: the rows of the ``i``-th in a struct column
-    :data:`INPUT` ``.format(i)``, NULL in the others. (One union: each call into Spark costs an
-    analysis of the plan, paid by every run.)"""
-    everything = F.expr("struct(*)")
-    parts = []
-    for i, stream in enumerate(streams):
-        columns = [everything.alias(INPUT.format(j)) if j == i else
-                   F.lit(None).cast(other.schema).alias(INPUT.format(j)) for j, other in enumerate(streams)]
-        parts.append(stream.select(*columns))
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.union(part)
-    return union
-
-
-def source_frame(batch, index: int):
-    """The rows of the ``index``-th source in a micro-batch of :func:`inputs_stream`."""
-    column = INPUT.format(index)
-    return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
-
-
 class Pipeline(StatefulRun):
     """The ``foreachBatch`` function of a statement around a tree of keyed operators:
     ``operators`` leaves first, the last one the call the statement reads."""
@@ -329,35 +304,16 @@ class Pipeline(StatefulRun):
                     self.write_statement(spark, final, batch_id, whole=True)
 
     def _parts(self, spark, batch, batch_id: int) -> Parts:
-        """How Spark's batch ``batch_id`` is applied: as recorded where an earlier attempt of it
-        was split, else in one part, or cut where it holds more rows than the bound."""
-        recorded = recorded_parts(self.state, batch_id)
-        if recorded is not None:
-            return recorded
-        whole = Parts(batch_id, first_part(self.state, batch_id))
-        leaves = self._leaves()
-        if not leaves or not splittable([source.spark_schema[order].dataType.simpleString()
-                                         for source, order, _ in leaves]):
-            return whole
+        """How Spark's batch ``batch_id`` is applied (:func:`~sqlext.streaming.batch_parts.plan_parts`)."""
         buckets = max([asked_buckets(spark) or 1] + [s.buckets for op in self.operators for s in op.states.values()])
-        limit = max_rows(spark, buckets)
-        rows = self._batch_rows(batch, leaves, limit)
-        if rows <= limit or self.sink.committed_through(spark) >= whole.first:
-            return whole
-        with step("cut the batch in parts"):
-            frames = [source_frame(batch, source.source).select(F.col(quote(order)).alias(ORDER))
-                      for source, order, _ in leaves]
-            bounds = cuts(frames, parts_needed(rows, limit))
-        if not bounds:
-            return whole
-        parts = Parts(batch_id, whole.first, bounds)
-        parts.record(self.state)
-        return parts
+        with step("plan the batch's parts"):
+            return plan_parts(spark, batch, batch_id, self.state, self._streams(), buckets,
+                              lambda: self.sink.committed_through(spark))
 
-    def _leaves(self) -> list[tuple[Input, str, int]]:
-        """The statement's streams (each once) with their ordering columns and the copies of a
-        row the tasks hold (one, or one per bucket for a row every bucket sees: an FK_JOIN's
-        right change); empty where an operator does not name an ordering column."""
+    def _streams(self) -> list[Stream]:
+        """The statement's streams (each once) as the batch bound sees them; empty where an
+        operator does not name an input's ordering column. A row every bucket sees (an FK_JOIN's
+        right change) is held by every task: one copy a bucket."""
         found = {}
         for operator in self.operators:
             for name, source in operator.inputs.items():
@@ -366,22 +322,10 @@ class Pipeline(StatefulRun):
                     if order is None:
                         return []
                     copies = 1 if operator.routed_by(name) is not None else operator.buckets
-                    found[source.source] = (source, order, copies)
+                    found[source.source] = Stream(source.source, order, source.spark_schema[order].dataType
+                                                  .simpleString(), copies,
+                                                  self._source_files(source, self._spark_batch))
         return [found[k] for k in sorted(found)]
-
-    def _batch_rows(self, batch, leaves: list[tuple[Input, str, int]], limit: int) -> int:
-        """The rows the batch puts in the tasks (a row every bucket sees counted once per
-        bucket): from the footers of its files, where every stream is a folder of Parquet
-        files; else 0 where Spark's estimate of its bytes says it is small, and otherwise
-        counted (one job)."""
-        files = [self._source_files(source, self._spark_batch) for source, _, _ in leaves]
-        if all(f is not None for f in files):
-            return sum(copies * sum(f.parquet_rows() for f in found) for found, (_, _, copies) in zip(files, leaves))
-        size = estimated_bytes(batch)
-        if size is not None and size <= limit:  # a row takes a byte at the least
-            return 0
-        counts = batch.agg(*[F.count(INPUT.format(source.source)) for source, _, _ in leaves]).first()
-        return sum(copies * int(count) for count, (_, _, copies) in zip(counts, leaves))
 
     def _rescale(self, spark, batch_id: int) -> None:
         """The states laid out in the bucket count the run asks for
@@ -472,7 +416,7 @@ class Pipeline(StatefulRun):
         root = self.state / f"{PENDING}-{batch_id}"
         root.delete()
         summary_schema = StructType([StructField("summary", BinaryType())])
-        cache = task_budget(spark) // 4  # what a task's Python worker keeps of the state between tasks
+        cache = worker_cache_bytes(spark)
         parts: dict[int, list[Folder]] = {}
         facts, pending = {}, []
         for chain in self._chains(root, batch_id):

@@ -70,7 +70,7 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     for table in numbered:
         frames.append(sources.read(table.this))
     converted = _as_change_rows(spark, root, numbered, frames)
-    from sqlext.streaming.engine import inputs_stream
+    from sqlext.streaming.inputs import inputs_stream
 
     folders = [sources.parquet_folder(t.this) for t in numbered]
     key = _compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources)

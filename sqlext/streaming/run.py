@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
+from sqlext.streaming.inputs import estimated_bytes
 from sqlext.storage import Folder
 from sqlext.streaming.checkpoint import (FUNCTION, LAYOUT, LAYOUT_FILE, OUTPUT_COMMITTED, STATE_FOLDER, check_columns,
                                          output_columns)
@@ -112,14 +113,6 @@ def on_driver(batch, limit: int | None = None, state_bytes=None) -> bool:
     if size is None:  # no estimate: take the path that scales
         return False
     return size <= limit and (state_bytes is None or state_bytes() * 4 <= CACHE_BYTES)
-
-
-def estimated_bytes(batch) -> int | None:
-    """Spark's estimate of a batch's bytes (for files, their size); None where it gives none."""
-    try:
-        return int(str(batch._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    except Exception:  # noqa: BLE001 - a plan without statistics
-        return None
 
 
 class StatefulRun:

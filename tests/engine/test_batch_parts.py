@@ -64,7 +64,7 @@ def test_a_plan_is_forgotten_only_before_a_part_commits(tmp_path):
 
 
 def test_the_bound_is_a_whole_number_of_rows(spark):
-    assert max_rows(spark, 3) == 3 * 2 * 1024 ** 3 // 2048  # a row per 2 KB of the 2 GB budget, a bucket
+    assert max_rows(spark, 3) == 3 * (2 * 1024 ** 3 // 3072)  # a row per 3 KB of the 2 GB budget, a bucket
     for value in ("many", "0", "-5", "1.5"):
         spark.conf.set(MAX_ROWS_SETTING, value)
         try:
@@ -87,7 +87,7 @@ def test_the_task_budget_sets_the_default_bound(spark):
     spark.conf.set(TASK_MEMORY_SETTING, "512m")
     try:
         assert task_budget(spark) == 512 * 1024 ** 2
-        assert max_rows(spark, 4) == 4 * 512 * 1024 ** 2 // 2048
+        assert max_rows(spark, 4) == 4 * (512 * 1024 ** 2 // 3072)
         for value in ("lots", "10m", "2x", "-1g"):
             spark.conf.set(TASK_MEMORY_SETTING, value)
             with pytest.raises(SqlextError) as error:

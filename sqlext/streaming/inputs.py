@@ -4,8 +4,6 @@ out of it (:func:`source_frame`)."""
 
 from __future__ import annotations
 
-from pyspark.sql import functions as F
-
 INPUT = "__sx_in{}"  # the column of the query's stream holding the rows of its i-th source
 
 
@@ -13,6 +11,8 @@ def inputs_stream(streams: list):
     """The streams a statement reads as one stream: the rows of the ``i``-th in a struct column
     :data:`INPUT` ``.format(i)``, NULL in the others. (One union: each call into Spark costs an
     analysis of the plan, paid by every run.)"""
+    from pyspark.sql import functions as F
+
     everything = F.expr("struct(*)")
     parts = []
     for i, stream in enumerate(streams):
@@ -27,6 +27,8 @@ def inputs_stream(streams: list):
 
 def source_frame(batch, index: int):
     """The rows of the ``index``-th source in a micro-batch of :func:`inputs_stream`."""
+    from pyspark.sql import functions as F
+
     column = INPUT.format(index)
     return batch.where(F.col(column).isNotNull()).select(f"{column}.*")
 

@@ -61,7 +61,7 @@ BENCH_OPTIONS = {
                   "--levels-only"},
     "serve": {"--runs"},
     "incremental": {"--function", "--rows", "--keys", "--left", "--right", "--nodes", "--percent", "--runs",
-                    "--path", "--uri", "--regions", "--buckets", "--rescale"},
+                    "--path", "--uri", "--regions", "--buckets", "--rescale", "--catch-up", "--max-batch-rows"},
 }
 
 

@@ -30,6 +30,17 @@ SHAPES = {
                        "left_key => 'id', foreign_key => 'region', right_key => 'rid', join_type => 'left', "
                        "emit => '{emit}')"),
 }
+# one statement of each kind an incremental run keeps state for, over these feeds ({emit} to fill)
+STATEMENTS = {
+    "filter": "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(acc)), key => 'id', predicate => 'balance >= 0', "
+              "emit => '{emit}')",
+    "fk_join": "SELECT * FROM FK_JOIN(left => TABLE(STREAM(acc)), right => TABLE(STREAM(br)), left_key => 'id', "
+               "foreign_key => 'branch', right_key => 'bid', join_type => 'left', emit => '{emit}')",
+    "pipeline": SHAPES["join-then-filter"],
+    "aggregate": "SELECT branch, count(*) AS n, sum(balance) AS total FROM FK_JOIN(left => TABLE(STREAM(acc)), "
+                 "right => TABLE(STREAM(br)), left_key => 'id', foreign_key => 'branch', right_key => 'bid', "
+                 "emit => 'final') GROUP BY branch",
+}
 
 
 def _values(table: str, draw_key: int, draw_value: int) -> dict:

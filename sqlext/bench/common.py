@@ -114,10 +114,8 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-@dataclass
-class Sampler:
-    pids: tuple[int, int]
-    peaks: list[float] = field(default_factory=lambda: [0.0, 0.0])
+class _Sampling:
+    """A block during which a thread calls :meth:`sample` every 50 ms."""
 
     def __enter__(self):
         self._stop = threading.Event()
@@ -127,37 +125,39 @@ class Sampler:
 
     def _run(self):
         while not self._stop.is_set():
-            for i, pid in enumerate(self.pids):
-                self.peaks[i] = max(self.peaks[i], _rss_mb(pid))
+            self.sample()
             time.sleep(0.05)
+
+    def sample(self) -> None:
+        raise NotImplementedError
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
 
 
-class WorkerPeak:
+@dataclass
+class Sampler(_Sampling):
+    pids: tuple[int, int]
+    peaks: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    def sample(self) -> None:
+        for i, pid in enumerate(self.pids):
+            self.peaks[i] = max(self.peaks[i], _rss_mb(pid))
+
+
+class WorkerPeak(_Sampling):
     """The highest resident memory (MB) of any one of Spark's Python workers on this machine,
     and of this (the driver's) process, while the block runs: sampled every 50 ms. The workers
     are the processes forked from ``pyspark.daemon`` (they keep its command line)."""
 
-    def __enter__(self):
+    def __init__(self):
         self.worker = self.driver = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
 
-    def _run(self):
-        while not self._stop.is_set():
-            for pid in _python_workers():
-                self.worker = max(self.worker, _rss_mb(pid))
-            self.driver = max(self.driver, _rss_mb(os.getpid()))
-            time.sleep(0.05)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        for pid in _python_workers():
+            self.worker = max(self.worker, _rss_mb(pid))
+        self.driver = max(self.driver, _rss_mb(os.getpid()))
 
 
 def _python_workers() -> list[int]:

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from sqlext.errors import SqlextError
 from sqlext.storage import Folder
+from sqlext.streaming.settings import whole_number
 
 MAX_ROWS_SETTING = "spark.sqlext.streaming.maxBatchRows"
 TASK_MEMORY_SETTING = "spark.sqlext.streaming.taskMemory"
@@ -178,15 +179,10 @@ def max_rows(spark, buckets: int) -> int:
     """The most rows of its inputs a part of a batch takes: ``spark.sqlext.streaming.maxBatchRows``,
     by default a row per :data:`BYTES_PER_ROW` of a task's memory (:func:`task_budget`) for
     each of the states' ``buckets``."""
-    value = spark.conf.get(MAX_ROWS_SETTING, "").strip().replace("_", "")
-    if not value:
-        return task_budget(spark) // BYTES_PER_ROW * max(1, buckets)
-    if not value.isdigit() or int(value) < 1:
-        raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=MAX_ROWS_SETTING, value=repr(value),
-                          expected="a whole number of rows, 1 or more", example=5_000_000,
-                          default="a row per 3 KB of spark.sqlext.streaming.taskMemory for each bucket of the "
-                                  "state")
-    return int(value)
+    asked = whole_number(spark, MAX_ROWS_SETTING, "a whole number of rows, 1 or more", 5_000_000,
+                         "a row per 3 KB of spark.sqlext.streaming.taskMemory for each bucket of the state",
+                         underscores=True)
+    return task_budget(spark) // BYTES_PER_ROW * max(1, buckets) if asked is None else asked
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024 ** 2, "mb": 1024 ** 2, "g": 1024 ** 3, "gb": 1024 ** 3,

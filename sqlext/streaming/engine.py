@@ -50,7 +50,6 @@ import pyarrow as pa
 from pyspark.sql.types import BinaryType, StructField, StructType
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
 from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, read_parquet
 from sqlext.storage.backends import HadoopIO
@@ -60,6 +59,7 @@ from sqlext.streaming.inputs import source_frame
 from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, timed)
 from sqlext.streaming.rescale import rescale
+from sqlext.streaming.settings import whole_number
 from sqlext.streaming.source_files import readable_files
 from sqlext.streaming.state import KeyedState, LayerWrites, StateView
 from sqlext.streaming.executors import FileTasks, Stage, carried_input, routed
@@ -237,15 +237,8 @@ class KeyedOperator:
 
 def asked_buckets(spark) -> int | None:
     """The bucket count ``spark.sqlext.streaming.stateBuckets`` asks for; None where it is unset."""
-    value = spark.conf.get(BUCKETS_SETTING, "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise SqlextError("INVALID_SETTING", function="sqlext stream", setting=BUCKETS_SETTING, value=repr(value),
-                          expected="a whole number of buckets, 1 or more", example=8,
-                          default="Spark's default parallelism for a new state, and the recorded count for one "
-                                  "that exists")
-    return int(value)
+    return whole_number(spark, BUCKETS_SETTING, "a whole number of buckets, 1 or more", 8,
+                        "Spark's default parallelism for a new state, and the recorded count for one that exists")
 
 
 class Pipeline(StatefulRun):
@@ -469,7 +462,7 @@ class Pipeline(StatefulRun):
             carried = None if last is None or last.files is None or files is None \
                 or self._readers(last.operator) != 1 else carried_input(last.operator, operator)
             where = {name: self._where(operator, name) for name, source in operator.inputs.items()
-                     if source.upstream is None and not self._window.whole}
+                     if source.upstream is None}
             stage = Stage(operator, folder, files, carried, where=where)
             if carried is not None:
                 last.kept = False  # its rows go on in memory

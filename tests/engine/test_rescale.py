@@ -146,16 +146,7 @@ def test_a_bucket_count_that_is_not_a_number_is_refused(spark):
 
 # -- whole runs: the statement's output after every run, as the bucket count changes
 
-SHAPES = {
-    "filter": "SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(acc)), key => 'id', predicate => 'balance >= 0', "
-              "emit => '{emit}')",
-    "fk_join": "SELECT * FROM FK_JOIN(left => TABLE(STREAM(acc)), right => TABLE(STREAM(br)), left_key => 'id', "
-               "foreign_key => 'branch', right_key => 'bid', join_type => 'left', emit => '{emit}')",
-    "pipeline": three_tables.SHAPES["join-then-filter"],
-    "aggregate": "SELECT branch, count(*) AS n, sum(balance) AS total FROM FK_JOIN(left => TABLE(STREAM(acc)), "
-                 "right => TABLE(STREAM(br)), left_key => 'id', foreign_key => 'branch', right_key => 'bid', "
-                 "emit => 'final') GROUP BY branch",
-}
+SHAPES = three_tables.STATEMENTS
 
 
 def _batches(chain) -> int:

@@ -29,7 +29,7 @@ newest plan recorded says where the count stands). A checkpoint that never split
 using Spark's batch ids.
 
 A batch is not split, and runs whole as before, where its inputs do not share one ordering type
-that Spark orders by value (numbers, dates, timestamps), or where an earlier attempt of it
+that Spark and Arrow order alike (whole numbers, dates, timestamps), or where an earlier attempt of it
 committed its output whole (a plan is never changed under committed work).
 """
 
@@ -57,15 +57,18 @@ BYTES_PER_ROW = 3072
 CACHE_SHARE = 8
 ROWS_PER_BUCKET = TASK_MEMORY // BYTES_PER_ROW
 PLAN_PREFIX = "parts-"
-# the Spark types whose values a part's bounds can be (an ordering Spark compares by value)
-SPLITTABLE = ("tinyint", "smallint", "int", "bigint", "float", "double", "date", "timestamp")
+# the Spark types whose values a part's bounds can be: an ordering Spark and Arrow compare alike
+# (not floating point: Spark orders NaN above every number, where Arrow's comparisons are false)
+SPLITTABLE = ("tinyint", "smallint", "int", "bigint", "date", "timestamp")
 ORDER = "__sx_order"
 
 
 @dataclass(frozen=True)
 class Window:
     """The ordering values a part takes: above ``low`` (none: from the start) and up to ``high``
-    included (none: to the end)."""
+    included (none: to the end). The first part also takes the changes with no ordering value,
+    so that the step meets them and refuses them (``[NULL_ORDER_VALUE]``) as a batch in one
+    part does, rather than no part taking them."""
 
     low: object = None
     high: object = None
@@ -81,6 +84,8 @@ class Window:
             if value is not None:
                 term = compare(pc.field(column), pa.scalar(value, type=kind))
                 found = term if found is None else found & term
+        if found is not None and self.low is None:
+            found = found | pc.field(column).is_null()
         return found
 
     def spark(self, column: str):
@@ -94,6 +99,8 @@ class Window:
             if value is not None:
                 term = getattr(F.col(quote(column)), compare)(F.lit(value))
                 found = term if found is None else found & term
+        if found is not None and self.low is None:
+            found = found | F.col(quote(column)).isNull()
         return found
 
 

@@ -137,6 +137,11 @@ MESSAGES: dict[str, str] = {
         "serve, in the folder where the commands run), correct --remote or {env}, or unset {env} to run "
         "on Spark of the command's own."
     ),
+    "SERVER_GONE": (
+        "{function}: the server sqlext serve started in {folder} stopped answering before the run ended. "
+        "The checkpoint keeps what the run committed: run the command again (with no server there, it "
+        "runs on Spark of its own)."
+    ),
     # models (sqlext build)
     "MODEL_NOT_FOUND": (
         "{function}: {what} {name!r} is not a model in {directory}; models there: {available}. "

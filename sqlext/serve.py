@@ -1,25 +1,29 @@
-"""``sqlext serve``: a warm session for the commands of a folder.
+"""``sqlext serve``: a warm session for the clients of a folder.
 
 Every command that starts Spark pays the JVM's start (several seconds, more on a busy
-machine). ``sqlext serve`` starts Spark's own Connect server from the installed PySpark
-(``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``) in the
-background, with the settings a command's own Spark would have (sqlext's defaults, the
-folder's catalog, the session options given to it), runs a first query on it so that its JIT
-and Python workers are warm, and returns. While it runs, ``sqlext sql``, ``run``, ``explain``
-and ``build`` started in that folder attach to it (:func:`sqlext.command_session.attach_address`): each
-gets a session of its own on the server (its temporary views and settings are its own), and
-all of them share the server's catalog.
+machine). ``sqlext serve`` starts the server process (:mod:`sqlext.server.process`) in the
+background: a Spark driver with the settings a command's own Spark would have (sqlext's
+defaults, the folder's catalog, the session options given to it), Spark Connect inside it, and
+the doors of :mod:`sqlext.server`; it runs first queries so that the JIT and the Python workers
+are warm, and returns. While it runs, ``sqlext sql``, ``run``, ``explain`` and ``build`` started
+in that folder attach to it over Spark Connect (:func:`sqlext.command_session.attach_address`),
+``sqlext stream`` carries its run out in the server's driver (:mod:`sqlext.server.streams`),
+and with ``--jdbc-port`` JDBC, ODBC and PyHive clients reach it over HiveServer2's protocol
+(:mod:`sqlext.server.hive`). Each client gets a session of its own (its temporary views and
+settings are its own), and all of them share the server's catalog.
 
 The server is the folder's: it runs there (its catalog is the folder's ``metastore_db`` and
-``spark-warehouse``), listens on the loopback address only, and admits only clients that
-present its token. The state file ``.sqlext-server`` in the folder (readable by its owner
-alone) names its address with the token, its process and its log; ``sqlext serve --stop``
-stops it and removes the file, and a command that finds the file but no server answering
-ignores it (and removes it when the process is gone).
+``spark-warehouse``), listens on the loopback address only (the JDBC endpoint on another only
+where ``--jdbc-host`` names it), and admits only clients that present its token. The state
+file ``.sqlext-server`` in the folder (readable by its owner alone) names its addresses with
+the token, its process and its log; ``sqlext serve --stop`` stops it and removes the file, and
+a command that finds the file but no server answering ignores it (and removes it when the
+process is gone).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -32,21 +36,14 @@ from pathlib import Path
 import sqlext
 from sqlext.errors import SqlextError
 from sqlext.local_spark import embedded_settings, quiet_python_logs
+from sqlext.server.process import MODULE as SERVER_MODULE
+from sqlext.server.process import TOKEN_ENV, WARM_UP
 from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
 from sqlext.session_options import check_catalog_free, merged
 
 FUNCTION = "sqlext serve"
 LOG = ".sqlext-server.log"
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default
-TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server reads its token here (off its argv)
-# first queries, so that the commands after serve find the server warm (the JVM's JIT, the
-# analyser, the plans sqlext's rewrites give)
-WARM_UP = (
-    "SELECT 1",
-    "SELECT * FROM CHANGELOG_FILTER(input => TABLE(VALUES (1, 5, 1L), (1, -1, 2L) AS t(id, v, _commit_version)), "
-    "key => 'id', predicate => 'v > 0')",
-)
 
 
 def add_arguments(parser) -> None:
@@ -59,6 +56,15 @@ def add_arguments(parser) -> None:
                         help=f"the port to listen on (default: {DEFAULT_PORT}, or a free one if that is taken)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long to wait for the server to answer")
+    parser.add_argument("--jdbc-port", type=int, default=None, metavar="N",
+                        help="also listen for JDBC, ODBC and PyHive clients (HiveServer2's protocol) on port N "
+                             "(10000 is HiveServer2's usual one; 0: a free port); off by default")
+    parser.add_argument("--jdbc-host", default="127.0.0.1", metavar="ADDRESS",
+                        help="the address the JDBC endpoint listens on: the loopback address unless you name "
+                             "another (0.0.0.0: every interface)")
+    parser.add_argument("--jdbc-no-token", action="store_true",
+                        help="let JDBC clients in without the server's token as their password (anyone who "
+                             "reaches the port runs SQL as you: only on a machine that is yours alone)")
 
 
 def main(args) -> int:
@@ -72,6 +78,8 @@ def main(args) -> int:
             return 1
         print(server.address)
         print(f"{FUNCTION}: {server.shown} (process {server.pid}), log {server.log}", file=sys.stderr)
+        if server.jdbc_port:
+            print(f"{FUNCTION}: JDBC at {jdbc_url(server)}, password {server.token}", file=sys.stderr)
         return 0
     import fcntl
 
@@ -82,39 +90,56 @@ def main(args) -> int:
             print(f"{FUNCTION}: already running in {folder}: {server.shown} (process {server.pid}); "
                   f"sqlext serve --stop stops it")
             return 0
-        server = start(folder, args.session, port=args.port, timeout=args.timeout)
+        jdbc = None if args.jdbc_port is None else {"host": args.jdbc_host, "port": args.jdbc_port,
+                                                     "token": not args.jdbc_no_token}
+        server = start(folder, args.session, port=args.port, timeout=args.timeout, jdbc=jdbc)
     catalog = args.session.catalog_folder()
     print(f"{FUNCTION}: Spark Connect at {server.shown} (process {server.pid}), "
           f"catalog {'in memory' if catalog is None else catalog}")
+    if server.jdbc_port:
+        print(f"  JDBC at {jdbc_url(server)} ({jdbc_login(server, args.jdbc_no_token)})")
     print(f"  sqlext sql, run, explain and build started in {folder} attach to it; from elsewhere, "
           "--remote ADDRESS or SPARK_REMOTE=ADDRESS (sqlext serve --status here prints it)")
     print(f"  log: {server.log}; stop: sqlext serve --stop")
     return 0
 
 
+def jdbc_url(server: Server) -> str:
+    """The JDBC URL of the server's HiveServer2 endpoint."""
+    host = "localhost" if server.jdbc_host in ("127.0.0.1", "") else server.jdbc_host
+    return f"jdbc:hive2://{host}:{server.jdbc_port}/default"
+
+
+def jdbc_login(server: Server, no_token: bool) -> str:
+    if no_token:
+        return "any user, no password: --jdbc-no-token"
+    return "any user; password: the server's token, which sqlext serve --status prints"
+
+
 def _is_our_server(pid: int) -> bool:
-    """Whether ``pid`` is still a Spark Connect server (not a process that took its number)."""
+    """Whether ``pid`` is still a server sqlext serve started (not a process that took its number)."""
     try:
         done = subprocess.run(["ps", "-ww", "-p", str(pid), "-o", "command="], capture_output=True, text=True,
                               timeout=10)
     except (OSError, subprocess.SubprocessError):
         return alive(pid)
-    return done.returncode == 0 and SERVER_CLASS in done.stdout
+    return done.returncode == 0 and SERVER_MODULE in done.stdout
 
 
 # -- starting and stopping
 
-def _free_port(wanted: int | None) -> int:
+def _free_port(wanted: int | None, host: str = "127.0.0.1", what: str = "--port") -> int:
     """``wanted``, or the default port if it is free, or a free port the system gives."""
     for port in ([wanted] if wanted is not None else [DEFAULT_PORT, 0]):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
-                probe.bind(("127.0.0.1", port))
+                probe.bind((host, port))
                 return probe.getsockname()[1]
-            except OSError:
+            except OSError as error:
                 if wanted is not None:
-                    raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, reason=f"port {port} is in use",
-                                      fix="Give another with --port N, or leave --port out for a free one.") from None
+                    raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION,
+                                      reason=f"{host}:{port} cannot be listened on ({error.strerror or error})",
+                                      fix=f"Give another with {what} N.") from None
     raise AssertionError("unreachable")
 
 
@@ -125,55 +150,57 @@ def server_settings(options, port: int) -> dict[str, str]:
     return merged(embedded_settings("sqlext serve"), options.settings(), listen, options.conf_settings())
 
 
-def start(folder: Path, options, port: int | None = None, timeout: float = 300.0) -> Server:
-    """Start the server in ``folder`` and return once it has answered a first query."""
+def start(folder: Path, options, port: int | None = None, timeout: float = 300.0, jdbc: dict | None = None) -> Server:
+    """Start the server in ``folder`` and return once it has answered a first query.
+    ``jdbc``: the HiveServer2 endpoint's ``host``, ``port`` and whether a client must present
+    the ``token``; None for none."""
     from pyspark import __version__
-    from pyspark.find_spark_home import _find_spark_home
 
     catalog = options.catalog_folder()
     if catalog is not None:
         check_catalog_free(catalog, FUNCTION)
     port = _free_port(port)
+    if jdbc is not None:
+        jdbc = dict(jdbc, port=_free_port(jdbc["port"], host=jdbc["host"], what="--jdbc-port"))
     token = uuid.uuid4().hex
     log = folder / LOG
-    properties = folder / f"{STATE}.properties"  # the settings, off the server's argv (they may hold secrets)
-    descriptor = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    ready = folder / f"{STATE}.ready"
+    ready.unlink(missing_ok=True)
+    spec = folder / f"{STATE}.spec"  # the settings, off the server's argv (they may hold secrets)
+    descriptor = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:
-        for key, value in server_settings(options, port).items():
-            file.write(f"{key}={_escaped(value)}\n")
+        json.dump({"settings": server_settings(options, port), "master": options.master or "local[2]",
+                   "jdbc": jdbc, "ready": str(ready)}, file)
     env = {key: value for key, value in os.environ.items()
            if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")}
     env.update({TOKEN_ENV: token, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
-    submit = Path(_find_spark_home()) / "bin" / "spark-submit"
     with open(log, "ab") as output:
         process = subprocess.Popen(
-            [str(submit), "--class", SERVER_CLASS, "--name", "sqlext serve", "--master",
-             options.master or "local[2]", "--properties-file", str(properties)],
-            cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True)  # it outlives this command and the terminal
+            [sys.executable, "-m", SERVER_MODULE, str(spec)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True)  # it outlives this command
     server = Server(address=f"sc://localhost:{port}/;token={token}", port=port, pid=process.pid, log=str(log),
                     folder=str(folder), spark_version=__version__)
     try:
-        _await(process, server, timeout)
+        ports = _await(process, server, ready, timeout)
+        server.stream_port = ports["stream_port"]
+        if jdbc is not None:
+            server.jdbc_port, server.jdbc_host = ports["jdbc_port"], jdbc["host"]
         _warm_up(server)
     except BaseException:
         end_server(process.pid)
         process.wait()
         raise
     finally:
-        properties.unlink(missing_ok=True)
+        spec.unlink(missing_ok=True)
+        ready.unlink(missing_ok=True)
     write_state(folder, server)
     return server
 
 
-def _escaped(value: str) -> str:
-    """A value as a Java properties file reads it back."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _await(process, server: Server, timeout: float) -> None:
+def _await(process, server: Server, ready: Path, timeout: float) -> dict:
+    """The server's ports, once it has written them (everything listens) and Spark Connect answers."""
     deadline = time.monotonic() + timeout
-    while not listening(server.port, 0.5):
+    while not (ready.exists() and listening(server.port, 0.5)):
         if process.poll() is not None:
             raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
                               reason=f"it stopped with status {process.returncode}{_last_error(server.log)}")
@@ -181,6 +208,7 @@ def _await(process, server: Server, timeout: float) -> None:
             raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
                               reason=f"it did not answer within {timeout:g} s (--timeout)")
         time.sleep(0.25)
+    return json.loads(ready.read_text())
 
 
 def _see_log(log: str) -> str:

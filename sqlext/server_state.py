@@ -1,4 +1,4 @@
-"""The state file of the Spark Connect server ``sqlext serve`` starts in a folder: where it
+"""The state file of the server ``sqlext serve`` starts in a folder: where it
 listens and which process it is, read by every command started in that folder to attach to it
 (:mod:`sqlext.command_session`) and written by ``sqlext serve`` (:mod:`sqlext.serve`)."""
 
@@ -23,6 +23,14 @@ class Server:
     log: str
     folder: str
     spark_version: str
+    stream_port: int = 0  # sqlext stream's door into the server's driver (sqlext.server.streams)
+    jdbc_port: int = 0  # the HiveServer2 endpoint's, where sqlext serve --jdbc-port asked for one
+    jdbc_host: str = ""
+
+    @property
+    def token(self) -> str:
+        """The token a client presents (the Spark Connect address carries it)."""
+        return self.address.partition(";token=")[2].split(";")[0]
 
     @property
     def shown(self) -> str:
@@ -34,7 +42,7 @@ class Server:
 def read_state(folder: Path) -> Server | None:
     try:
         data = json.loads((folder / STATE).read_text())
-        return Server(**{key: data[key] for key in Server.__dataclass_fields__})
+        return Server(**{key: data[key] for key in Server.__dataclass_fields__ if key in data})
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # as given: sqlext stream hands it on to the server it attaches to
     try:
         args.session = session_options(args)
     except ValueError as error:  # a session option that cannot be one: said before anything starts

@@ -1,10 +1,14 @@
-"""``sqlext stream``: one statement over ``STREAM(...)`` as an incremental run, on Spark of the
-command's own (:mod:`sqlext.streaming`)."""
+"""``sqlext stream``: one statement over ``STREAM(...)`` as an incremental run
+(:mod:`sqlext.streaming`): in the server ``sqlext serve`` started in the folder, where one runs
+(:mod:`sqlext.server.streams`), else on Spark of the command's own. Ctrl-C stops a run in one
+line: its queries are stopped, then Spark, and the JVM has ended when the command returns."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
 from sqlext.runner import debug_traceback, report_line
 from sqlext.server_state import running_server
+from sqlext.server.streams import stop_queries
 from sqlext.session_options import REMOTE_ENV, add_session_arguments
 from sqlext.streaming import run_available_now, stream
 from sqlext.streaming.summary import RunCounter
@@ -67,6 +72,72 @@ def add_parser(commands) -> None:
 
 
 def main(args) -> int:
+    server = attachable_server(args.session)
+    if server is not None:
+        from sqlext.server.streams import run_attached
+
+        return run_attached(server, args.argv[args.argv.index("stream") + 1:])
+    prepared = prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    say_stream_runs_its_own_spark()
+    spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
+    stopping = threading.Event()
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(_status(spark, args, prepared, stopping)),
+                              name="sqlext-stream-run", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:  # Ctrl-C: stop the run's queries, then Spark, and say so in one line
+        stopping.set()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would interrupt the stopping
+        while worker.is_alive():
+            stop_queries(spark)
+            worker.join(0.2)
+        end_spark(spark)
+    return outcome[0] if outcome else 1
+
+
+def say_stream_runs_its_own_spark() -> None:
+    """An incremental run needs the driver's JVM (it reads and writes its checkpoint through
+    Hadoop's FileSystem, and its micro-batch functions ask Spark's plans for sizes): a Spark
+    Connect client has none. A server ``sqlext serve`` started here carries the run out in its
+    own driver (:mod:`sqlext.server.streams`); any other Spark Connect server cannot, so where
+    ``$SPARK_REMOTE`` names one, the run starts Spark of its own, and says so."""
+    if os.environ.get(REMOTE_ENV):
+        print(f"-- sqlext stream runs on Spark of its own, not on ${REMOTE_ENV}: an incremental run needs the "
+              "driver's JVM, which a Spark Connect session does not give", file=sys.stderr)
+
+
+def attachable_server(options):
+    """The server ``sqlext serve`` started in the working folder, where this run may be carried
+    out there: it runs, and no option asks for Spark of the run's own (``--master`` and the
+    other options that apply where Spark starts)."""
+    if options.master or options.starting_options() or os.environ.get(REMOTE_ENV):
+        return None
+    server = running_server(Path.cwd())
+    return server if server is not None and server.stream_port else None
+
+
+def run_on(spark, argv: list[str], stopping: threading.Event) -> int:
+    """``sqlext stream ARGV`` on ``spark`` (the server's session for it), with the settings
+    ``--conf`` gives; its exit status. ``stopping`` is set where the command asked to stop."""
+    from sqlext.cli import build_parser
+    from sqlext.session_options import session_options
+
+    args = build_parser().parse_args(["stream", *argv])
+    args.session = session_options(args)
+    for key, value in args.session.conf:
+        spark.conf.set(key, value)
+    prepared = prepare(args)
+    return prepared if isinstance(prepared, int) else _status(spark, args, prepared, stopping)
+
+
+def prepare(args):
+    """The statement and the run's options from the command line; an exit status where they
+    cannot be (after saying why)."""
     scripts = parsed([args.file], "sqlext stream")
     if scripts is None:
         return 1
@@ -88,24 +159,36 @@ def main(args) -> int:
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
                    source_format=args.source_format, output_format=args.output_format,
                    source_options=source_options, bad_records=bad_records, schema_evolution=evolution)
-    say_stream_runs_its_own_spark()
-    spark = command_session(args.session, "sqlext stream", "sqlext-stream", attach=False)
-    statement = statements[0]
+    return statements[0], options
+
+
+STOPPED = "-- stopped (Ctrl-C); what the run committed is kept, and the next run goes on from the checkpoint"
+
+
+def _status(spark, args, prepared, stopping: threading.Event) -> int:
+    """Carry out the run; its exit status (130 where it was stopped before it ended)."""
+    statement, options = prepared
     started = time.perf_counter()
-    counter = None
     try:
         counter = RunCounter(spark, args.checkpoint, args.output, args.output_format)
         if args.every:
             query = stream(spark, statement.text, trigger=args.every, **options)
             print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
-            try:
-                query.awaitTermination()
-            except KeyboardInterrupt:
-                query.stop()
+            while not stopping.is_set() and not query.awaitTermination(1):
+                pass
+            if stopping.is_set():
+                stop_queries(spark)
+                print(STOPPED, file=sys.stderr)
             return 0
         query = run_available_now(spark, statement.text, **options)
+        if stopping.is_set():
+            print(STOPPED, file=sys.stderr)
+            return 130
         counts = counter.counts(query).describe()
     except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
+        if stopping.is_set():  # the stop interrupted it: what it says is the stop's doing
+            print(STOPPED, file=sys.stderr)
+            return 0 if args.every else 130
         debug_traceback(error)
         report(args.file, statement, report_line(error, "sqlext stream"))
         return 1
@@ -113,17 +196,30 @@ def main(args) -> int:
     return 0
 
 
-def say_stream_runs_its_own_spark() -> None:
-    """An incremental run needs the driver's JVM (it reads and writes its checkpoint through
-    Hadoop's FileSystem, and its micro-batch functions ask Spark's plans for sizes): a Spark
-    Connect client has none, and Spark Connect runs foreachBatch functions in a Python
-    process on the server, with a Connect session there too. So sqlext stream starts Spark of
-    its own even where the other commands attach to a server; say so where one is named."""
-    named = [f"${REMOTE_ENV}"] if os.environ.get(REMOTE_ENV) else []
-    named += ["the server sqlext serve started here"] if running_server(Path.cwd()) is not None else []
-    if named:
-        print(f"-- sqlext stream runs on Spark of its own, not on {' or '.join(named)}: an incremental run "
-              "needs the driver's JVM, which a Spark Connect session does not give", file=sys.stderr)
+def end_spark(spark) -> None:
+    """Stop Spark and its JVM before the command returns (PySpark would leave the JVM to notice,
+    seconds later, that Python has gone), saying nothing of what the ending interrupts."""
+    import logging
+
+    from pyspark import SparkContext
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    gateway = SparkContext._gateway
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - ending anyway
+        pass
+    process = getattr(gateway, "proc", None)
+    if process is not None:
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        process.terminate()
+        try:
+            process.wait(20)
+        except Exception:  # noqa: BLE001 - it would not end: end it
+            process.kill()
 
 
 def _pairs(items: list[str], option: str, shape: str, dotted: bool = False) -> dict | None:

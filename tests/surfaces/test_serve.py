@@ -111,6 +111,65 @@ def test_commands_elsewhere_attach_with_remote_or_spark_remote(served, tmp_path)
     assert not list(tmp_path.iterdir())
 
 
+def _rows(spark, folder: Path) -> list:
+    return sorted(tuple(row) for row in spark.read.parquet(str(folder)).collect())
+
+
+def test_stream_runs_in_the_servers_driver_with_the_rows_of_spark_of_its_own(served, spark, tmp_path):
+    """sqlext stream in the folder is carried out by the server (Spark of its own would fail
+    here: the stand-in); run by run, and after a run whose command was killed, its output is
+    what the same runs give on Spark of their own."""
+    from sqlext.streaming import run_available_now
+
+    from test_stream_stop import QUERY, write_changes
+
+    changes, query = tmp_path / "changes", tmp_path / "q.sql"
+    query.write_text(QUERY)
+    argv = ["stream", str(query), "--source", f"acc={changes}", "--checkpoint", str(tmp_path / "cp"),
+            "--output", str(tmp_path / "out")]
+    increments = [[(1, 10, "insert", 1), (2, 5, "insert", 1)],
+                  [(1, -3, "update_postimage", 2), (3, 7, "insert", 2)],
+                  [(k, k % 7 - 3, "insert", 3) for k in range(10, 4000)],
+                  [(2, -1, "update_postimage", 4), (3, 8, "update_postimage", 4)]]
+    for number, rows in enumerate(increments):
+        write_changes(changes, f"part-{number}.parquet", rows)
+        if number == 2:  # the command killed while the server carries its run out
+            killed = subprocess.Popen([str(SQLEXT), *argv], cwd=served[0], env=served[1], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            try:
+                killed.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                killed.kill()
+                killed.wait()
+        ran = sqlext(served, *argv)
+        assert ran.returncode == 0 and ran.stdout.startswith("-- run complete in "), ran.stdout + ran.stderr
+        assert "own" not in ran.stderr, ran.stderr
+    own = tmp_path / "own"  # the same increments, run by run, on this process's Spark
+    for number, rows in enumerate(increments):
+        write_changes(own, f"part-{number}.parquet", rows)
+        run_available_now(spark, QUERY, checkpoint=str(tmp_path / "own-cp"), output=str(tmp_path / "own-out"),
+                          sources={"acc": str(own)})
+    assert _rows(spark, tmp_path / "out") == _rows(spark, tmp_path / "own-out")
+    bad = sqlext(served, "stream", str(query), "--source", "acc", "--checkpoint", "c", "--output", "o")
+    assert bad.returncode == 2 and "--source 'acc' is not NAME=DIR" in bad.stderr  # said by the server, shown here
+
+
+def test_ctrl_c_on_an_attached_stream_stops_its_run_in_one_line(served, tmp_path):
+    from test_stream_stop import QUERY, interrupted, write_changes
+
+    from sqlext.cli.stream import STOPPED
+
+    write_changes(tmp_path / "changes", "part-0.parquet", [(1, 10, "insert", 1)])
+    (tmp_path / "q.sql").write_text(QUERY)
+    done, _ = interrupted([str(SQLEXT), "stream", str(tmp_path / "q.sql"), "--source", f"acc={tmp_path / 'changes'}",
+                           "--checkpoint", str(tmp_path / "cp"), "--output", str(tmp_path / "out"), "--every",
+                           "1 second"], served[1], served[0], "-- streaming every")
+    assert done.returncode == 0 and done.stderr.strip() == STOPPED, done.stderr
+    again = sqlext(served, "stream", str(tmp_path / "q.sql"), "--source", f"acc={tmp_path / 'changes'}",
+                   "--checkpoint", str(tmp_path / "cp"), "--output", str(tmp_path / "out"))
+    assert again.returncode == 0, again.stderr  # the stopped query no longer holds the checkpoint
+
+
 def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):
     from sqlext.serve import STATE
 

@@ -95,9 +95,10 @@ def add_parser(commands) -> None:
 
     serve = add_command(
         benchmarks, "serve", "a command's time on Spark of its own against attached to sqlext serve",
-        "sqlext sql -e \"SELECT 1\" as a user runs it, a new process each time, in a new folder: "
-        "first on Spark of its own (a JVM starts each time), then attached to the server sqlext "
-        "serve starts there. The session options go to both.",
+        "sqlext sql -e \"SELECT 1\", and sqlext stream over ten new changes a run, as a user runs "
+        "them, a new process each time, in a new folder: first on Spark of its own (a JVM starts each "
+        "time), then attached to the server sqlext serve starts there. The two series of stream runs "
+        "must write the same rows. The session options go to both.",
         "  sqlext bench serve --runs 5")
     runs(serve, default=5)
 

@@ -111,6 +111,25 @@ def test_commands_elsewhere_attach_with_remote_or_spark_remote(served, tmp_path)
     assert not list(tmp_path.iterdir())
 
 
+def test_attached_errors_are_one_line_and_sqlext_debug_adds_the_jvm_trace(served):
+    """Spark's errors on a server read as on Spark of its own: one line each, without the plan,
+    the SQL fragment or the JVM's stack trace, whatever the server's settings; SQLEXT_DEBUG=1
+    adds the trace."""
+    folder, commands_env, _ = served
+    statements = "SELECT * FROM nope;\nSELECT * FROM parquet.`/no/such/path`;\nSELECT 1 WHERE 1 = = 1;\n"
+    piped = subprocess.run([str(SQLEXT), "sql", "-S"], cwd=folder, env=commands_env, input=statements,
+                           capture_output=True, text=True, timeout=300)
+    lines = piped.stderr.splitlines()
+    assert piped.returncode == 1 and len(lines) == 3, piped.stderr
+    assert lines[0].startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.")
+    assert lines[0].endswith("SQLSTATE: 42P01; line 1 pos 14")
+    assert lines[1] == "[PATH_NOT_FOUND] Path does not exist: file:/no/such/path. SQLSTATE: 42K03"
+    assert lines[2] == "[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601; line 1 pos 19"
+    debug = sqlext(served, "sql", "-S", "-e", "SELECT * FROM nope", env={"SQLEXT_DEBUG": "1"})
+    assert debug.returncode == 1 and "\tat org.apache.spark.sql" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope`")
+
+
 def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):
     from sqlext.serve import STATE
 

@@ -111,6 +111,19 @@ def test_commands_elsewhere_attach_with_remote_or_spark_remote(served, tmp_path)
     assert not list(tmp_path.iterdir())
 
 
+def test_an_attached_run_parses_the_whole_file_before_it_runs_a_statement(served, tmp_path):
+    """As on Spark of its own: a statement Spark's parser refuses, last in the file, leaves the
+    ones before it unrun (the server's parser reads each statement first)."""
+    folder = served[0]
+    script = tmp_path / "f.sql"
+    script.write_text("CREATE TABLE IF NOT EXISTS ledger_unrun (id INT) USING parquet;\n"
+                      "INSERT INTO ledger_unrun VALUES (1);\nSELECT * FROM ledger_unrun WHERE id = = 1;\n")
+    ran = sqlext(served, "run", str(script))
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout  # nothing ran
+    assert ran.stderr == f"{script}:3:39: [PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601\n"
+    assert not (folder / "spark-warehouse" / "ledger_unrun").exists()
+
+
 def test_attached_errors_are_one_line_and_sqlext_debug_adds_the_jvm_trace(served):
     """Spark's errors on a server read as on Spark of its own: one line each, without the plan,
     the SQL fragment or the JVM's stack trace, whatever the server's settings; SQLEXT_DEBUG=1

@@ -208,13 +208,14 @@ def catalog_open(folder: Path) -> bool:
         os.close(descriptor)
 
 
-def close_catalog_at_exit(spark, folder: Path) -> None:
+def close_catalog_at_exit(spark, folder: Path | None = None) -> None:
     """When the command ends, close the catalog's Derby database in its JVM if it is open:
     PySpark lets the JVM end on its own after Python has gone, and until then the catalog
     would stay open, so that the next command, started at once (a script), found it in use.
-    Derby's own shutdown closes it (and raises, as it says it has)."""
+    Derby's own shutdown closes it (and raises, as it says it has). Without ``folder`` (a
+    session whose settings put the database elsewhere: dbt's), whatever Derby has open."""
     def close() -> None:
-        if not catalog_open(folder):
+        if folder is not None and not catalog_open(folder):
             return
         try:
             spark._jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")

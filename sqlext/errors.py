@@ -538,10 +538,12 @@ def spark_error_summary(exception: BaseException) -> str:
     if condition is not None and tracebacks:  # a Python worker's error: the exception it raised
         return f"[{condition}] {_worker_exception(tracebacks[0]) or text.splitlines()[0]}"
     if condition is not None:
-        try:
-            message = exception.getMessage()  # built from class and parameters: no plan
-        except Exception:  # noqa: BLE001 - a stopped JVM: fall back to the text's first line
-            message = ""
+        message = _connect_message(exception)
+        if message is None:
+            try:
+                message = exception.getMessage()  # built from class and parameters: no plan
+            except Exception:  # noqa: BLE001 - a stopped JVM: fall back to the text's first line
+                message = ""
         if message:
             message = " ".join(line.strip() for line in message.strip().splitlines())
             position = _POSITION.search(text)
@@ -553,6 +555,24 @@ def spark_error_summary(exception: BaseException) -> str:
     if getattr(exception, _REWRITTEN, False):
         first = _POSITION.sub("", first)
     return first
+
+
+# what follows a Spark Connect error's message in the server's text: the plan (";\n'Project
+# ..."), the SQL fragment ("== SQL ==", "== SQL (line 1, position 8) =="), the JVM's stack trace
+_CONNECT_CONTEXT = re.compile(r";\n|\n+== (?:SQL|DataFrame)\b|\n+JVM stacktrace:")
+_TRAILING_POSITION = re.compile(r";? ?\(?line \d+,? pos(?:ition)? \d+\)?;?$")
+
+
+def _connect_message(exception: BaseException) -> str | None:
+    """A Spark Connect error's message as a classic session's ``getMessage()`` gives it: the
+    server's text up to the plan, the SQL fragment or the JVM's stack trace after it (which the
+    client adds when the server's settings ask for it), without the position (the caller adds
+    it as it does for a classic error). None for an error that is not Spark Connect's."""
+    if not any(cls.__module__ == "pyspark.errors.exceptions.connect" for cls in type(exception).__mro__):
+        return None
+    text = str(getattr(exception, "_message", None) or "").strip()
+    message = _CONNECT_CONTEXT.split(text, maxsplit=1)[0].strip()
+    return _TRAILING_POSITION.sub("", message).rstrip()
 
 
 def _java_error_summary(exception: BaseException, java) -> str:

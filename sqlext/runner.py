@@ -208,13 +208,41 @@ DEBUG_ENV = "SQLEXT_DEBUG"
 
 def debug_traceback(error: BaseException) -> None:
     """Print the error's traceback to standard error when ``SQLEXT_DEBUG`` is set (to anything
-    but empty or 0): commands show one line per error, and this is how to see the rest."""
+    but empty or 0), and for a Spark error the JVM's stack trace (the server's, for a Spark
+    Connect session): commands show one line per error, and this is how to see the rest."""
     import os
     import sys
     import traceback
 
-    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
-        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    if os.environ.get(DEBUG_ENV, "") in ("", "0"):
+        return
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    print(text, end="", file=sys.stderr)
+    trace = jvm_stack_trace(error)
+    if trace is not None and trace not in text:  # PySpark's text holds it where Spark's settings say so
+        print(f"JVM stacktrace:\n{trace}", file=sys.stderr)
+
+
+def jvm_stack_trace(error: BaseException) -> str | None:
+    """The JVM's stack trace of a Spark error or of the Spark error it came from: as a Spark
+    Connect client received it from the server, or as PySpark read it from the driver's JVM.
+    None for an error without one."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        get = getattr(current, "getStackTrace", None)  # Spark Connect's
+        trace = get() if callable(get) else getattr(current, "_stackTrace", None)  # classic: PySpark's
+        if isinstance(trace, str) and trace.strip():
+            return trace
+        if getattr(current, "java_exception", None) is not None:  # a Py4JJavaError: its text holds it
+            return str(current)
+        causes = [getattr(current, "cause", None), getattr(current, "_cause", None), current.__cause__]
+        pending += [cause for cause in causes if isinstance(cause, BaseException)]
+    return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -250,5 +278,6 @@ def run_and_fetch(spark, text: str, limit: int, function: str = FUNCTION) -> Out
         message = error_message(error, function)
         if message is None:
             raise
+        debug_traceback(error)
         return Outcome(error=message)
     return Outcome(frame=frame, columns=list(frame.columns), rows=rows[:limit], truncated=len(rows) > limit)

@@ -1,8 +1,8 @@
 """The session options of the commands that start Spark (``sqlext run``, ``sql``, ``explain``,
 ``stream``, ``build``, ``bench``, ``serve``): their arguments, what they parse to, and the Spark
 settings they stand for; and the catalog folder a command's own Spark keeps its tables in
-(``metastore_db`` and ``spark-warehouse``, as spark-sql keeps them), refused at once while
-another process has it open."""
+(``metastore_db`` and ``spark-warehouse``, as spark-sql keeps them), refused while another
+process has it open (after a few seconds' wait for a process that is ending)."""
 
 from __future__ import annotations
 
@@ -173,21 +173,47 @@ def session_options(args) -> SessionOptions:
                           driver_memory=getattr(args, "driver_memory", None), catalog=catalog, remote=remote)
 
 
-def check_catalog_free(folder: Path, function: str) -> None:
-    """Refuse at once a catalog whose Derby database another process has open (Derby lets one
+# How long a command waits for a catalog another process has open to be released: PySpark's
+# JVM outlives its Python process by half a second or more (dbt's, a command's), and holds the
+# catalog until it ends, so a command chained after one (dbt build && sqlext sql ...) would
+# otherwise find it in use.
+CATALOG_WAIT = 5.0
+
+
+def check_catalog_free(folder: Path, function: str, wait: float = CATALOG_WAIT) -> None:
+    """Refuse a catalog whose Derby database another process has open (Derby lets one
     process open it; Spark would try for half a minute, then fail with thousands of lines of
-    stack trace). Derby holds a lock on ``dbex.lck`` while it has the database open."""
-    if catalog_open(folder):
-        if running_server(folder) is not None:
-            holder = ", the server sqlext serve started there"
-            fix = ("Leave out --master to attach to the server, or give this command a catalog of its own with "
-                   "--catalog DIR or --catalog memory.")
-        else:
-            holder = " (another sqlext command, spark-sql, or a server working there)"
-            fix = ("Run sqlext serve there, so that the commands started there share one session and its "
-                   "catalog; give this command a catalog of its own with --catalog DIR or --catalog memory; or "
-                   "wait for the other process to end.")
-        raise SqlextError("CATALOG_IN_USE", function=function, folder=str(folder), holder=holder, fix=fix)
+    stack trace). Derby holds a lock on ``dbex.lck`` while it has the database open.
+
+    A process that has just ended may still hold it for a moment (its JVM ending): the
+    command waits up to ``wait`` seconds for it to be released before it refuses it. The
+    server ``sqlext serve`` started in the folder does not end: it is refused at once."""
+    if not catalog_open(folder):
+        return
+    if running_server(folder) is not None:
+        holder = ", the server sqlext serve started there"
+        fix = ("Leave out --master to attach to the server, or give this command a catalog of its own with "
+               "--catalog DIR or --catalog memory.")
+    elif _released_within(folder, wait):
+        return
+    else:
+        holder = f" (another sqlext command, spark-sql, or a server working there), still open after {wait:g} s"
+        fix = ("Run sqlext serve there, so that the commands started there share one session and its "
+               "catalog; give this command a catalog of its own with --catalog DIR or --catalog memory; or "
+               "wait for the other process to end.")
+    raise SqlextError("CATALOG_IN_USE", function=function, folder=str(folder), holder=holder, fix=fix)
+
+
+def _released_within(folder: Path, seconds: float) -> bool:
+    """Whether the catalog's Derby database is released within ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if not catalog_open(folder):
+            return True
+    return False
 
 
 def catalog_open(folder: Path) -> bool:
@@ -208,13 +234,14 @@ def catalog_open(folder: Path) -> bool:
         os.close(descriptor)
 
 
-def close_catalog_at_exit(spark, folder: Path) -> None:
+def close_catalog_at_exit(spark, folder: Path | None = None) -> None:
     """When the command ends, close the catalog's Derby database in its JVM if it is open:
     PySpark lets the JVM end on its own after Python has gone, and until then the catalog
     would stay open, so that the next command, started at once (a script), found it in use.
-    Derby's own shutdown closes it (and raises, as it says it has)."""
+    Derby's own shutdown closes it (and raises, as it says it has). Without ``folder`` (a
+    session whose settings put the database elsewhere: dbt's), whatever Derby has open."""
     def close() -> None:
-        if not catalog_open(folder):
+        if folder is not None and not catalog_open(folder):
             return
         try:
             spark._jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")

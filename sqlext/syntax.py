@@ -80,8 +80,9 @@ def unclosed(source: str, function: str) -> Problem | None:
 
 def check(statements: list[Statement], function: str, spark=None, parse: bool = True) -> Problem | None:
     """The first syntax problem of the statements, in file order, or None. With ``spark`` (a
-    classic session), Spark's parser reads each statement; without it, sqlext's; with
-    ``parse=False`` neither (only the checks that need no parser)."""
+    classic session, or one attached to a Spark Connect server), Spark's parser reads each
+    statement; without it, sqlext's; with ``parse=False`` neither (only the checks that need
+    no parser)."""
     for statement in statements:
         problem = trailing_comma(statement, function)
         if problem is None and parse:
@@ -114,16 +115,44 @@ def _spark_problem(spark, statement: Statement, function: str) -> Problem | None
     """Spark's parse error of the statement, where sqlext's parser cannot read it either."""
     from pyspark.errors import PySparkException
 
+    try:
+        summary = _spark_parse(spark, statement.text)
+    except PySparkException as error:
+        summary = spark_error_summary(error)
+    if summary is None or _sqlglot_problem(statement, function) is None:
+        return None  # it parses, or it is sqlext's own syntax, which Spark reads once sqlext has rewritten it
+    return located(statement, summary)
+
+
+def _spark_parse(spark, text: str) -> str | None:
+    """Spark's parser's refusal of a statement, as :func:`spark_error_summary` words it (with
+    its position in the statement's text), or None when it reads it. A classic session's
+    parser raises its refusal (Spark's ParseException).
+
+    A classic session's parser is asked in the driver's JVM. A Spark Connect client has no
+    parser: the server's is asked through ``EXPLAIN``, which parses the statement and plans
+    it without running it (Spark plans a command under EXPLAIN without executing it, and an
+    error of the plan is the EXPLAIN's result, not an error); only a statement Spark's parser
+    refuses raises. The statement starts on EXPLAIN's second line: the position Spark names
+    is moved back by a line."""
+    from pyspark.errors import ParseException, PySparkException
+
     jsession = getattr(spark, "_jsparkSession", None)
-    if jsession is None:  # Spark Connect: no parser to ask here; the statement's run will say
+    if jsession is not None:
+        jsession.sessionState().sqlParser().parsePlan(text)
         return None
     try:
-        jsession.sessionState().sqlParser().parsePlan(statement.text)
+        spark.sql("EXPLAIN\n" + text)  # the user's text as written: a parser's input, built by no rule
         return None
-    except PySparkException as error:
-        if _sqlglot_problem(statement, function) is None:
-            return None  # sqlext's own syntax, which Spark reads once sqlext has rewritten it
-        return located(statement, spark_error_summary(error))
+    except ParseException as error:
+        summary = spark_error_summary(error)
+    except PySparkException:  # not the parser's refusal: the statement's run will say what it is
+        return None
+    found = _SPARK_POSITION.search(summary)
+    if found is None:
+        return summary
+    line = max(1, int(found.group("line")) - 1)
+    return f"{summary[:found.start()]}; line {line} pos {found.group('pos')}"
 
 
 def _sqlglot_problem(statement: Statement, function: str) -> Problem | None:

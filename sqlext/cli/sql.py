@@ -13,7 +13,8 @@ def add_parser(commands) -> None:
     parser = add_command(
         commands, "sql", "a spark-sql style shell: a prompt, -e SQL or -f FILE",
         "A shell in the manner of spark-sql whose statements sqlext rewrites. Without -e or -f it "
-        "prompts; ';' ends a statement; exit; or Ctrl-D leaves; Ctrl-C cancels the running statement.",
+        "prompts; ';' ends a statement; exit;, quit;, \\q or Ctrl-D leave; Ctrl-C cancels the running "
+        "statement.",
         '  sqlext sql\n  sqlext sql -e "SELECT 1 AS x"\n  sqlext sql -S -f sql_examples/changelog_filter.sql')
     add_shell_arguments(parser)
     add_session_arguments(parser, what="the statements")

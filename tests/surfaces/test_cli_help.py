@@ -105,3 +105,25 @@ def test_every_bench_line_shown_to_users_still_parses(line):
         return
     args = build_parser().parse_args(argv)
     assert args.command == "bench" and args.what == argv[1]
+
+
+def test_sql_help_names_every_way_out_of_the_shell(capsys):
+    """``sqlext sql --help`` names each word that leaves the shell (spark-sql's and psql's), and Ctrl-D."""
+    from sqlext.shell import EXIT_WORDS
+
+    with pytest.raises(SystemExit):
+        main(["sql", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for word in EXIT_WORDS:
+        assert (f"{word};" if word.isalpha() else word) in out, word
+    assert "Ctrl-D" in out
+
+
+@pytest.mark.parametrize("path, parser", COMMANDS[1:], ids=[" ".join(p) for p, _ in COMMANDS[1:]])
+def test_every_command_ends_its_help_with_examples_of_itself(path, parser, capsys):
+    """Each command's help ends with an examples section whose first example runs that command."""
+    with pytest.raises(SystemExit):
+        main([*path, "--help"])
+    examples = capsys.readouterr().out.split("\nexamples:\n")
+    assert len(examples) == 2, path
+    assert examples[1].splitlines()[0].lstrip().startswith(f"sqlext {' '.join(path)}"), path

@@ -65,3 +65,44 @@ def test_carried_by_is_sqlexts_error_and_still_of_sparks_class():
     assert carried_by(AnalysisException(message=plan)) is None
     assert carried_by(PySparkException(message="[NOT_SQLEXTS] X: y")) is None
     assert carried_by(ours) is None
+
+
+# Spark Connect's errors as the client builds them from a server's reply (texts as a server
+# sends them: the plan, the SQL fragment, and the JVM's stack trace the client shows when the
+# server's settings ask for it)
+_CONNECT_TRACE = ("org.apache.spark.sql.AnalysisException\n\tat org.apache.spark.sql.errors."
+                  "QueryCompilationErrors$.dataPathNotExistError(QueryCompilationErrors.scala:1952)")
+_CONNECT_ERRORS = [
+    ("AnalysisException", "TABLE_OR_VIEW_NOT_FOUND",
+     "[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.\nSearch path: [`spark_catalog`.`default`]. "
+     "SQLSTATE: 42P01; line 1 pos 14;\n'Project [*]\n+- 'UnresolvedRelation [nope], [], false\n",
+     "[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found. Search path: [`spark_catalog`.`default`]. "
+     "SQLSTATE: 42P01; line 1 pos 14"),
+    ("AnalysisException", "PATH_NOT_FOUND", "[PATH_NOT_FOUND] Path does not exist: file:/nonexist. SQLSTATE: 42K03",
+     "[PATH_NOT_FOUND] Path does not exist: file:/nonexist. SQLSTATE: 42K03"),
+    ("ParseException", "PARSE_SYNTAX_ERROR",
+     "\n[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601 (line 1, pos 27)\n\n== SQL ==\n"
+     "SELECT * FROM t WHERE id = = 1\n---------------------------^^^\n",
+     "[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601; line 1 pos 27"),
+    ("ArithmeticException", "DIVIDE_BY_ZERO",
+     "[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012\n== SQL (line 1, position 8) ==\nSELECT 1/0\n       ^^^\n",
+     "[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012; line 1 pos 8"),
+]
+
+
+@pytest.mark.parametrize("kind, condition, message, line", _CONNECT_ERRORS, ids=[e[1] for e in _CONNECT_ERRORS])
+def test_a_spark_connect_error_is_one_line_as_a_classic_one_whatever_the_server_sends(kind, condition, message, line):
+    """Attached to a server, Spark's error reads as it does on Spark of the command's own: its
+    class and message on one line, without the plan, the SQL fragment or the JVM's stack trace
+    (which the client adds to the message when the server's settings ask for it)."""
+    from pyspark.errors.exceptions import connect
+
+    from sqlext.errors import spark_error_summary
+    from sqlext.runner import error_message, jvm_stack_trace
+
+    error = getattr(connect, kind)(message, errorClass=condition, messageParameters={}, server_stacktrace=_CONNECT_TRACE,
+                                   display_server_stacktrace=True)
+    assert "JVM stacktrace" in str(error)  # what PySpark shows
+    assert spark_error_summary(error) == line
+    assert error_message(error, "sqlext run") == line
+    assert jvm_stack_trace(error) == _CONNECT_TRACE  # what SQLEXT_DEBUG=1 adds

@@ -1,7 +1,7 @@
-"""The README and the docs as a new user follows them: every example in sql_examples/ is in the
-README's gallery, every path a `sqlext run`/`sqlext build` line names exists, every page of
-docs/ is in the site's navigation, and every code block marked `<!-- runnable -->` runs as
-pasted:
+"""The README and the docs as a new user follows them: the README within its length budget,
+every example in sql_examples/ in the README's gallery, every path a `sqlext run`/`sqlext build`
+line names exists, every page of docs/ is in the site's navigation, and every code block
+marked `<!-- runnable -->` runs as pasted:
 
 - SQL blocks through sqlext on the test session; an output block right after one (a bare
   fence holding `| a | b |` rows) must be exactly the last statement's rows;
@@ -110,9 +110,23 @@ SETUP, SESSION_START = _quick_start()
 # What the pages say and link to.
 
 def test_every_example_is_in_the_gallery():
+    """The README's gallery names every example; the Examples page says how to run each."""
     gallery = README.read_text().split("## Examples gallery", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "examples.md").read_text()
     for example in sorted((ROOT / "sql_examples").glob("*.sql")):
-        assert f"sqlext run sql_examples/{example.name}" in gallery, example.name
+        assert f"`{example.name}`" in gallery, example.name
+        assert f"sqlext run sql_examples/{example.name}" in page, example.name
+    assert "sql_examples/models" in gallery and "sqlext build sql_examples/models" in page
+    assert "delta_accounts.py" in gallery and "python sql_examples/delta_accounts.py" in page
+
+
+# the README's length, at most: it is the guide; detail goes to the pages of docs/
+README_LINES = 300
+
+
+def test_the_readme_stays_within_its_budget():
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_LINES, f"README.md has {lines} lines; move detail to docs/*.md (budget {README_LINES})"
 
 
 def test_every_path_the_pages_run_exists():

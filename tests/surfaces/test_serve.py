@@ -170,6 +170,38 @@ def test_ctrl_c_on_an_attached_stream_stops_its_run_in_one_line(served, tmp_path
     assert again.returncode == 0, again.stderr  # the stopped query no longer holds the checkpoint
 
 
+def test_an_attached_run_parses_the_whole_file_before_it_runs_a_statement(served, tmp_path):
+    """As on Spark of its own: a statement Spark's parser refuses, last in the file, leaves the
+    ones before it unrun (the server's parser reads each statement first)."""
+    folder = served[0]
+    script = tmp_path / "f.sql"
+    script.write_text("CREATE TABLE IF NOT EXISTS ledger_unrun (id INT) USING parquet;\n"
+                      "INSERT INTO ledger_unrun VALUES (1);\nSELECT * FROM ledger_unrun WHERE id = = 1;\n")
+    ran = sqlext(served, "run", str(script))
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout  # nothing ran
+    assert ran.stderr == f"{script}:3:39: [PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601\n"
+    assert not (folder / "spark-warehouse" / "ledger_unrun").exists()
+
+
+def test_attached_errors_are_one_line_and_sqlext_debug_adds_the_jvm_trace(served):
+    """Spark's errors on a server read as on Spark of its own: one line each, without the plan,
+    the SQL fragment or the JVM's stack trace, whatever the server's settings; SQLEXT_DEBUG=1
+    adds the trace."""
+    folder, commands_env, _ = served
+    statements = "SELECT * FROM nope;\nSELECT * FROM parquet.`/no/such/path`;\nSELECT 1 WHERE 1 = = 1;\n"
+    piped = subprocess.run([str(SQLEXT), "sql", "-S"], cwd=folder, env=commands_env, input=statements,
+                           capture_output=True, text=True, timeout=300)
+    lines = piped.stderr.splitlines()
+    assert piped.returncode == 1 and len(lines) == 3, piped.stderr
+    assert lines[0].startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.")
+    assert lines[0].endswith("SQLSTATE: 42P01; line 1 pos 14")
+    assert lines[1] == "[PATH_NOT_FOUND] Path does not exist: file:/no/such/path. SQLSTATE: 42K03"
+    assert lines[2] == "[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601; line 1 pos 19"
+    debug = sqlext(served, "sql", "-S", "-e", "SELECT * FROM nope", env={"SQLEXT_DEBUG": "1"})
+    assert debug.returncode == 1 and "\tat org.apache.spark.sql" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope`")
+
+
 def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):
     from sqlext.serve import STATE
 

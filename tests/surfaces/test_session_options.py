@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -137,30 +138,57 @@ def test_the_options_stand_for_spark_settings_layered_over_sqlexts(tmp_path):
     assert SessionOptions().catalog_folder() == Path.cwd().resolve()
 
 
-def test_a_catalog_another_process_has_open_is_refused_at_once(tmp_path):
-    """Derby locks dbex.lck while a process has the database open; a second process would try
-    for half a minute and fail with thousands of lines of stack trace."""
-    check_catalog_free(tmp_path, "sqlext run")  # no catalog there yet
-    (tmp_path / "metastore_db").mkdir()
-    lock = tmp_path / "metastore_db" / "dbex.lck"
-    lock.write_text("")
-    check_catalog_free(tmp_path, "sqlext run")  # left behind by a process that ended
+def _holding_the_catalog(folder: Path, seconds: float | None = None) -> subprocess.Popen:
+    """A process that locks ``metastore_db/dbex.lck`` in ``folder`` as Derby does while it has
+    the database open, and lets go after ``seconds`` (or when its standard input closes)."""
+    lock = folder / "metastore_db" / "dbex.lck"
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
         import fcntl, os, sys, time
         descriptor = os.open({str(lock)!r}, os.O_RDWR)
         fcntl.lockf(descriptor, fcntl.LOCK_EX)
         print("locked", flush=True)
-        sys.stdin.read()
+        time.sleep({seconds}) if {seconds is not None} else sys.stdin.read()
         """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_catalog_another_process_keeps_open_is_refused_after_a_bounded_wait(tmp_path):
+    """Derby locks dbex.lck while a process has the database open; a second process would try
+    for half a minute and fail with thousands of lines of stack trace."""
+    check_catalog_free(tmp_path, "sqlext run")  # no catalog there yet
+    (tmp_path / "metastore_db").mkdir()
+    (tmp_path / "metastore_db" / "dbex.lck").write_text("")
+    check_catalog_free(tmp_path, "sqlext run")  # left behind by a process that ended
+    holder = _holding_the_catalog(tmp_path)
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
         with pytest.raises(SqlextError) as refused:
-            check_catalog_free(tmp_path, "sqlext run")
+            check_catalog_free(tmp_path, "sqlext run", wait=0.5)
+        assert 0.5 <= time.monotonic() - started < 3
         assert refused.value.error_class == "CATALOG_IN_USE" and str(tmp_path) in str(refused.value)
+        assert "still open after 0.5 s" in str(refused.value)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
     check_catalog_free(tmp_path, "sqlext run")
+
+
+def test_a_catalog_a_process_releases_as_it_ends_is_waited_for(tmp_path):
+    """A command chained after one that just ended (dbt build && sqlext sql ...) finds the
+    catalog still open for a moment: PySpark's JVM outlives its Python process by half a second
+    or more. The command waits for it (CATALOG_WAIT seconds at most) rather than refuse it."""
+    from sqlext.session_options import CATALOG_WAIT
+
+    (tmp_path / "metastore_db").mkdir()
+    (tmp_path / "metastore_db" / "dbex.lck").write_text("")
+    holder = _holding_the_catalog(tmp_path, seconds=1.5)
+    try:
+        started = time.monotonic()
+        check_catalog_free(tmp_path, "sqlext sql")
+        assert 1.0 <= time.monotonic() - started < CATALOG_WAIT
+    finally:
+        holder.wait(timeout=30)
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ def spark_session(parameters: Dict[str, str]):
     ``spark-warehouse`` in the working directory unless ``parameters`` say otherwise), and
     with ``parameters`` (the profile's ``server_side_parameters``) as its settings. A session
     the process already has (a script that started Spark before invoking dbt) is used as it
-    is, with ``parameters`` applied as Spark applies settings to an existing session.
+    is, with ``parameters`` applied as Spark applies settings to an existing session. A
+    session started here closes its catalog when the process ends.
     """
     global _session
     with _lock:
@@ -43,7 +44,7 @@ def spark_session(parameters: Dict[str, str]):
 
             from sqlext.local_spark import local_builder, quiet_python_logs, quiet_start
             from sqlext.session import ensure_installed
-            from sqlext.session_options import command_options, merged
+            from sqlext.session_options import close_catalog_at_exit, command_options, merged
 
             existing = SparkContext._active_spark_context is not None
             # the session options of `sqlext build` (none when dbt runs on its own): the profile's
@@ -62,6 +63,9 @@ def spark_session(parameters: Dict[str, str]):
             if not existing:
                 session.sparkContext.setLogLevel("ERROR")
                 quiet_python_logs()
+                # dbt's JVM outlives dbt by half a second or more, with the catalog open: the
+                # next command of a script (dbt build && sqlext sql ...) would find it in use
+                close_catalog_at_exit(session)
             # dbt sends statements sqlglot reads only as commands (SHOW TABLE EXTENDED ...);
             # sqlext passes them to Spark unchanged, so sqlglot's warning about each is noise
             logging.getLogger("sqlglot").setLevel(logging.ERROR)

@@ -112,6 +112,14 @@ def trailing_comma(statement: Statement, function: str) -> Problem | None:
 
 def _spark_problem(spark, statement: Statement, function: str) -> Problem | None:
     """Spark's parse error of the statement, where sqlext's parser cannot read it either."""
+    error = spark_parse_error(spark, statement, function)
+    return None if error is None else located(statement, spark_error_summary(error))
+
+
+def spark_parse_error(spark, statement: Statement, function: str):
+    """The exception of Spark's parser for the statement (``[PARSE_SYNTAX_ERROR]``, with its
+    SQLSTATE), where sqlext's parser cannot read it either; None if either reads it, or on
+    Spark Connect, whose parser is not at hand."""
     from pyspark.errors import PySparkException
 
     jsession = getattr(spark, "_jsparkSession", None)
@@ -123,7 +131,7 @@ def _spark_problem(spark, statement: Statement, function: str) -> Problem | None
     except PySparkException as error:
         if _sqlglot_problem(statement, function) is None:
             return None  # sqlext's own syntax, which Spark reads once sqlext has rewritten it
-        return located(statement, spark_error_summary(error))
+        return error
 
 
 def _sqlglot_problem(statement: Statement, function: str) -> Problem | None:

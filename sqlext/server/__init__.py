@@ -1,0 +1,1 @@
+"""Network endpoints that run statements through sqlext for clients outside this process."""

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 State = ttypes.TOperationState
 Kind = ttypes.TOperationType
+# how long a cancel goes on cancelling the jobs of its tag after the statement's thread stopped
+_CANCEL_GRACE_SECONDS = 10.0
 _DONE = (State.FINISHED_STATE, State.ERROR_STATE, State.CANCELED_STATE, State.CLOSED_STATE)
 
 
@@ -124,9 +126,19 @@ class Operation:
             context = self.session.spark.sparkContext
 
             def keep_cancelling():
-                while thread.is_alive():
+                # A job the statement started may outlive its thread: Arrow's serving thread in
+                # the JVM goes on planning and running after Python has seen the first error.
+                # So the tag's jobs are cancelled while any job runs, for a while after the
+                # thread stopped (cancelling a tag touches only the jobs that carry it).
+                tracker = context.statusTracker()
+                stopped = None
+                while stopped is None or (time.monotonic() - stopped < _CANCEL_GRACE_SECONDS
+                                          and tracker.getActiveJobsIds()):
                     context.cancelJobsWithTag(self.tag)
                     thread.join(0.25)
+                    if stopped is None and not thread.is_alive():
+                        stopped = time.monotonic()
+                        time.sleep(0.5)  # a job about to start
 
             threading.Thread(target=keep_cancelling, name="sqlext-jdbc-cancel", daemon=True).start()
 

@@ -368,3 +368,20 @@ def test_errors_carry_a_sqlstate_and_sqlexts_one_line(endpoint):
             cursor.execute("CREATE OR REPLACE TEMPORARY VIEW never AS SELECT 1; SELEC 2")
         cursor.execute("SHOW VIEWS LIKE 'never'")
         assert cursor.fetchall() == []
+
+
+def test_without_a_token_any_password_and_clients_without_sasl_are_taken(spark):
+    from pyhive import hive
+
+    open_endpoint = start_endpoint(spark)  # token=None: no password check, on purpose
+    try:
+        for connect in (lambda: hive.connect("localhost", port=open_endpoint.port, auth="NOSASL"),
+                        lambda: hive.connect("localhost", port=open_endpoint.port, username="u", password="anything",
+                                             auth="CUSTOM")):
+            with closing(connect()) as connection, closing(connection.cursor()) as cursor:
+                cursor.execute("SELECT 'open' AS door")
+                assert cursor.fetchall() == [("open",)]
+    finally:
+        open_endpoint.stop()
+    with pytest.raises(Exception):  # stopped: nothing listens any more
+        hive.connect("localhost", port=open_endpoint.port, auth="NOSASL")

@@ -9,7 +9,7 @@ PLAIN), and each statement is rewritten by sqlext and run as ``sqlext sql`` runs
 Each connection is served on a thread of its own (daemon threads), so several clients run at
 once; each client session works on a Spark session of its own made from ``spark``
 (``newSession()``: its own temporary views and settings, the catalog shared). See
-``docs/jdbc-endpoint-draft.md``.
+``docs/drafts/jdbc-endpoint.md``.
 """
 
 from __future__ import annotations

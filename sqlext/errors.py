@@ -260,6 +260,20 @@ MESSAGES: dict[str, str] = {
     "DELTA_CHANGES_UNREADABLE": (
         "{function}: cannot read the change data feed of the Delta table {path}: {cause}. {fix}"
     ),
+    # the JDBC/ODBC endpoint (sqlext.server.hive): HiveServer2's protocol
+    "JDBC_TOKEN_REFUSED": (
+        "{function}: the connection was refused: {reason}. Connect with the endpoint's token as the "
+        "password (any user name), the token the server was started with."
+    ),
+    "JDBC_CLIENT_UNSUPPORTED": (
+        "{function}: the client speaks HiveServer2 protocol {version}, older than V6 (results by "
+        "column), the oldest this endpoint serves. Connect with a newer Hive JDBC or ODBC driver."
+    ),
+    "JDBC_NOT_SUPPORTED": "{function}: {what} is not supported by this endpoint. {fix}",
+    "JDBC_UNKNOWN_HANDLE": (
+        "{function}: the {what} handle is not open on this endpoint: it was closed, or opened on "
+        "another server. {fix}"
+    ),
     # recursion (KIP-857)
     "RECURSION_NON_TERMINATING": (
         "{function}: the step of {name} cannot stop: {reason} (step: {step}). {fix}."
@@ -286,6 +300,48 @@ MESSAGES: dict[str, str] = {
         "Cast the anchor's column to a wider type, such as CAST(0 AS BIGINT)."
     ),
 }
+
+# The SQLSTATE of each class (ISO SQL's classes, with Spark's own where Spark has a like error):
+# what a JDBC or ODBC client reads as SQLException.getSQLState(). 42: the statement or its
+# arguments are wrong; 22: the data is; 0A: not supported; 08: a connection; 58: a file or
+# store outside; 55: a resource in use; XX: sqlext's own failure. docs/errors.md lists them.
+SQL_STATES: dict[str, str] = {
+    "MISSING_ARGUMENT": "4274K", "UNKNOWN_ARGUMENT": "4274K", "DUPLICATE_ARGUMENT": "4274K",
+    "INVALID_ARGUMENT_TYPE": "42K09", "INVALID_OPTION_VALUE": "22023", "CONFLICTING_PARTITIONING": "42000",
+    "CHANGELOG_MISSING_COLUMN": "42703", "INVALID_SQL_EXPRESSION": "42601", "ORDER_BY_TEXT": "42K09",
+    "ORDER_BY_REQUIRED": "42000", "ORDER_COLUMN_CLASH": "42711", "EXPRESSION_TYPE_MISMATCH": "42K09",
+    "AMBIGUOUS_ORDER": "22000", "NULL_ORDER_VALUE": "22004", "NULL_SEQUENCE_VALUE": "22004",
+    "UNKNOWN_CHANGE_TYPE": "22023",
+    "UNSUPPORTED_STATEMENT": "0A000", "SPARK_ERROR": "42000", "UNKNOWN_FUNCTION": "42883",
+    "STREAM_IN_BATCH_QUERY": "0A000", "UNCLOSED_QUOTE": "42601", "SYNTAX_ERROR": "42601",
+    "PATH_NOT_FOUND": "42K03", "NO_MODELS": "42K03", "INVALID_SETTING": "22023", "DBT_REFUSED": "42000",
+    "SPARK_UNAVAILABLE": "08006", "SPARK_DID_NOT_START": "08001", "INTERNAL_ERROR": "XX000",
+    "CATALOG_IN_USE": "55006", "REMOTE_SESSION_OPTION": "0A000", "SERVER_NOT_STARTED": "08001",
+    "SERVER_UNREACHABLE": "08001",
+    "MODEL_NOT_FOUND": "42704", "DUPLICATE_MODEL": "42710", "MODEL_CYCLE": "42000", "MODEL_TEMPLATE_ERROR": "42601",
+    "INVALID_MODEL_CONFIG": "22023", "MODEL_NOT_BUILT": "42P01", "EMPTY_MODEL": "42000",
+    "LATE_CHANGE": "22000", "UNSUPPORTED_STREAM": "0A000", "STREAM_SCHEMA_CHANGED": "42000",
+    "STREAM_CHECKPOINT_MISMATCH": "42000", "STREAM_OUTPUT_IN_USE": "55006", "INCREMENTAL_MODEL_UNSUPPORTED": "0A000",
+    "STREAM_SOURCE_REBUILT": "42000", "STREAM_TABLE_NOT_INCREMENTAL": "42000", "STREAM_TABLE_COLUMNS_DIFFER": "42000",
+    "DELETE_OF_ABSENT_ROW": "22000", "STORAGE_ERROR": "58030", "STREAM_SOURCE_EMPTY": "42000",
+    "STREAM_SOURCE_UNREADABLE": "22000", "BAD_RECORD": "22000", "SOURCE_FILE_MISSING_COLUMN": "42703",
+    "UNKNOWN_SOURCE": "42000",
+    "DELTA_NOT_INSTALLED": "0A000", "DELTA_PATH_UNSUPPORTED": "0A000", "DELTA_CHANGES_UNREADABLE": "58030",
+    "JDBC_TOKEN_REFUSED": "28000", "JDBC_CLIENT_UNSUPPORTED": "08001", "JDBC_NOT_SUPPORTED": "0A000",
+    "JDBC_UNKNOWN_HANDLE": "HY000",
+    "RECURSION_NON_TERMINATING": "42000", "RECURSION_LEVEL_LIMIT_EXCEEDED": "54000",
+    "RECURSION_ROW_LIMIT_EXCEEDED": "54000", "RECURSION_REPEATS": "42000", "RECURSION_VALUE_OUT_OF_RANGE": "22003",
+}
+
+
+def sql_state(error_class: str) -> str:
+    """The SQLSTATE of a sqlext error class (``HY000``, a general error, for none known).
+
+    >>> sql_state("SYNTAX_ERROR"), sql_state("NULL_ORDER_VALUE")
+    ('42601', '22004')
+    """
+    return SQL_STATES.get(error_class, "HY000")
+
 
 # the fix of STREAM_SOURCE_UNREADABLE for nanosecond timestamps a session cannot read
 NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read. Write them in microseconds, "

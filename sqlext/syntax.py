@@ -124,6 +124,18 @@ def _spark_problem(spark, statement: Statement, function: str) -> Problem | None
     return located(statement, summary)
 
 
+def spark_parse_error(spark, statement: Statement, function: str):
+    """The exception of a classic session's parser for the statement (``[PARSE_SYNTAX_ERROR]``,
+    with its SQLSTATE), where sqlext's parser cannot read it either; None if either reads it."""
+    from pyspark.errors import PySparkException
+
+    try:
+        spark._jsparkSession.sessionState().sqlParser().parsePlan(statement.text)
+        return None
+    except PySparkException as error:
+        return None if _sqlglot_problem(statement, function) is None else error
+
+
 def _spark_parse(spark, text: str) -> str | None:
     """Spark's parser's refusal of a statement, as :func:`spark_error_summary` words it (with
     its position in the statement's text), or None when it reads it. A classic session's

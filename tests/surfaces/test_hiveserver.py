@@ -179,17 +179,26 @@ def test_a_wrong_token_is_refused_with_its_class(endpoint):
     assert "[JDBC_TOKEN_REFUSED]" in str(refused.value)
 
 
-def test_sqlalchemy_lists_columns_and_runs_a_statement(endpoint):
+def test_sqlalchemy_lists_tables_and_columns_and_runs_a_statement(endpoint):
+    """PyHive's dialect reads the first column of SHOW TABLES as the names (Hive's shape); the
+    session setting sqlext.jdbc.showTables=hive gives that shape, Spark's stays the default."""
+    from pyhive import hive
     from sqlalchemy import create_engine, inspect, text
 
+    with hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM") as plain:
+        cursor = plain.cursor()
+        cursor.execute("SHOW TABLES")
+        assert [column[0] for column in cursor.description] == ["namespace", "tableName", "isTemporary"]
+    with pytest.raises(Exception, match=r"INVALID_SETTING.*sqlext.jdbc.showTables"):
+        hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM",
+                     configuration={"sqlext.jdbc.showTables": "tables"})
     engine = create_engine(f"hive://someone:{TOKEN}@localhost:{endpoint.port}/default",
-                           connect_args={"auth": "CUSTOM"})
+                           connect_args={"auth": "CUSTOM", "configuration": {"sqlext.jdbc.showTables": "hive"}})
     try:
         inspector = inspect(engine)
         assert "default" in inspector.get_schema_names()
-        # PyHive's dialect reads the first column of SHOW TABLES, which Spark gives as the
-        # database (Hive as the table): one entry per table of the database
-        assert "default" in inspector.get_table_names()
+        names = inspector.get_table_names()
+        assert "hs2_items" in names and "default" not in names, names
         columns = inspector.get_columns("hs2_items")
         assert [(c["name"], type(c["type"]).__name__) for c in columns] == [("item_id", "BigInteger"), ("item_name", "String")]
         with engine.connect() as connection:

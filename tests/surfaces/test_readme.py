@@ -40,7 +40,6 @@ QUICK_START = ("<!-- --8<-- [start:quick-start] -->", "<!-- --8<-- [end:quick-st
 UNMARKED = {
     "dbtRunner": "needs dbt and a dbt project",
     "sc://spark-host": "needs a Spark Connect server at that address",
-    "HiveThriftServer2": "starts a JDBC server that keeps running; tests/surfaces/test_jdbc.py runs it and a JDBC client",
     "STREAM(edges)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(edges, format": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(parents)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",

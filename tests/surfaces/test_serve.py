@@ -46,7 +46,7 @@ def served(tmp_path_factory, spark_child_env):
     folder = tmp_path_factory.mktemp("served")
     env = {k: v for k, v in spark_child_env.items() if not k.startswith("PYTEST_") and k != "SPARK_REMOTE"}
     env["SQLEXT_HISTORY"] = str(folder / "history")
-    started = subprocess.run([str(SQLEXT), "serve", "--port", str(_free_port())], cwd=folder, env=env,
+    started = subprocess.run([str(SQLEXT), "serve", "--port", str(_free_port()), "--jdbc-port", "0"], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -76,7 +76,7 @@ def test_serve_names_its_server_in_a_state_file_only_its_owner_reads(served):
     state = json.loads((folder / STATE).read_text())
     assert state["address"].startswith(f"sc://localhost:{state['port']}/;token=") and _alive(state["pid"])
     assert stat.S_IMODE((folder / STATE).stat().st_mode) == 0o600
-    assert f"sc://localhost:{state['port']}" in said and "token" not in said
+    assert f"sc://localhost:{state['port']}" in said and state["address"].partition(";token=")[2] not in said
     assert sqlext(served, "serve").stdout.startswith("sqlext serve: already running")
     status = sqlext(served, "serve", "--status")
     assert status.returncode == 0 and status.stdout.strip() == state["address"]
@@ -200,6 +200,28 @@ def test_attached_errors_are_one_line_and_sqlext_debug_adds_the_jvm_trace(served
     debug = sqlext(served, "sql", "-S", "-e", "SELECT * FROM nope", env={"SQLEXT_DEBUG": "1"})
     assert debug.returncode == 1 and "\tat org.apache.spark.sql" in debug.stderr
     assert debug.stderr.splitlines()[-1].startswith("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope`")
+
+
+def test_jdbc_port_serves_hiveserver2_clients_through_sqlext_with_the_token(served):
+    """sqlext serve --jdbc-port: PyHive (HiveServer2's protocol) reaches the server's session,
+    sees the folder's tables, runs sqlext's functions, and is refused without the token."""
+    from pyhive import hive
+
+    from sqlext.serve import STATE
+
+    folder, _, said = served
+    state = json.loads((folder / STATE).read_text())
+    token = state["address"].partition(";token=")[2]
+    assert state["jdbc_port"] > 0 and f"JDBC at jdbc:hive2://localhost:{state['jdbc_port']}/default" in said
+    assert token not in said
+    with hive.connect("localhost", port=state["jdbc_port"], username="me", password=token, auth="CUSTOM") as client:
+        cursor = client.cursor()
+        cursor.execute(FILTER)
+        assert cursor.fetchall() == [(1, 5, "insert", 1), (1, 5, "delete", 2)]
+        cursor.execute("SHOW TABLES")
+        assert ("default", "t1", False) in cursor.fetchall()  # made by a command attached over Spark Connect
+    with pytest.raises(Exception, match="JDBC_TOKEN_REFUSED"):
+        hive.connect("localhost", port=state["jdbc_port"], username="me", password="not-the-token", auth="CUSTOM")
 
 
 def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):

@@ -18,6 +18,12 @@ from sqlext.syntax import spark_parse_error, trailing_comma, unclosed_error
 
 # how messages name the endpoint ("[UNSUPPORTED_STATEMENT] sqlext serve: ...")
 FUNCTION = "sqlext serve"
+# A session setting (given when the session opens: PyHive's configuration=, a JDBC URL's
+# ?sqlext.jdbc.showTables=hive): 'hive' gives SHOW TABLES in Hive's shape, one column of names
+# (tab_name), which PyHive's SQLAlchemy dialect reads as the table names; Spark's own shape
+# (namespace, tableName, isTemporary) is the default.
+SHOW_TABLES_SETTING = "sqlext.jdbc.showTables"
+_SHOW_TABLES = re.compile(r"\s*SHOW\s+TABLES\b", re.IGNORECASE)
 
 
 class Refusal(Exception):
@@ -28,9 +34,10 @@ class Refusal(Exception):
         self.state = state
 
 
-def run_text(spark, text: str):
-    """Run every statement of ``text`` on ``spark``; the last one's DataFrame. Raises what
-    a statement raises, or :class:`Refusal` / :class:`SqlextError` before running anything."""
+def run_text(spark, text: str, hive_show_tables: bool = False):
+    """Run every statement of ``text`` on ``spark``; the last one's DataFrame (a SHOW TABLES
+    in Hive's shape with ``hive_show_tables``). Raises what a statement raises, or
+    :class:`Refusal` / :class:`SqlextError` before running anything."""
     statements = split_statements(text)
     if not statements:
         raise SqlextError("UNSUPPORTED_STATEMENT", function=FUNCTION, reason="the text holds no statement",
@@ -48,6 +55,8 @@ def run_text(spark, text: str):
     frame = None
     for statement in statements:
         frame = run_statement(spark, statement.text, function=FUNCTION)
+    if hive_show_tables and _SHOW_TABLES.match(statements[-1].text) and "tableName" in frame.columns:
+        frame = frame.select(frame["tableName"].alias("tab_name"))
     return frame
 
 

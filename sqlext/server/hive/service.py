@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError, sql_state
 from sqlext.server.hive import catalog
-from sqlext.server.hive.execution import FUNCTION, describe, run_text
+from sqlext.server.hive.execution import FUNCTION, SHOW_TABLES_SETTING, describe, run_text
 from sqlext.server.hive.protocol import V6, V10, ttypes
 from sqlext.server.hive.rowsets import Result, collect
 
@@ -153,6 +153,7 @@ class Session:
         self.id = _handle_id()
         self.operations: dict[bytes, Operation] = {}
         self.lock = threading.Lock()
+        self.hive_show_tables = False  # SHOW TABLES in Hive's shape (SHOW_TABLES_SETTING)
 
     def add(self, operation: Operation) -> Operation:
         with self.lock:
@@ -211,6 +212,12 @@ class Service:
             for prefix in ("set:hiveconf:", "set:hivevar:"):
                 if key.startswith(prefix) and key[len(prefix):].startswith("spark."):
                     session.spark.conf.set(key[len(prefix):], value)
+            if key.rpartition(":")[2] == SHOW_TABLES_SETTING:
+                if value not in ("hive", "spark"):
+                    raise SqlextError("INVALID_SETTING", function=FUNCTION, setting=SHOW_TABLES_SETTING,
+                                      value=repr(value), expected="'hive' or 'spark'", example="hive",
+                                      default="Spark's shape of SHOW TABLES")
+                session.hive_show_tables = value == "hive"
         database = configuration.get("use:database")
         if database:
             use = exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True)))
@@ -306,14 +313,14 @@ class Service:
                     for key, value in overlay.items():
                         spark.conf.set(key, value)
                     try:
-                        return collect(run_text(spark, text))
+                        return collect(run_text(spark, text, session.hive_show_tables))
                     finally:
                         for key, value in before.items():
                             if value is None:
                                 spark.conf.unset(key)
                             else:
                                 spark.conf.set(key, value)
-                return collect(run_text(spark, text))
+                return collect(run_text(spark, text, session.hive_show_tables))
 
             operation.start(work)
             if not req.runAsync:

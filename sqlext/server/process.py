@@ -1,4 +1,5 @@
-"""The server process of ``sqlext serve``: ``python -m sqlext.server.process SPEC``.
+"""The server process of ``sqlext serve`` (its program is ``python -m sqlext.cli.server_process
+SPEC``, which hands :func:`main` the run of ``sqlext stream``).
 
 It starts Spark in this process, a classic PySpark session with the settings a command's own
 Spark would have, and Spark Connect inside that driver (Spark's ``SparkConnectPlugin``), so
@@ -23,7 +24,7 @@ from pathlib import Path
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect reads its token here
-MODULE = "sqlext.server.process"  # what the server's command line holds (sqlext serve --stop checks it)
+MODULE = "sqlext.cli.server_process"  # the server's program (sqlext serve --stop checks its command line)
 # first statements, so that the clients after serve find Spark warm (the JVM's JIT, the
 # analyser, the plans sqlext's rewrites give, the Python workers)
 WARM_UP = (
@@ -73,7 +74,8 @@ def _write_ready(path: Path, ports: dict) -> None:
     partial.replace(path)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], run_stream) -> int:
+    """Serve until SIGTERM; ``run_stream`` is the stream door's run (:class:`StreamDoor`)."""
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     spec_path.unlink()
@@ -86,7 +88,7 @@ def main(argv: list[str]) -> int:
 
     from sqlext.server.streams import StreamDoor
 
-    doors = [StreamDoor(spark, token, Path.cwd())]
+    doors = [StreamDoor(spark, token, Path.cwd(), run_stream)]
     ports = {"stream_port": doors[0].port, "jdbc_port": None}
     jdbc = spec.get("jdbc")
     if jdbc is not None:
@@ -108,7 +110,3 @@ def main(argv: list[str]) -> int:
             print(f"sqlext serve: a door did not stop cleanly: {error!r}", flush=True)
     spark.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -81,9 +81,12 @@ def stop_queries(spark) -> None:
 
 
 class StreamDoor:
-    """The door: a thread per command, each run on a session of its own."""
+    """The door: a thread per command, each run on a session of its own. ``run(session, argv,
+    stopping)`` carries out ``sqlext stream ARGV`` on the session and returns its exit status
+    (the command's own, :func:`sqlext.cli.stream.run_on`); ``stopping`` is set when the
+    command asks to stop."""
 
-    def __init__(self, spark, token: str, folder: Path):
+    def __init__(self, spark, token: str, folder: Path, run):
         route_output()
         door = self
 
@@ -91,7 +94,7 @@ class StreamDoor:
             def handle(self):
                 door._serve(self.rfile, self.connection)
 
-        self._spark, self._token, self._folder = spark, token, folder
+        self._spark, self._token, self._folder, self._run = spark, token, folder, run
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler, bind_and_activate=True)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -122,7 +125,6 @@ class StreamDoor:
         if Path(request.get("cwd", "")).resolve() != self._folder:
             send({"err": f"{FUNCTION}: the server runs in {self._folder}, not in {request.get('cwd')}\n", "exit": 2})
             return
-        from sqlext.cli.stream import run_on
         from sqlext.session import install
 
         session = install(self._spark.newSession())
@@ -131,7 +133,7 @@ class StreamDoor:
                          name="sqlext-stream-watch").start()
         _routing.sink = lambda key, text: send({key: text})
         try:
-            status = run_on(session, list(request.get("argv", [])), stopping)
+            status = self._run(session, list(request.get("argv", [])), stopping)
         except SystemExit as exit_:  # argparse's refusal of an option: it printed why
             status = exit_.code if isinstance(exit_.code, int) else 2
         except BaseException as error:  # noqa: BLE001 - said to the command, not the log

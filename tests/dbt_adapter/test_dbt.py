@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import sys
 from collections import Counter
 from decimal import Decimal
@@ -47,12 +48,21 @@ def environment(project: Path) -> dict[str, str]:
     return env
 
 
-def dbt(project: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """Run the dbt command line in ``project``; return the process and its run_results.json."""
+def dbt(project: Path, *arguments: str, after=None) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the dbt command line in ``project``; return the process and its run_results.json.
+    Its output goes to files, not pipes, so that this returns when dbt's process has ended, as
+    a shell running a script goes on (a pipe stays open until dbt's JVM has ended too: it
+    writes there as well); ``after()``, if given, is called at that moment, and what it returns
+    is the process's ``after``."""
     results = project / "target" / "run_results.json"
     results.unlink(missing_ok=True)
-    done = subprocess.run([str(DBT), *arguments, "--profiles-dir", str(project)], cwd=project,
-                          env=environment(project), capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        done = subprocess.run([str(DBT), *arguments, "--profiles-dir", str(project)], cwd=project,
+                              env=environment(project), stdout=out, stderr=err, timeout=600)
+        done.after = after() if after is not None else None
+        out.seek(0)
+        err.seek(0)
+        done.stdout, done.stderr = out.read(), err.read()
     return done, json.loads(results.read_text()) if results.exists() else {}
 
 
@@ -107,10 +117,13 @@ def table_rows(project: Path, name: str, columns: list[str]) -> Counter:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A copy of the project, built once with ``dbt build``."""
+    """A copy of the project, built once with ``dbt build``; ``done.after`` says whether its
+    catalog was still open the moment dbt's process had ended."""
+    from sqlext.session_options import catalog_open
+
     project = tmp_path_factory.mktemp("dbt") / "shop"
     shutil.copytree(PROJECT, project)
-    done, results = dbt(project, "build")
+    done, results = dbt(project, "build", after=lambda: catalog_open(project / ".spark"))
     return project, done, results
 
 
@@ -128,6 +141,15 @@ def test_dbt_build_runs_every_model_seed_and_data_test(built):
     assert statuses(results)["operation.shop.shop-on-run-start-1"] == "success"
     log = (project / "logs" / "dbt.log").read_text()
     assert {rule for rule in REWRITES if f"sqlext rewrote the statement ({rule}" in log} == REWRITES
+
+
+def test_the_catalog_is_free_as_soon_as_dbt_build_has_exited(built):
+    """dbt build && sqlext sql ... in a script: dbt's JVM outlives its Python process by half a
+    second or more; the adapter closes the catalog as dbt's process ends, so the command after
+    it finds the catalog free (not CATALOG_IN_USE)."""
+    project, done, _ = built
+    assert done.returncode == 0 and (project / ".spark" / "metastore_db").is_dir()
+    assert done.after is False
 
 
 def test_the_marts_hold_the_expected_rows(built):

@@ -124,10 +124,13 @@ def attachable_server(options):
 def run_on(spark, argv: list[str], stopping: threading.Event) -> int:
     """``sqlext stream ARGV`` on ``spark`` (the server's session for it), with the settings
     ``--conf`` gives; its exit status. ``stopping`` is set where the command asked to stop."""
-    from sqlext.cli import build_parser
+    import argparse
+
     from sqlext.session_options import session_options
 
-    args = build_parser().parse_args(["stream", *argv])
+    parser = argparse.ArgumentParser(prog="sqlext")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["stream", *argv])
     args.session = session_options(args)
     for key, value in args.session.conf:
         spark.conf.set(key, value)

@@ -40,6 +40,7 @@ QUICK_START = ("<!-- --8<-- [start:quick-start] -->", "<!-- --8<-- [end:quick-st
 UNMARKED = {
     "dbtRunner": "needs dbt and a dbt project",
     "sc://spark-host": "needs a Spark Connect server at that address",
+    "hive://me:TOKEN": "needs sqlext serve --jdbc-port running; tests/surfaces/test_hiveserver.py runs PyHive's dialect",
     "STREAM(edges)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(edges, format": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(parents)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",

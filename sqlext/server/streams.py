@@ -23,10 +23,12 @@ from __future__ import annotations
 import hmac
 import io
 import json
+import signal
 import socket
 import socketserver
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlext.errors import SqlextError
@@ -176,23 +178,44 @@ def run_attached(server, argv: list[str]) -> int:
     with connection:
         connection.sendall((json.dumps({"token": server.token, "argv": argv, "cwd": str(Path.cwd())}) + "\n")
                            .encode())
-        reader = connection.makefile("rb")
-        asked_to_stop = False
-        while True:
-            try:
+        with _stop_on_interrupt(connection):
+            reader = connection.makefile("rb")
+            while True:
                 line = reader.readline()
-            except KeyboardInterrupt:
-                if asked_to_stop:
-                    return 130
-                asked_to_stop = True
-                connection.sendall(b'{"stop": true}\n')
-                continue
-            if not line:
-                raise SqlextError("SERVER_GONE", function=FUNCTION, folder=server.folder)
-            message = json.loads(line)
-            for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
-                if key in message:
-                    stream.write(message[key])
-                    stream.flush()
-            if "exit" in message:
-                return int(message["exit"])
+                if not line:
+                    raise SqlextError("SERVER_GONE", function=FUNCTION, folder=server.folder)
+                message = json.loads(line)
+                for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
+                    if key in message:
+                        stream.write(message[key])
+                        stream.flush()
+                if "exit" in message:
+                    return int(message["exit"])
+
+
+@contextmanager
+def _stop_on_interrupt(connection: socket.socket):
+    """While the run goes on, a first Ctrl-C asks the server to stop it (the command then waits
+    for the server to say it has), a second one leaves at once (KeyboardInterrupt). A signal
+    handler rather than catching KeyboardInterrupt: Ctrl-C may come while the command prints,
+    not only while it waits. Where SIGINT is ignored (a script's background job), it stays so."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+    asked = []
+
+    def interrupted(number, frame):
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+        try:
+            connection.sendall(b'{"stop": true}\n')
+        except OSError:  # the server went: reading says so
+            pass
+
+    before = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -483,6 +483,20 @@ def find_in(exception: BaseException) -> SqlextError | None:
     >>> find_in(Worker("[UNRESOLVED_COLUMN] x; Project [raise_error('[AMBIGUOUS_ORDER] FK_JOIN: two ...')]")) is None
     True
     """
+    for current in exception_chain(exception):
+        if isinstance(current, SqlextError):
+            return current
+        message = _own_message(current)
+        found = _parse(message, exception) if message is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def exception_chain(exception: BaseException, causes=None):
+    """The exception and what it wraps (``causes(e)``, by default :func:`_causes`), each once,
+    nearest first; what an exception wraps is asked only once the caller goes on past it."""
+    causes = causes or _causes
     seen: set[int] = set()
     pending: list[BaseException | None] = [exception]
     while pending:
@@ -490,14 +504,8 @@ def find_in(exception: BaseException) -> SqlextError | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, SqlextError):
-            return current
-        message = _own_message(current)
-        found = _parse(message, exception) if message is not None else None
-        if found is not None:
-            return found
-        pending.extend(_causes(current))
-    return None
+        yield current
+        pending.extend(causes(current))
 
 
 # Spark's class for raise_error(...) in SQL; its text is the parameter errorMessage.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlext.errors import SqlextError, find_in, note_rewritten, spark_error_summary
+from sqlext.errors import SqlextError, exception_chain, find_in, note_rewritten, spark_error_summary
 
 FUNCTION = "sqlext sql"
 
@@ -227,22 +227,19 @@ def jvm_stack_trace(error: BaseException) -> str | None:
     """The JVM's stack trace of a Spark error or of the Spark error it came from: as a Spark
     Connect client received it from the server, or as PySpark read it from the driver's JVM.
     None for an error without one."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in exception_chain(error, _trace_causes):
         get = getattr(current, "getStackTrace", None)  # Spark Connect's
         trace = get() if callable(get) else getattr(current, "_stackTrace", None)  # classic: PySpark's
         if isinstance(trace, str) and trace.strip():
             return trace
         if getattr(current, "java_exception", None) is not None:  # a Py4JJavaError: its text holds it
             return str(current)
-        causes = [getattr(current, "cause", None), getattr(current, "_cause", None), current.__cause__]
-        pending += [cause for cause in causes if isinstance(cause, BaseException)]
     return None
+
+
+def _trace_causes(error: BaseException) -> list[BaseException]:
+    causes = [getattr(error, "cause", None), getattr(error, "_cause", None), error.__cause__]
+    return [cause for cause in causes if isinstance(cause, BaseException)]
 
 
 def _first_line(error: BaseException) -> str:

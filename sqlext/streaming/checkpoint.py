@@ -106,9 +106,13 @@ def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_ove
                           why=f"holds the output of another checkpoint ({marker.get('checkpoint')})",
                           fix="Run with that checkpoint, or name another output folder.")
     if recorded is None or Purpose.from_json(recorded) != purpose or recorded.get("output") != output_id:
+        if recorded is None:  # a folder that cannot be made is named as the checkpoint ([STORAGE_ERROR])
+            checkpoint.mkdirs()
         (checkpoint / STATEMENT_FILE).write_json({**purpose.as_json(), "output": output_id})
     if output is not None and (marker is None or Purpose.from_json(marker) != purpose
                                or marker.get("checkpoint") != checkpoint_id):
+        if marker is None:
+            output.mkdirs()
         (output / OUTPUT_FILE).write_json({**purpose.as_json(), "checkpoint": checkpoint_id})
 
 

@@ -118,6 +118,24 @@ def test_an_output_folder_belongs_to_one_checkpoint(spark, acc):
     assert not (acc / "out2").exists() or not any(p for p in (acc / "out2").iterdir() if p.suffix == ".parquet")
 
 
+def test_a_checkpoint_or_output_that_cannot_be_created_is_a_storage_error_naming_it(spark, acc, capsys):
+    """A folder that cannot be made (/proc holds none) is [STORAGE_ERROR], naming it: in Python, and
+    as the one line of sqlext stream."""
+    from sqlext.cli import main
+
+    query = acc / "q.sql"
+    query.write_text(FILTER)
+    for place in ("checkpoint", "output"):
+        paths = {"checkpoint": acc.uri("cp"), "output": acc.uri("out"), place: f"/proc/sqlext-{place}"}
+        with pytest.raises(SqlextError) as raised:
+            stream(spark, FILTER, sources={"acc": acc.uri("acc")}, **paths)
+        assert raised.value.error_class == "STORAGE_ERROR" and f"create file:/proc/sqlext-{place}" in str(raised.value)
+        assert main(["stream", str(query), "--source", f"acc={acc.uri('acc')}", "--checkpoint", paths["checkpoint"],
+                     "--output", paths["output"]]) == 1
+        err = capsys.readouterr().err
+        assert "[STORAGE_ERROR]" in err and f"/proc/sqlext-{place}" in err and "INTERNAL_ERROR" not in err, err
+
+
 def test_an_output_folder_holding_other_files_is_refused(spark, acc):
     (acc / "out").mkdir()
     (acc / "out" / "report.csv").write_text("a,b\n1,2\n")

@@ -187,6 +187,11 @@ MESSAGES: dict[str, str] = {
         "{function}: the output folder {output} {why}, so this run's rows would be mixed with "
         "them; nothing was read or written. {fix}"
     ),
+    "FULL_REFRESH_REFUSED": (
+        "{function}: the full refresh would delete {path}, which {why}, so it deleted nothing. A full "
+        "refresh deletes only a checkpoint and an output folder of sqlext's runs: check the path, or "
+        "delete or move what it holds yourself."
+    ),
     # dbt models (the sqlext dbt adapter)
     "INCREMENTAL_MODEL_UNSUPPORTED": (
         "{function}: model {model} calls {functions}, and this run is incremental (its table exists "
@@ -321,7 +326,8 @@ SQL_STATES: dict[str, str] = {
     "MODEL_NOT_FOUND": "42704", "DUPLICATE_MODEL": "42710", "MODEL_CYCLE": "42000", "MODEL_TEMPLATE_ERROR": "42601",
     "INVALID_MODEL_CONFIG": "22023", "MODEL_NOT_BUILT": "42P01", "EMPTY_MODEL": "42000",
     "LATE_CHANGE": "22000", "UNSUPPORTED_STREAM": "0A000", "STREAM_SCHEMA_CHANGED": "42000",
-    "STREAM_CHECKPOINT_MISMATCH": "42000", "STREAM_OUTPUT_IN_USE": "55006", "INCREMENTAL_MODEL_UNSUPPORTED": "0A000",
+    "STREAM_CHECKPOINT_MISMATCH": "42000", "STREAM_OUTPUT_IN_USE": "55006", "FULL_REFRESH_REFUSED": "55000",
+    "INCREMENTAL_MODEL_UNSUPPORTED": "0A000",
     "STREAM_SOURCE_REBUILT": "42000", "STREAM_TABLE_NOT_INCREMENTAL": "42000", "STREAM_TABLE_COLUMNS_DIFFER": "42000",
     "DELETE_OF_ABSENT_ROW": "22000", "STORAGE_ERROR": "58030", "STREAM_SOURCE_EMPTY": "42000",
     "STREAM_SOURCE_UNREADABLE": "22000", "BAD_RECORD": "22000", "SOURCE_FILE_MISSING_COLUMN": "42703",

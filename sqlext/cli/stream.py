@@ -64,6 +64,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--output-format", default="parquet", metavar="FORMAT",
                         help="format of the output files (parquet, json, csv, ...), or delta: the output folder is a "
                              "Delta table, one commit a run")
+    parser.add_argument("--full-refresh", action="store_true",
+                        help="start over: delete the checkpoint and the output folder (saying which first), then "
+                             "run over the whole history; refused where a folder holds what no run of sqlext made")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--available-now", action="store_true",
                      help="process what arrived since the last run, then stop (what happens without --every)")
@@ -161,7 +164,8 @@ def prepare(args):
         source_options.setdefault(name, {})[key] = value
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
                    source_format=args.source_format, output_format=args.output_format,
-                   source_options=source_options, bad_records=bad_records, schema_evolution=evolution)
+                   source_options=source_options, bad_records=bad_records, schema_evolution=evolution,
+                   full_refresh=args.full_refresh)
     return statements[0], options
 
 
@@ -173,7 +177,7 @@ def _status(spark, args, prepared, stopping: threading.Event) -> int:
     statement, options = prepared
     started = time.perf_counter()
     try:
-        counter = RunCounter(spark, args.checkpoint, args.output, args.output_format)
+        counter = RunCounter(spark, args.checkpoint, args.output, args.output_format, fresh=args.full_refresh)
         if args.every:
             query = stream(spark, statement.text, trigger=args.every, **options)
             print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")

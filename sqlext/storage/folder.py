@@ -254,8 +254,11 @@ class Folder:
             return action()
         except SqlextError:
             raise
-        except FileNotFoundError:
-            raise
+        except FileNotFoundError as error:
+            if what == "read":  # a file that is not there, which its readers may expect (read_json)
+                raise
+            # a folder that cannot be made (its parent cannot hold one): the store's failure too
+            raise storage_error(what, self if other is None else f"{self} to {other}", error) from error
         except Exception as error:  # noqa: BLE001 - the store's own failure, named with the path
             raise storage_error(what, self if other is None else f"{self} to {other}", error) from error
 

@@ -14,12 +14,24 @@ and keys) in ``<checkpoint>/sqlext-statement.json`` and, naming the checkpoint, 
 output columns are recorded by the first write of rows. Later runs compare. The columns of
 every source are recorded beside them (``sqlext-sources.json``): a change there is
 ``[STREAM_SCHEMA_CHANGED]``.
+
+A checkpoint has an identity of its own: the id in ``<checkpoint>/metadata``, the record Spark
+keeps of a checkpoint (``{"id": ...}``), given once, when the checkpoint is made (sqlext writes
+it on the first run, before Spark starts, so that the output can record it; Spark then reads it
+as its own). The output records it beside the checkpoint's path, so a checkpoint made again at
+the path of a deleted one (``rm -rf cp`` and the same command) is another checkpoint, and its
+runs are refused an output that holds the old one's rows: it would write them a second time,
+under the old files' names. An output an earlier sqlext marked with the checkpoint's path only
+is adopted by the checkpoint at that path if that checkpoint committed a batch (it is the one
+that wrote it, as far as can be told); a new checkpoint there is refused as above.
+:func:`clear_for_full_refresh` deletes a checkpoint and its output together, to start over.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 
 from sqlext.errors import SqlextError
@@ -28,6 +40,7 @@ from sqlext.streaming.schema_evolution import adds, changes, grown
 
 FUNCTION = "sqlext stream"
 STATEMENT_FILE = "sqlext-statement.json"
+METADATA_FILE = "metadata"  # Spark's record of the checkpoint, {"id": ...}: its identity
 OUTPUT_FILE = "_sqlext_statement.json"
 SOURCES_FILE = "sqlext-sources.json"
 SOURCE_BUILDS_FILE = "sqlext-source-builds.json"  # the build of each source that is sqlext output
@@ -38,7 +51,8 @@ OUTPUT_COMMITTED = "sqlext-output-commit.json"
 LAYOUT_FILE = "layout"
 LAYOUT = "keyed state: one compacted base and one cumulative delta per state"
 # what to say about starting over, by surface
-START_OVER = "start over with a new checkpoint and an empty output folder"
+START_OVER = ("start over: --full-refresh (full_refresh=True in Python) deletes the checkpoint and the output "
+              "folder and runs from the start; or use a new checkpoint and an empty output folder")
 START_OVER_DBT = ("rebuild the table from the whole history (dbt build --full-refresh; full_refresh=True in "
                   "sqlext.streaming.run_into_table)")
 
@@ -73,13 +87,17 @@ class Purpose:
 def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_over: str = START_OVER) -> None:
     """Refuse a run of ``purpose`` on a checkpoint or output folder made for something else
     (``[STREAM_CHECKPOINT_MISMATCH]``, ``[STREAM_OUTPUT_IN_USE]``); record the purpose on the
-    first run. A checkpoint that never committed a batch is taken over by the new statement
-    (nothing of the old one was complete); one that committed batches before this record
-    existed is adopted as it is."""
+    first run, and give a new checkpoint its identity (:func:`identity`). A checkpoint that never
+    committed a batch is taken over by the new statement (nothing of the old one was complete);
+    one that committed batches before this record existed is adopted as it is. An output that
+    holds the rows of another checkpoint (another path, or a checkpoint made again at the same
+    path) is refused; one that holds no rows yet is taken over."""
     checkpoint_id = checkpoint.uri
     output_id = None if output is None else output.uri
     recorded = (checkpoint / STATEMENT_FILE).read_json()
-    committed = _committed(checkpoint)
+    committed = committed_any(checkpoint)
+    made = identity(checkpoint)
+    ours = made or str(uuid.uuid4())  # a new checkpoint's, written below once the run may go on
     state = checkpoint / STATE_FOLDER
     if committed and state.entries() and not (state / LAYOUT_FILE).exists():
         raise SqlextError("STREAM_CHECKPOINT_MISMATCH", function=FUNCTION, checkpoint=checkpoint,
@@ -95,21 +113,87 @@ def claim(checkpoint: Folder, output: Folder | None, purpose: Purpose, start_ove
                               why=f"is not the folder this checkpoint writes to ({recorded['output']})",
                               fix=f"Run with that output folder, or {start_over}.")
     marker = None if output is None else (output / OUTPUT_FILE).read_json()
-    if output is not None and marker is None and not committed:
-        held = sorted(e.name for e in output.entries() if not e.name.startswith((".", "_")))
-        if held:
-            raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
-                              why=f"already holds files that no run of this checkpoint wrote ({', '.join(held[:5])})",
-                              fix=f"Name an empty or new output folder, or {start_over}.")
-    if marker is not None and not _same(marker.get("checkpoint"), checkpoint, empty=False):
+    held = [] if output is None else rows_held(output)
+    if output is not None and marker is None and not committed and held:
         raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
-                          why=f"holds the output of another checkpoint ({marker.get('checkpoint')})",
-                          fix="Run with that checkpoint, or name another output folder.")
+                          why=f"already holds files that no run of this checkpoint wrote ({', '.join(held[:5])})",
+                          fix=f"Name an empty or new output folder, or {start_over}.")
+    if marker is not None and held and not _written_by(marker, checkpoint, ours, committed):
+        raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=output,
+                          why=_whose(marker, checkpoint),
+                          fix=f"Name a new output folder for this checkpoint, or {start_over}.")
+    if made is None:  # a folder that cannot be made is named as the checkpoint ([STORAGE_ERROR])
+        checkpoint.mkdirs()
+        (checkpoint / METADATA_FILE).write_bytes(json.dumps({"id": ours}).encode())
     if recorded is None or Purpose.from_json(recorded) != purpose or recorded.get("output") != output_id:
         (checkpoint / STATEMENT_FILE).write_json({**purpose.as_json(), "output": output_id})
     if output is not None and (marker is None or Purpose.from_json(marker) != purpose
-                               or marker.get("checkpoint") != checkpoint_id):
-        (output / OUTPUT_FILE).write_json({**purpose.as_json(), "checkpoint": checkpoint_id})
+                               or marker.get("checkpoint") != checkpoint_id or marker.get("checkpoint_id") != ours):
+        if marker is None:
+            output.mkdirs()
+        (output / OUTPUT_FILE).write_json({**purpose.as_json(), "checkpoint": checkpoint_id, "checkpoint_id": ours})
+
+
+def identity(checkpoint: Folder) -> str | None:
+    """The checkpoint's identity: the id of Spark's record of it (``<checkpoint>/metadata``),
+    given once, when the checkpoint is made (:func:`claim`, or Spark). None before its first run."""
+    made = (checkpoint / METADATA_FILE).read_json()
+    return str(made["id"]) if isinstance(made, dict) and made.get("id") else None
+
+
+def rows_held(output: Folder) -> list[str]:
+    """The names in an output folder that readers read (not Spark's, sqlext's or Delta's records
+    and pending files, whose names start with ``_`` or ``.``)."""
+    return sorted(e.name for e in output.entries() if not e.name.startswith((".", "_")))
+
+
+def _written_by(marker: dict, checkpoint: Folder, ours: str, committed: bool) -> bool:
+    """Whether the output a marker describes is this checkpoint's: the marker names its path and
+    its identity; or, where an earlier sqlext recorded only the path, the checkpoint there
+    committed batches (a checkpoint made anew at the path has committed none). A checkpoint
+    copied or moved to another path is not the output's: two copies would each write the same
+    batches."""
+    if not _same(marker.get("checkpoint"), checkpoint, empty=False):
+        return False
+    return marker["checkpoint_id"] == ours if marker.get("checkpoint_id") else committed
+
+
+def _whose(marker: dict, checkpoint: Folder) -> str:
+    """Why an output is another checkpoint's, naming both checkpoints."""
+    theirs = marker.get("checkpoint")
+    if theirs is not None and _same(theirs, checkpoint, empty=False):
+        return (f"holds the rows of an earlier checkpoint at {theirs}, which was deleted or made again since: the "
+                "checkpoint there now is a new one, whose runs would write those rows a second time")
+    return f"holds the output of another checkpoint ({theirs}), not of {checkpoint}"
+
+
+def clear_for_full_refresh(checkpoint: Folder, output: Folder | None, say=None, runs_only: bool = True) -> list[Folder]:
+    """Delete a checkpoint and its output folder together, so that the next run starts from
+    scratch (``--full-refresh``, and dbt's full refresh of a model run into a table); the folders
+    deleted. ``say`` is told which first, in a line. Where ``runs_only``, a folder that holds
+    what no run of sqlext made is refused (``[FULL_REFRESH_REFUSED]``) and nothing is deleted: a
+    checkpoint without Spark's or sqlext's records, an output with data files and no marker (a
+    path given by mistake, such as a folder of the user's own files)."""
+    present = [f for f in (checkpoint, output) if f is not None and f.exists()]
+    for folder in present if runs_only else []:
+        names = sorted(e.name for e in folder.entries())
+        if folder == checkpoint and names and not set(names) & {METADATA_FILE, STATEMENT_FILE, "offsets", "commits"}:
+            raise SqlextError("FULL_REFRESH_REFUSED", function=FUNCTION, path=folder,
+                              why=f"is not the checkpoint of a run (it holds {_names(names)}, and no record of one)")
+        if folder == output and rows_held(folder) and not (folder / OUTPUT_FILE).exists():
+            raise SqlextError("FULL_REFRESH_REFUSED", function=FUNCTION, path=folder,
+                              why=f"holds files that no run wrote ({_names(rows_held(folder))})")
+    if say is not None:
+        said = " and ".join(f"the {'checkpoint' if f == checkpoint else 'output folder'} {f}" for f in present)
+        say(f"-- full refresh: deleting {said}; the run starts from scratch" if present else
+            "-- full refresh: no checkpoint or output folder to delete; the run starts from scratch")
+    for folder in present:
+        folder.delete()
+    return present
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (" and others" if len(names) > 5 else "")
 
 
 class Before:
@@ -127,7 +211,7 @@ class Before:
         """After a failed run: if no batch of the checkpoint was ever committed, delete each
         folder the run created and each record it wrote in a folder that was there before."""
         try:
-            if _committed(self.checkpoint):
+            if committed_any(self.checkpoint):
                 return
             for folder, existed, had_record in self.places:
                 record = STATEMENT_FILE if folder == self.checkpoint else OUTPUT_FILE
@@ -223,7 +307,7 @@ def _columns(columns) -> str:
     return ", ".join(f"{name} {kind}" for name, kind in columns)
 
 
-def _committed(checkpoint: Folder) -> bool:
+def committed_any(checkpoint: Folder) -> bool:
     """Whether Spark committed a batch of this checkpoint, or a run committed a part of one
     (:mod:`sqlext.streaming.batch_parts`) or the output of one."""
     from sqlext.streaming.batch_parts import parts_committed
@@ -233,17 +317,19 @@ def _committed(checkpoint: Folder) -> bool:
 
 
 def upstream_build(spark, folder: Folder) -> str | None:
-    """The build of a folder that another sqlext run writes its output to: the id Spark gave
-    that run's checkpoint when it was made (``<checkpoint>/metadata``), which starting the run
-    over (a new checkpoint, a dbt full refresh) replaces. None for any other folder."""
+    """The build of a folder that another sqlext run writes its output to: the identity of that
+    run's checkpoint (:func:`identity`), which starting the run over (a new checkpoint, a full
+    refresh) replaces; the output records it, and an output an earlier sqlext marked with the
+    checkpoint's path only is looked up there. None for any other folder."""
     marker = (folder / OUTPUT_FILE).read_json()
     if not marker or not marker.get("checkpoint"):
         return None
+    if marker.get("checkpoint_id"):
+        return str(marker["checkpoint_id"])
     try:
-        metadata = (resolve(spark, marker["checkpoint"]) / "metadata").read_json()
+        return identity(resolve(spark, marker["checkpoint"]))
     except SqlextError:  # its checkpoint is gone or out of reach: nothing to compare
         return None
-    return str(metadata["id"]) if metadata and metadata.get("id") else None
 
 
 def check_source_build(checkpoint: Folder, name: str, build: str | None) -> None:
@@ -256,7 +342,7 @@ def check_source_build(checkpoint: Folder, name: str, build: str | None) -> None
         return
     path = checkpoint / SOURCE_BUILDS_FILE
     recorded = path.read_json() or {}
-    if recorded.get(name) not in (None, build) and _committed(checkpoint):
+    if recorded.get(name) not in (None, build) and committed_any(checkpoint):
         raise SqlextError("STREAM_SOURCE_REBUILT", function=FUNCTION, what="the statement", rebuilt=name,
                           fix="Start this statement over too (a new checkpoint and an empty output folder; for "
                               "a dbt model, dbt build --full-refresh --select <model>+, or refresh the upstream "

@@ -13,7 +13,8 @@ from sqlext.storage import resolve
 from sqlext.streaming.bad_records import Door, Quarantine
 from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
 from sqlext.streaming.bind import FUNCTION, one_statement, stateless
-from sqlext.streaming.checkpoint import START_OVER, Before, check_columns, claim, output_columns
+from sqlext.streaming.checkpoint import (START_OVER, Before, check_columns, claim, clear_for_full_refresh,
+                                         output_columns)
 from sqlext.streaming.plan import stateful_function, stateless_frame
 from sqlext.streaming.registry import purpose_of
 from sqlext.streaming.sources import Sources
@@ -26,7 +27,7 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
            source_format: str = "parquet", query_name: str | None = None,
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
            source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
-           schema_evolution: Mapping[str, str] | None = None):
+           schema_evolution: Mapping[str, str] | None = None, full_refresh: bool = False):
     """Start the statement as a streaming query writing to ``output`` (a folder, in
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
@@ -47,22 +48,28 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     (:mod:`sqlext.streaming.schema_evolution`). A checkpoint
     and its output belong to one statement (:mod:`sqlext.streaming.checkpoint`): another
     statement on them is refused before anything is read or written; ``start_over`` says how to
-    start over, in the caller's words.
+    start over, in the caller's words. ``full_refresh=True`` starts over: the checkpoint and the
+    output folder are deleted (after a line saying which, on standard output), then the run
+    processes the whole history as a first run does; a folder that holds what no run of sqlext
+    made is refused first (``[FULL_REFRESH_REFUSED]``), and nothing is deleted.
 
     The query returned raises sqlext's classed error (:class:`~sqlext.errors.SqlextError`) from
     ``awaitTermination``, where the run failed with one."""
     tree = one_statement(sql)
     checkpoint = resolve(spark, checkpoint)
     output = None if output is None else resolve(spark, output)
+    # the settings, and the names the statement reads, are checked before anything is deleted
+    reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records, schema_evolution)
+    if full_refresh:
+        reads.check_used(tree)
+        clear_for_full_refresh(checkpoint, output, say=print)
     before = Before(checkpoint, output)
     try:
-        reads = Sources(spark, sources, source_format, schemas, checkpoint, source_options, bad_records,
-                        schema_evolution)
         query, run = _start(spark, tree, checkpoint, output, trigger, output_format, reads, query_name, start_over)
     except BaseException:
         before.undo()  # a first run that fails before it starts leaves no records behind
         raise
-    return RunningQuery(query, checkpoint, reads, run)
+    return RunningQuery(query, checkpoint, reads, run, before)
 
 
 # the log Spark's file sink keeps in its output folder, of the files it committed
@@ -118,15 +125,11 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
 def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
     classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
-    checkpoint, output = options.get("checkpoint"), options.get("output")
-    before = None if checkpoint is None else \
-        Before(resolve(spark, checkpoint), None if output is None else resolve(spark, output))
     query = stream(spark, sql, trigger="available_now", **options)
     try:
         query.awaitTermination()
     except Exception:
-        if before is not None:
-            before.undo()  # a first run that fails leaves no records behind
+        query.before.undo()  # a first run that fails leaves no records behind
         raise
     return query
 
@@ -142,8 +145,9 @@ class RunningQuery:
     one is not. :attr:`last_batch` says how its last micro-batch went. Everything else is
     Spark's query."""
 
-    def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None):
+    def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None, before: Before | None = None):
         self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
+        self.before = before  # what the checkpoint and output held before the run claimed them
         self._earlier = None if run is None else run.last  # a run function serves every run of its statement
 
     @property
@@ -206,7 +210,8 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
                     output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
                     source_options: Mapping[str, Mapping[str, str]] | None = None,
-                    bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
+                    bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None,
+                    full_refresh: bool = False):
     """The streaming DataFrame of one statement that reads ``STREAM(...)``, for any sink.
 
     A statement whose functions keep state runs as :func:`stream`
@@ -222,7 +227,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
-    ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
+    ``source_options``, ``bad_records``, ``schema_evolution`` and ``full_refresh`` are :func:`stream`'s."""
     tree = one_statement(sql)
     if stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)
@@ -245,7 +250,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
     output = folder / OUTPUT_IN_CHECKPOINT if output is None else resolve(spark, output)
     options = dict(checkpoint=folder.uri, output=output.uri, sources=sources, source_format=source_format,
                    schemas=schemas, query_name=query_name, source_options=source_options, bad_records=bad_records,
-                   schema_evolution=schema_evolution)
+                   schema_evolution=schema_evolution, full_refresh=full_refresh)
     if trigger == "available_now":
         run_available_now(spark, sql, **options)
     else:

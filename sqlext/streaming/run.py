@@ -30,8 +30,9 @@ from sqlext.language.dialect import to_sql
 from sqlext.runner import run_statement
 from sqlext.streaming.inputs import estimated_bytes
 from sqlext.storage import Folder
-from sqlext.streaming.checkpoint import (FUNCTION, LAYOUT, LAYOUT_FILE, OUTPUT_COMMITTED, STATE_FOLDER, check_columns,
-                                         output_columns)
+from sqlext.errors import SqlextError
+from sqlext.streaming.checkpoint import (FUNCTION, LAYOUT, LAYOUT_FILE, OUTPUT_COMMITTED, START_OVER, STATE_FOLDER,
+                                         check_columns, committed_any, identity, output_columns)
 
 PATH_SETTING = "spark.sqlext.streaming.path"
 DRIVER_BYTES_SETTING = "spark.sqlext.streaming.driverBytes"
@@ -422,14 +423,31 @@ class BatchOutput:
         if last.get("batch", -1) >= batch_id:
             pending.delete()
             return
-        if last.get("batch") != batch_id - 1:  # files an earlier sqlext left in place for this batch
+        if not last and committed_any(self.checkpoint):  # files an earlier sqlext left in place for this batch
             own = (f"batch-{batch_id:010d}-", f"base-{batch_id:010d}-")
             for entry in self.folder.entries():
                 if not entry.is_dir and entry.name.startswith(own):
                     (self.folder / entry.name).delete()
-        if pending.entries():
+        names = {e.name for e in pending.entries() if not e.is_dir and not e.name.startswith(("_", "."))}
+        if names:
+            self._refuse_taken(names, batch_id)
             (pending / COMMITTING).write_bytes(b"")
         self._move_in(pending, batch_id)
+
+    def _refuse_taken(self, names: set[str], batch_id: int) -> None:
+        """Refuse to move a batch's file onto a file of the same name: that is a file of an earlier
+        run (of another checkpoint: :func:`~sqlext.streaming.checkpoint.claim` refuses an output
+        that holds one), and replacing it would lose its rows. Nothing is moved."""
+        taken = self._taken(names)
+        if taken:
+            raise SqlextError("STREAM_OUTPUT_IN_USE", function=FUNCTION, output=self.folder,
+                              why=f"already holds {', '.join(taken[:3])}, which no earlier batch of this checkpoint "
+                                  f"committed, and batch {batch_id} would replace it with a file of the same name",
+                              fix=f"Name a new output folder for this checkpoint, or {START_OVER}.")
+
+    def _taken(self, names: set[str]) -> list[str]:
+        """Those of ``names`` that are files of the folder already."""
+        return sorted(e.name for e in self.folder.entries() if not e.is_dir and e.name in names)
 
     def _move_in(self, pending: Folder, batch_id: int) -> None:
         names = [e.name for e in pending.entries() if not e.is_dir and not e.name.startswith(("_", "."))]
@@ -479,8 +497,13 @@ class DeltaBatchOutput(BatchOutput):
     def app_id(self) -> str:
         """The checkpoint's application id in the table's log: the id Spark gave the checkpoint
         when it was made, so that a new checkpoint (starting over) is another application."""
-        made = (self.checkpoint / "metadata").read_json() or {}
-        return f"sqlext-{made.get('id') or self.checkpoint.uri}"
+        return f"sqlext-{identity(self.checkpoint) or self.checkpoint.uri}"
+
+    def _taken(self, names: set[str]) -> list[str]:
+        """Those of ``names`` that are files of the table (its log names them); a file of the
+        folder that no commit added (a move whose commit was killed) is this batch's own."""
+        taken = super()._taken(names)
+        return sorted(set(taken) & set(self.table.files())) if taken else []
 
     def commit(self, batch_id: int) -> None:
         pending = self.pending(batch_id)
@@ -494,6 +517,7 @@ class DeltaBatchOutput(BatchOutput):
         if made and not entries:  # no rows: no commit (the first batch makes the table, rows or none)
             pending.delete()
             return
+        self._refuse_taken({e.name for e in entries}, batch_id)
         files = []
         for entry in sorted(entries, key=lambda e: e.name):
             (pending / entry.name).rename_to(self.folder / entry.name)

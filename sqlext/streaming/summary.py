@@ -59,15 +59,15 @@ def _count(number: int | None, noun: str) -> str:
 
 
 class RunCounter:
-    """Made before a run (it notes what the checkpoint had committed and the output held);
-    :meth:`counts` after it."""
+    """Made before a run (it notes what the checkpoint had committed and the output held: nothing,
+    where the run is ``fresh``, a full refresh that deletes both first); :meth:`counts` after it."""
 
-    def __init__(self, spark, checkpoint: str, output: str, output_format: str = "parquet"):
+    def __init__(self, spark, checkpoint: str, output: str, output_format: str = "parquet", fresh: bool = False):
         self.spark = spark
         self.checkpoint, self.output = resolve(spark, checkpoint), resolve(spark, output)
         self.output_format = output_format
-        self.committed = committed_batches(self.checkpoint)
-        self.files = self._data_files()
+        self.committed = set() if fresh else committed_batches(self.checkpoint)
+        self.files = {} if fresh else self._data_files()
 
     def counts(self, query=None) -> Counts:
         batches = sorted(committed_batches(self.checkpoint) - self.committed)

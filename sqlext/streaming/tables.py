@@ -15,7 +15,7 @@ from sqlext.session import ensure_installed
 from sqlext.storage import resolve
 from sqlext.streaming.bad_records import Quarantine
 from sqlext.streaming.bind import FUNCTION, one_statement
-from sqlext.streaming.checkpoint import START_OVER_DBT
+from sqlext.streaming.checkpoint import START_OVER_DBT, clear_for_full_refresh
 from sqlext.streaming.plan import result_schema
 from sqlext.streaming.query import run_available_now
 from sqlext.streaming.sources import Sources, table_folder, table_name
@@ -63,7 +63,7 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
         if exists:
             spark.sql(to_sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True)))
             exists = False
-        folder.delete()
+        clear_for_full_refresh(folder / CHECKPOINT_FOLDER, folder, runs_only=False)  # the table's, dropped
     schema = result_schema(spark, sql, folders)
     if exists:
         if not (folder / CHECKPOINT_FOLDER).is_dir():

@@ -105,8 +105,24 @@ def test_output_columns_that_change_under_the_same_text_are_refused(spark, acc):
     assert files(acc / "out") == before
 
 
-def test_an_output_folder_belongs_to_one_checkpoint(spark, acc):
-    run(spark, acc, FILTER)
+def test_an_output_folder_belongs_to_one_checkpoint_not_to_one_made_again_at_its_path(spark, acc, capsys):
+    """Another checkpoint, or the same one with another output, is refused. So is a checkpoint
+    deleted by hand and made again by the same command (the repro: it would write the output's
+    rows a second time, the first file under its old name), naming both folders and the ways
+    out; the full refresh deletes them and writes each row once. An output an earlier sqlext
+    marked (the checkpoint's path, no identity) is adopted by the checkpoint that committed
+    batches at that path."""
+    import json
+
+    import sqlext
+
+    def run_stream(**options):
+        query = sqlext.stream(spark, FILTER, checkpoint=acc.uri("cp"), output=acc.uri("out"),
+                              sources={"acc": acc.uri("acc")}, **options)
+        query.awaitTermination()
+        return query
+
+    run_stream()
     before = files(acc / "cp", acc / "out")
     with pytest.raises(SqlextError) as raised:  # another checkpoint, the same output
         run(spark, acc, FILTER, checkpoint="cp2")
@@ -116,6 +132,82 @@ def test_an_output_folder_belongs_to_one_checkpoint(spark, acc):
     assert raised.value.error_class == "STREAM_OUTPUT_IN_USE"
     assert files(acc / "cp", acc / "out") == before
     assert not (acc / "out2").exists() or not any(p for p in (acc / "out2").iterdir() if p.suffix == ".parquet")
+
+    marker = acc / "out" / "_sqlext_statement.json"
+    earlier = {k: v for k, v in json.loads(marker.read_text()).items() if k != "checkpoint_id"}
+    marker.write_text(json.dumps(earlier))  # as an earlier sqlext marked it: the checkpoint's path only
+    spark.createDataFrame([(3, 7, "insert", 4)],
+                          "id BIGINT, balance BIGINT, _change_type STRING, _commit_version BIGINT") \
+        .write.mode("append").parquet(acc.uri("acc"))
+    query = run_stream()
+    adopted = json.loads(marker.read_text()).get("checkpoint_id")
+    made = json.loads((acc / "cp" / "metadata").read_text())["id"]  # the checkpoint's identity, in Spark's record
+    assert query.id == made  # which sqlext wrote before Spark started, and Spark took as its own
+    shutil.rmtree(acc / "cp")
+    before = files(acc / "out")
+    assert len([f for f in before if f.endswith(".parquet")]) == 2
+    with pytest.raises(SqlextError) as raised:
+        run_stream()
+    assert raised.value.error_class == "STREAM_OUTPUT_IN_USE"
+    said = str(raised.value)
+    assert acc.storage.qualified(acc / "out") in said and acc.storage.qualified(acc / "cp") in said, said
+    assert "Name a new output folder" in said and "--full-refresh" in said and "full_refresh=True" in said, said
+    assert files(acc / "out") == before
+    assert adopted == made
+    capsys.readouterr()
+    run_stream(full_refresh=True)  # the refused run left no checkpoint: the output is what there is to delete
+    assert f"-- full refresh: deleting the output folder {acc.storage.qualified(acc / 'out')};" in \
+        capsys.readouterr().out
+    assert sorted(tuple(r) for r in spark.read.parquet(acc.uri("out")).collect()) == [
+        (1, 10, "insert", 1), (1, 10, "update_preimage", 3), (1, 20, "update_postimage", 3), (3, 7, "insert", 4)]
+
+
+def test_no_batch_replaces_a_file_an_earlier_run_left_in_the_output(tmp_path):
+    """However a checkpoint met an output holding files of another's runs, a batch's file that has
+    the name of one of them is not moved onto it: the batch is refused and the file stays."""
+    from sqlext.storage import local
+    from sqlext.streaming.run import BatchOutput
+
+    out = local(tmp_path / "out")
+    (out / "batch-0000000000-part-00000.parquet").write_bytes(b"an earlier run's rows")
+    output = BatchOutput(out, local(tmp_path / "cp"), "parquet")
+    output.begin(None, 0)
+    (output.pending(0) / "batch-0000000000-part-00000.parquet").write_bytes(b"this run's rows")
+    with pytest.raises(SqlextError) as raised:
+        output.commit(0)
+    assert raised.value.error_class == "STREAM_OUTPUT_IN_USE" and "batch-0000000000-part-00000" in str(raised.value)
+    assert (tmp_path / "out" / "batch-0000000000-part-00000.parquet").read_bytes() == b"an earlier run's rows"
+
+
+def test_a_full_refresh_deletes_nothing_where_a_folder_is_not_a_runs(spark, acc):
+    """A full refresh given a folder of the user's own files (a path mistyped) deletes nothing."""
+    (acc / "mine").mkdir()
+    (acc / "mine" / "report.csv").write_text("a,b\n1,2\n")
+    for checkpoint, output in (("mine", "out"), ("cp", "mine")):
+        with pytest.raises(SqlextError) as raised:
+            stream(spark, FILTER, checkpoint=acc.uri(checkpoint), output=acc.uri(output),
+                   sources={"acc": acc.uri("acc")}, full_refresh=True)
+        assert raised.value.error_class == "FULL_REFRESH_REFUSED" and "report.csv" in str(raised.value)
+        assert acc.storage.qualified(acc / "mine") in str(raised.value)
+        assert (acc / "mine" / "report.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_a_checkpoint_or_output_that_cannot_be_created_is_a_storage_error_naming_it(spark, acc, capsys):
+    """A folder that cannot be made (/proc holds none) is [STORAGE_ERROR], naming it: in Python, and
+    as the one line of sqlext stream."""
+    from sqlext.cli import main
+
+    query = acc / "q.sql"
+    query.write_text(FILTER)
+    for place in ("checkpoint", "output"):
+        paths = {"checkpoint": acc.uri("cp"), "output": acc.uri("out"), place: f"/proc/sqlext-{place}"}
+        with pytest.raises(SqlextError) as raised:
+            stream(spark, FILTER, sources={"acc": acc.uri("acc")}, **paths)
+        assert raised.value.error_class == "STORAGE_ERROR" and f"create file:/proc/sqlext-{place}" in str(raised.value)
+        assert main(["stream", str(query), "--source", f"acc={acc.uri('acc')}", "--checkpoint", paths["checkpoint"],
+                     "--output", paths["output"]]) == 1
+        err = capsys.readouterr().err
+        assert "[STORAGE_ERROR]" in err and f"/proc/sqlext-{place}" in err and "INTERNAL_ERROR" not in err, err
 
 
 def test_an_output_folder_holding_other_files_is_refused(spark, acc):

@@ -97,6 +97,11 @@ def test_sqlext_stream_says_what_each_run_read_and_wrote(spark, tmp_path, capsys
     assert "read 1 file, 2 rows; wrote 1 file, 1 row;" in capsys.readouterr().out
     assert main(argv) == 0  # nothing new: said so, with the counts
     assert "nothing new: read 0 files, 0 rows; wrote 0 files, 0 rows;" in capsys.readouterr().out
+    assert main([*argv, "--full-refresh"]) == 0  # from scratch: says what it deletes, counts the whole history
+    out = capsys.readouterr().out
+    assert f"-- full refresh: deleting the checkpoint file:{tmp_path / 'cp'} and the output folder " \
+           f"file:{tmp_path / 'out'}; the run starts from scratch\n" in out, out
+    assert "read 1 file, 2 rows; wrote 1 file, 1 row;" in out, out
 
 
 def test_an_interval_column_reads_in_pandas_as_the_docs_say(spark, tmp_path):

@@ -244,8 +244,7 @@ MESSAGES: dict[str, str] = {
         "write the file again with the column, or move it out of the folder, and run again."
     ),
     "UNKNOWN_SOURCE": (
-        "{function}: {option} names {name}, but the statement reads no STREAM({name}); it reads {read}. "
-        "Check the spelling of the name in {option} and in the statement."
+        "{function}: {option} names {name}, {problem}. Check the spelling of the name in {option} and in {other}."
     ),
     # Delta tables' change data feeds (sqlext.delta)
     "DELTA_NOT_INSTALLED": (

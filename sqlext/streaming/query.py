@@ -23,7 +23,7 @@ OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when i
 
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None,
+           source_format: str | Mapping[str, str] = "parquet", query_name: str | None = None,
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
            source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
            schema_evolution: Mapping[str, str] | None = None):
@@ -31,6 +31,12 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
+
+    ``sources`` maps a name ``STREAM(name)`` reads to a folder of change files (or a Delta
+    table's folder), whose files are in ``source_format``: one format for every folder
+    (``"json"``), or one per name (``{"orders": "json", "customers": "parquet"}``; a folder
+    it leaves out holds Parquet files), so that one statement joins a JSON topic to a Parquet
+    folder.
 
     The functions keep their state as Parquet layers in the checkpoint
     (:mod:`sqlext.streaming.engine`). A statement whose functions keep no state
@@ -202,7 +208,8 @@ def jobs_of(spark, query) -> list[int]:
     return list(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
 
 
-def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None,
+                    source_format: str | Mapping[str, str] = "parquet",
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
                     output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
                     source_options: Mapping[str, Mapping[str, str]] | None = None,
@@ -222,7 +229,7 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
-    ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
+    ``source_format``, ``source_options``, ``bad_records`` and ``schema_evolution`` are :func:`stream`'s."""
     tree = one_statement(sql)
     if stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)

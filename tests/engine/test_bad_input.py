@@ -149,6 +149,15 @@ def test_a_misspelt_source_name_is_refused(spark, tmp_path):
     error = refused(lambda: run_available_now(spark, FILTER, sources={"acounts": str(changes)},
                                               checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
     assert error.error_class == "UNKNOWN_SOURCE" and "acounts" in str(error) and "STREAM(accounts)" in str(error)
+    # a setting of a name no source has: the sources there are, and the close one (it had been
+    # an INVALID_ARGUMENT_TYPE about source options)
+    for setting in ({"source_options": {"accounts": {"header": "true"}}}, {"source_format": {"accounts": "csv"}},
+                    {"schemas": {"accounts": ACCOUNTS}}, {"bad_records": {"accounts": "quarantine"}}):
+        error = refused(lambda: stream(spark, FILTER, sources={"acounts": str(changes)}, **setting,
+                                       checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
+        assert error.error_class == "UNKNOWN_SOURCE", error
+        assert "names accounts, but no source is called accounts: the sources are acounts (did you mean acounts?)" \
+            in str(error)
     # a folder beside those of every stream the statement reads is left alone (a shared mapping)
     run_available_now(spark, FILTER, sources={"accounts": str(changes), "branches": str(tmp_path / "elsewhere")},
                       checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))

@@ -246,6 +246,13 @@ MESSAGES: dict[str, str] = {
     "UNKNOWN_SOURCE": (
         "{function}: {option} names {name}, {problem}. Check the spelling of the name in {option} and in {other}."
     ),
+    "SOURCE_FILE_PANDAS_INDEX": (
+        "{function}: {files} of {name} {hold} the column {column}, the index of the pandas DataFrame "
+        "written there ({column} is how DataFrame.to_parquet writes an unnamed index that is not 0, 1, "
+        "2, ..., unless given index=False), which {others} {lack}: it is no column of the source. "
+        "Nothing of this run was written and no file was consumed: write {them} again with "
+        "df.to_parquet(path, index=False), or move {them} out of the folder, and run again."
+    ),
     # Delta tables' change data feeds (sqlext.delta)
     "DELTA_NOT_INSTALLED": (
         "{function}: {what} the Delta table {path} needs the deltalake package, "
@@ -324,7 +331,7 @@ SQL_STATES: dict[str, str] = {
     "STREAM_SOURCE_REBUILT": "42000", "STREAM_TABLE_NOT_INCREMENTAL": "42000", "STREAM_TABLE_COLUMNS_DIFFER": "42000",
     "DELETE_OF_ABSENT_ROW": "22000", "STORAGE_ERROR": "58030", "STREAM_SOURCE_EMPTY": "42000",
     "STREAM_SOURCE_UNREADABLE": "22000", "BAD_RECORD": "22000", "SOURCE_FILE_MISSING_COLUMN": "42703",
-    "UNKNOWN_SOURCE": "42000",
+    "UNKNOWN_SOURCE": "42000", "SOURCE_FILE_PANDAS_INDEX": "42000",
     "DELTA_NOT_INSTALLED": "0A000", "DELTA_PATH_UNSUPPORTED": "0A000", "DELTA_CHANGES_UNREADABLE": "58030",
     "JDBC_TOKEN_REFUSED": "28000", "JDBC_CLIENT_UNSUPPORTED": "08001", "JDBC_NOT_SUPPORTED": "0A000",
     "JDBC_UNKNOWN_HANDLE": "HY000",

@@ -126,8 +126,15 @@ def _fits_decimal(value: Decimal, kind) -> bool:
     return len(digits.digits) + digits.exponent <= kind.precision - kind.scale  # the digits before the point
 
 
-def csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
-    """
+def header_hint(name: str) -> str:
+    """How to read the CSV files of source ``name`` with their header line, on every surface."""
+    return (f"--source-option {name}.header=true on the command line, source_options={{{name!r}: {{'header': "
+            f"'true'}}}} in Python, 'options': {{'header': 'true'}} in its settings of a dbt model's sqlext_sources")
+
+
+def csv_problem(record: str, schema, options: dict, name: str = "NAME") -> tuple[str | None, str]:
+    """What is wrong with a CSV record of source ``name`` that does not fit its columns.
+
     >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
     >>> schema = StructType([StructField("id", LongType()), StructField("balance", LongType())])
     >>> csv_problem("1,abc", schema, {})
@@ -145,7 +152,7 @@ def csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
     except (csv.Error, StopIteration) as error:
         return None, f"does not parse as CSV ({error})"
     if [f.strip().lower() for f in fields] == [c.name.lower() for c in schema.fields]:
-        return None, "is a header line (the column names); files with one are read with the reader option header=true"
+        return None, f"is a header line (the column names): read such files with their header ({header_hint(name)})"
     if len(fields) != len(schema.fields):
         return None, (f"has {len(fields)} field{'s' if len(fields) != 1 else ''}, where the source has "
                       f"{len(schema.fields)} columns ({columns_text(schema)})")

@@ -29,8 +29,8 @@ from sqlext.streaming.shapes import (
     DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope, stream_names, stream_order, stream_shape,
 )
 from sqlext.streaming.source_files import (
-    FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, condition_of, data_files, disagreement,
-    first_file, has_nanos, microseconds, named_file, schema_json,
+    FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, check_pandas_index, condition_of, data_files,
+    disagreement, first_file, has_nanos, microseconds, named_file, schema_json,
 )
 
 FUNCTION = "sqlext stream"
@@ -162,6 +162,17 @@ class Sources:
     def format_of(self, name: str) -> str:
         """The format of the files of the folder source ``name``."""
         return self.formats.get(name, self.file_format)
+
+    def headerless(self, index: int) -> str | None:
+        """The name of the query's source numbered ``index`` where it is a folder of CSV files
+        read without their header line and without declared columns, so that Spark names its
+        columns ``_c0``, ``_c1``, ...; else None."""
+        records = next((r for r in self.records if r.index == index), None)
+        if records is None or records.file_format.lower() != "csv" or records.name in self.schemas:
+            return None
+        if {k.lower(): v for k, v in records.options.items()}.get("header", "false").lower() == "true":
+            return None
+        return records.name
 
     def folder_of(self, call: exp.Anonymous) -> str | None:
         """The folder given for the name ``STREAM(name)`` reads (as the user gave it), or None."""
@@ -451,6 +462,8 @@ class Sources:
             schema = self._unread(name, folder, error)
         if schema is not None:  # a record inference could not read: no column of the source's
             schema["fields"] = [f for f in schema.get("fields", []) if f["name"] != CORRUPT]
+            if self.format_of(name).lower() == "parquet":
+                check_pandas_index(FUNCTION, name, resolve(self.spark, folder), [f["name"] for f in schema["fields"]])
         if schema is None or not schema.get("fields"):
             if missing_ok:
                 return None

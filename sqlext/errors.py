@@ -467,6 +467,15 @@ def sql_value(value) -> str:
     return str(value)
 
 
+def counted(number: int, noun: str) -> str:
+    """A count and its noun, in the plural unless the count is one.
+
+    >>> counted(1, "row"), counted(0, "row"), counted(3, "bad record")
+    ('1 row', '0 rows', '3 bad records')
+    """
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def message_text(error_class: str, function: str, **params) -> str:
     """The full message of an error, for code that must carry it as text (SQL raise_error)."""
     return str(SqlextError(error_class, function=function, **params))

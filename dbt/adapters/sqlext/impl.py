@@ -174,6 +174,7 @@ class SqlextAdapter(SparkAdapter):
         from pyspark.sql.types import StringType, StructField, StructType
 
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
+        from sqlext.errors import counted
 
         spark = spark_session(self.config.credentials.server_side_parameters)
         names = [f"c{i}" for i in range(len(types))]
@@ -181,7 +182,8 @@ class SqlextAdapter(SparkAdapter):
         with as_dbt_errors():
             frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
             frame.select(*[F.col(n).cast(t) for n, t in zip(names, types)]).write.insertInto(table)
-        return f"-- {len(rows)} rows appended to {table} by sqlext (one DataFrame, values cast to {', '.join(types)})"
+        return f"-- {counted(len(rows), 'row')} appended to {table} by sqlext (one DataFrame, values cast to " \
+               f"{', '.join(types)})"
 
     @available
     def sqlext_reads_streams(self, sql: str) -> bool:
@@ -199,6 +201,7 @@ class SqlextAdapter(SparkAdapter):
         whose upstream incremental model was rebuilt since its last run is refused by the run
         itself (``[STREAM_SOURCE_REBUILT]``: :func:`sqlext.streaming.checkpoint.check_source_build`)."""
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
+        from sqlext.errors import counted
         from sqlext.streaming import run_into_table
 
         with as_dbt_errors():
@@ -207,7 +210,7 @@ class SqlextAdapter(SparkAdapter):
             quarantined = run_into_table(spark, sql, table, full_refresh=full_refresh, **settings)
         said = "incremental run" if not full_refresh else "full refresh"
         if quarantined:
-            said += f"; quarantined {quarantined} bad record{'' if quarantined == 1 else 's'}"
+            said += f"; quarantined {counted(quarantined, 'bad record')}"
         return f"OK ({said})"
 
     @available

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlext.cli.files import parsed, report
 from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
+from sqlext.errors import surfaced
 from sqlext.runner import debug_traceback, report_line
 from sqlext.server_state import running_server
 from sqlext.server.streams import stop_queries
@@ -172,6 +173,7 @@ def prepare(args):
 STOPPED = "-- stopped (Ctrl-C); what the run committed is kept, and the next run goes on from the checkpoint"
 
 
+@surfaced("sqlext stream")  # its errors name the command, not the Python functions it calls
 def _status(spark, args, prepared, stopping: threading.Event) -> int:
     """Carry out the run; its exit status (130 where it was stopped before it ended)."""
     statement, options = prepared

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sqlext.errors import SqlextError, find_in
+from sqlext.errors import SqlextError, current_surface, find_in, surface, surfaced
 from sqlext.storage import resolve
 from sqlext.streaming.bad_records import Door, Quarantine
 from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
@@ -21,6 +21,11 @@ from sqlext.streaming.sources import Sources
 OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
 
 
+# what the Python functions of incremental runs are called as, at the start of their errors
+STREAM_FUNCTION = "sqlext.stream"
+
+
+@surfaced(STREAM_FUNCTION)
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
            source_format: str | Mapping[str, str] = "parquet", query_name: str | None = None,
@@ -121,6 +126,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
         sources.restore()  # the query keeps the settings it started with
 
 
+@surfaced("sqlext.streaming.run_available_now")
 def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
     classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
@@ -150,6 +156,7 @@ class RunningQuery:
 
     def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None):
         self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
+        self._surface = current_surface(STREAM_FUNCTION)  # what its errors are named by: what started it
         self._earlier = None if run is None else run.last  # a run function serves every run of its statement
 
     @property
@@ -185,6 +192,10 @@ class RunningQuery:
         return batch is None or forget_parts(self._checkpoint / STATE_FOLDER, batch)
 
     def _classed(self, call):
+        with surface(self._surface):
+            return self._classed_error(call)
+
+    def _classed_error(self, call):
         try:
             return call()
         except Exception as error:
@@ -208,6 +219,7 @@ def jobs_of(spark, query) -> list[int]:
     return list(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
 
 
+@surfaced("sqlext.streaming.streaming_frame")
 def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None,
                     source_format: str | Mapping[str, str] = "parquet",
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,

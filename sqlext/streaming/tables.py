@@ -9,7 +9,7 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, surfaced
 from sqlext.language.dialect import to_sql
 from sqlext.session import ensure_installed
 from sqlext.storage import resolve
@@ -24,6 +24,7 @@ from sqlext.streaming.summary import committed_batches
 CHECKPOINT_FOLDER = "_sqlext_checkpoint"
 
 
+@surfaced("sqlext.streaming.run_into_table")
 def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
                    sources: Mapping[str, str] | None = None, source_format: str | Mapping[str, str] = "parquet",
                    schemas: Mapping[str, str] | None = None,

@@ -68,6 +68,21 @@ def test_a_config_of_another_shape_is_a_classed_error(config, said):
         settings(config)
 
 
+def test_an_incremental_runs_errors_name_what_the_user_ran(spark, tmp_path):
+    # the engine's errors had said "sqlext stream" from dbt and from Python too
+    from dbt.adapters.sqlext.session import as_dbt_errors
+    from dbt_common.exceptions import DbtRuntimeError
+    from sqlext.streaming import run_into_table
+
+    missing = settings({"customers": {"path": str(tmp_path / "missing"), "format": "json"}})
+    with pytest.raises(DbtRuntimeError) as raised, as_dbt_errors():
+        run_into_table(spark, SQL, "never_built", **missing)
+    assert str(raised.value.msg).startswith("[STREAM_SOURCE_EMPTY] sqlext dbt: "), raised.value
+    with pytest.raises(SqlextError) as raised:
+        run_into_table(spark, SQL, "never_built", **missing)
+    assert str(raised.value).startswith("[STREAM_SOURCE_EMPTY] sqlext.streaming.run_into_table: ")
+
+
 # -- the project, run by dbt
 
 def event(key: int, name: str, lsn: int) -> str:
@@ -128,7 +143,7 @@ def test_models_over_folders_run_by_run_strict_quarantined_and_with_reader_optio
                                         "accounts_csv": "success"}, done.stdout[-4000:]
     said = messages(second)
     assert said["customers_quarantined"] == "OK (incremental run)"
-    assert "[BAD_RECORD] sqlext stream: customers: line 2 of file:" in said["customers_strict"]
+    assert "[BAD_RECORD] sqlext dbt: customers: line 2 of file:" in said["customers_strict"]
     assert "customers_strict/part-2.json" in said["customers_strict"]
     assert "'bad_records': 'quarantine'" in said["customers_strict"]  # the fix, in dbt's words too
 

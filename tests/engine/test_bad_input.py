@@ -79,9 +79,11 @@ def test_reader_options_go_with_their_source_and_a_header_line_says_so(spark, tm
                    checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
     error = refused(lambda: run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";"}}, **options))
     assert error.error_class == "BAD_RECORD" and "header line" in str(error)
-    # the refusal names the option that reads the header, as each surface spells it
+    # the refusal names the option that reads the header, as each surface spells it, and the
+    # function the user called (not the command's name)
     assert "--source-option accounts.header=true" in str(error)
     assert "source_options={'accounts': {'header': 'true'}}" in str(error)
+    assert str(error).startswith("[BAD_RECORD] sqlext.streaming.run_available_now: ")
     # without declared columns, Spark names the fields _c0, _c1, ...: the way out is the header,
     # not another key => ...
     undeclared = {k: v for k, v in options.items() if k != "schemas"}
@@ -160,12 +162,13 @@ def test_a_misspelt_source_name_is_refused(spark, tmp_path):
                                               checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
     assert error.error_class == "UNKNOWN_SOURCE" and "acounts" in str(error) and "STREAM(accounts)" in str(error)
     # a setting of a name no source has: the sources there are, and the close one (it had been
-    # an INVALID_ARGUMENT_TYPE about source options)
+    # an INVALID_ARGUMENT_TYPE about source options); named by sqlext.stream, the function called
     for setting in ({"source_options": {"accounts": {"header": "true"}}}, {"source_format": {"accounts": "csv"}},
                     {"schemas": {"accounts": ACCOUNTS}}, {"bad_records": {"accounts": "quarantine"}}):
         error = refused(lambda: stream(spark, FILTER, sources={"acounts": str(changes)}, **setting,
                                        checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
         assert error.error_class == "UNKNOWN_SOURCE", error
+        assert str(error).startswith("[UNKNOWN_SOURCE] sqlext.stream: ")
         assert "names accounts, but no source is called accounts: the sources are acounts (did you mean acounts?)" \
             in str(error)
     # a folder beside those of every stream the statement reads is left alone (a shared mapping)

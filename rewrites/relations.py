@@ -44,6 +44,9 @@ class MappingRelations:
         }
 
     def columns(self, query: str, relation: exp.Expression) -> list[str] | None:
+        if isinstance(relation, exp.Values):  # VALUES (...) AS t(a, b) names its columns
+            alias = relation.args.get("alias")
+            return [c.name for c in alias.columns] if alias is not None and alias.columns else None
         if isinstance(relation, exp.Table):
             for name in (relation.sql().lower(), relation.name.lower()):
                 if name in self._tables:
@@ -85,6 +88,8 @@ class MappingRelations:
             column = inner.name.lower()
         elif not any(isinstance(s, exp.Star) for s in query.selects):
             return None
+        if isinstance(source, exp.Values):  # literals: no described table's types
+            return None
         if isinstance(source, exp.Subquery):
             return self._column_type(source.this, column, ctes)
         name = source.name.lower()
@@ -104,7 +109,7 @@ def _single_source(query: exp.Query) -> exp.Expression | None:
         return None
     from_ = query.args.get("from_")
     source = from_.this if from_ is not None else None
-    return source if isinstance(source, (exp.Table, exp.Subquery)) and not isinstance(
+    return source if isinstance(source, (exp.Table, exp.Subquery, exp.Values)) and not isinstance(
         source.this, (exp.Anonymous, exp.Func)) else None
 
 

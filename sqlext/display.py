@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from sqlext.errors import counted
+
 
 def format_value(value: Any) -> str:
     if value is None:
@@ -27,6 +29,6 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], truncate
     out = [rule, line(list(columns)), rule]
     out.extend(line(row) for row in cells)
     out.append(rule)
-    count = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
+    count = counted(len(rows), "row")
     out.append(f"({count} shown; more not shown)" if truncated else f"({count})")
     return "\n".join(out)

@@ -10,7 +10,10 @@ fix it. Tests assert the error class, never the wording.
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
+from contextlib import contextmanager
 
 MESSAGES: dict[str, str] = {
     # arguments of a table function call
@@ -249,8 +252,14 @@ MESSAGES: dict[str, str] = {
         "write the file again with the column, or move it out of the folder, and run again."
     ),
     "UNKNOWN_SOURCE": (
-        "{function}: {option} names {name}, but the statement reads no STREAM({name}); it reads {read}. "
-        "Check the spelling of the name in {option} and in the statement."
+        "{function}: {option} names {name}, {problem}. Check the spelling of the name in {option} and in {other}."
+    ),
+    "SOURCE_FILE_PANDAS_INDEX": (
+        "{function}: {files} of {name} {hold} the column {column}, the index of the pandas DataFrame "
+        "written there ({column} is how DataFrame.to_parquet writes an unnamed index that is not 0, 1, "
+        "2, ..., unless given index=False), which {others} {lack}: it is no column of the source. "
+        "Nothing of this run was written and no file was consumed: write {them} again with "
+        "df.to_parquet(path, index=False), or move {them} out of the folder, and run again."
     ),
     # Delta tables' change data feeds (sqlext.delta)
     "DELTA_NOT_INSTALLED": (
@@ -331,7 +340,7 @@ SQL_STATES: dict[str, str] = {
     "STREAM_SOURCE_REBUILT": "42000", "STREAM_TABLE_NOT_INCREMENTAL": "42000", "STREAM_TABLE_COLUMNS_DIFFER": "42000",
     "DELETE_OF_ABSENT_ROW": "22000", "STORAGE_ERROR": "58030", "STREAM_SOURCE_EMPTY": "42000",
     "STREAM_SOURCE_UNREADABLE": "22000", "BAD_RECORD": "22000", "SOURCE_FILE_MISSING_COLUMN": "42703",
-    "UNKNOWN_SOURCE": "42000",
+    "UNKNOWN_SOURCE": "42000", "SOURCE_FILE_PANDAS_INDEX": "42000",
     "DELTA_NOT_INSTALLED": "0A000", "DELTA_PATH_UNSUPPORTED": "0A000", "DELTA_CHANGES_UNREADABLE": "58030",
     "JDBC_TOKEN_REFUSED": "28000", "JDBC_CLIENT_UNSUPPORTED": "08001", "JDBC_NOT_SUPPORTED": "0A000",
     "JDBC_UNKNOWN_HANDLE": "HY000",
@@ -355,8 +364,10 @@ NANOS_FIX = ("Its timestamps are in nanoseconds, which this session cannot read.
              "pandas, pq.write_table(table, path, coerce_timestamps='us', allow_truncated_timestamps=True) "
              "in pyarrow.")
 
-# How a sqlext message starts, wherever it travels (inside a Spark or Python worker error).
-_MESSAGE_START = re.compile(r"\[(?P<cls>[A-Z][A-Z0-9_]+)\] (?P<function>[A-Z][A-Z_]+|sqlext [a-z]+): ")
+# How a sqlext message starts, wherever it travels (inside a Spark or Python worker error):
+# a function (FK_JOIN), a command (sqlext stream) or a Python function (sqlext.stream)
+_MESSAGE_START = re.compile(
+    r"\[(?P<cls>[A-Z][A-Z0-9_]+)\] (?P<function>[A-Z][A-Z_]+|sqlext [a-z]+|sqlext(?:\.[a-z_]+)+): ")
 
 
 class SqlextError(Exception):
@@ -377,6 +388,65 @@ class SqlextError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+
+# what the incremental engine's errors name as raised inside it; :func:`surface` puts in its
+# place the name of what the user called (a command, a Python function, the dbt adapter)
+ENGINE = "sqlext stream"
+_SURFACE = threading.local()
+
+
+@contextmanager
+def surface(function: str, engine: str = ENGINE):
+    """Run the block as ``function`` (``sqlext.stream``, ``sqlext dbt``), what the user called:
+    an error raised in it that names ``engine`` (the incremental engine's modules are shared by
+    every surface) names ``function`` instead, so a message starts with the name the user knows.
+    Where surfaces nest (the command line calls the Python functions), the outermost names it.
+
+    >>> with surface("sqlext dbt"):
+    ...     with surface("sqlext.streaming.run_into_table"):
+    ...         raise SqlextError("UNSUPPORTED_STREAM", function=ENGINE, what="x", reason="y", fix="Z.")
+    Traceback (most recent call last):
+    sqlext.errors.SqlextError: [UNSUPPORTED_STREAM] sqlext dbt: x cannot run incrementally: y. Z.
+    """
+    if getattr(_SURFACE, "name", None) is not None:  # an outer surface names the errors
+        yield
+        return
+    _SURFACE.name = function
+    try:
+        yield
+    except SqlextError as error:
+        renamed(error, function, engine)
+        raise
+    finally:
+        _SURFACE.name = None
+
+
+def surfaced(function: str):
+    """A decorator: the function runs as the surface ``function`` (:func:`surface`)."""
+    def wrap(body):
+        @functools.wraps(body)
+        def run(*args, **kwargs):
+            with surface(function):
+                return body(*args, **kwargs)
+        return run
+    return wrap
+
+
+def current_surface(default: str) -> str:
+    """The name of the surface the current block runs as (:func:`surface`), else ``default``."""
+    return getattr(_SURFACE, "name", None) or default
+
+
+def renamed(error: SqlextError, function: str, engine: str = ENGINE) -> SqlextError:
+    """``error``, where it names ``engine`` as what raised it, naming ``function`` instead (the
+    same object, whatever its class: a Spark class it is also an instance of stays)."""
+    prefix = f"[{error.error_class}] {engine}: "
+    text = Exception.__str__(error)
+    if error.function == engine and text.startswith(prefix):
+        error.args = (f"[{error.error_class}] {function}: {text[len(prefix):]}", *error.args[1:])
+        error.function = function
+    return error
 
 
 class SqlextSparkError(SqlextError):
@@ -465,6 +535,15 @@ def sql_value(value) -> str:
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     return str(value)
+
+
+def counted(number: int, noun: str) -> str:
+    """A count and its noun, in the plural unless the count is one.
+
+    >>> counted(1, "row"), counted(0, "row"), counted(3, "bad record")
+    ('1 row', '0 rows', '3 bad records')
+    """
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def message_text(error_class: str, function: str, **params) -> str:

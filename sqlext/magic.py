@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlext.api import explain
 from sqlext.display import format_table, format_value
+from sqlext.errors import counted
 from sqlext.language.dialect import parse_one, to_sql
 from sqlext.runner import run_and_fetch
 from sqlext.session import ensure_installed, local_session
@@ -46,7 +47,7 @@ class Result:
             "<tr>" + "".join(f"<td>{html.escape(format_value(v))}</td>" for v in row) + "</tr>"
             for row in self.rows)
         note = " (more not shown)" if self.truncated else ""
-        count = f"{len(self.rows)} row{'s' if len(self.rows) != 1 else ''}{note}"
+        count = f"{counted(len(self.rows), 'row')}{note}"
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{count}</p>"
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from sqlext.command_session import command_session
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, counted
 from sqlext.runner import error_message, run_statement
 from sqlext.session import ensure_installed
 from sqlext.session_options import REMOTE_ENV, SessionOptions, set_command_options
@@ -294,7 +294,7 @@ def build(spark, directory: Path, warehouse: Path | str = DEFAULT_WAREHOUSE, sel
                 continue
         seconds = time.perf_counter() - started
         results.append(ModelResult(name, "OK", model.materialized, seconds, rows))
-        out(_status_line(prefix, f"OK {model.materialized} model {name}", f"{rows} rows in {seconds:.2f}s"))
+        out(_status_line(prefix, f"OK {model.materialized} model {name}", f"{counted(rows, 'row')} in {seconds:.2f}s"))
     counts = {s: sum(r.status == s for r in results) for s in ("OK", "ERROR", "SKIP")}
     out(f"Done in {time.perf_counter() - started_all:.2f}s: "
         f"OK={counts['OK']} ERROR={counts['ERROR']} SKIP={counts['SKIP']}")

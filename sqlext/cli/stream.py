@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlext.cli.files import parsed, report
 from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
+from sqlext.errors import surfaced
 from sqlext.runner import debug_traceback, report_line
 from sqlext.server_state import running_server
 from sqlext.server.streams import stop_queries
@@ -48,7 +49,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--source-schema", action="append", default=[], metavar="NAME=COLUMNS",
                         help="the columns of STREAM(NAME)'s files ('id BIGINT, v STRING'), so a run can start before "
                              "the folder holds a file; repeatable")
-    parser.add_argument("--source-format", default="parquet", metavar="FORMAT", help="format of the change files")
+    parser.add_argument("--source-format", action="append", default=[], metavar="[NAME=]FORMAT",
+                        help="format of the change files (parquet, the default, json, csv, ...): FORMAT for every "
+                             "source, NAME=FORMAT for STREAM(NAME)'s; repeatable")
     parser.add_argument("--source-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                         help="an option of Spark's reader of STREAM(NAME)'s files (accounts.header=true, "
                              "accounts.delimiter=';'); repeatable")
@@ -157,13 +160,15 @@ def prepare(args):
     bad_records = _pairs(args.bad_records, "--bad-records", "NAME=MODE")
     evolution = _pairs(args.schema_evolution, "--schema-evolution", "NAME=MODE")
     reader_options = _pairs(args.source_option, "--source-option", "NAME.KEY=VALUE", dotted=True)
-    if sources is None or schemas is None or bad_records is None or reader_options is None or evolution is None:
+    source_format = _formats(args.source_format, sources)
+    if sources is None or schemas is None or bad_records is None or reader_options is None or evolution is None \
+            or source_format is None:
         return 2
     source_options: dict = {}
     for (name, key), value in reader_options.items():
         source_options.setdefault(name, {})[key] = value
     options = dict(checkpoint=args.checkpoint, output=args.output, sources=sources, schemas=schemas,
-                   source_format=args.source_format, output_format=args.output_format,
+                   source_format=source_format, output_format=args.output_format,
                    source_options=source_options, bad_records=bad_records, schema_evolution=evolution,
                    full_refresh=args.full_refresh)
     return statements[0], options
@@ -172,6 +177,7 @@ def prepare(args):
 STOPPED = "-- stopped (Ctrl-C); what the run committed is kept, and the next run goes on from the checkpoint"
 
 
+@surfaced("sqlext stream")  # its errors name the command, not the Python functions it calls
 def _status(spark, args, prepared, stopping: threading.Event) -> int:
     """Carry out the run; its exit status (130 where it was stopped before it ended)."""
     statement, options = prepared
@@ -227,6 +233,23 @@ def end_spark(spark) -> None:
             process.wait(20)
         except Exception:  # noqa: BLE001 - it would not end: end it
             process.kill()
+
+
+def _formats(items: list[str], sources: dict | None):
+    """``--source-format``: a bare FORMAT is every source's (Parquet without one), NAME=FORMAT
+    one source's. One format for all, or a format by name for every source (and for the names
+    given that no source has: the run refuses those); None (after saying why) where two bare
+    formats are given, or an item is of neither shape."""
+    shared = list(dict.fromkeys(item for item in items if "=" not in item))
+    named = _pairs([item for item in items if "=" in item], "--source-format", "NAME=FORMAT or FORMAT")
+    if len(shared) > 1:
+        print(f"sqlext stream: --source-format gives {' and '.join(shared)} for every source; give one FORMAT for "
+              "every source, and NAME=FORMAT for each source of another", file=sys.stderr)
+        return None
+    if named is None:
+        return None
+    default = shared[0] if shared else "parquet"
+    return {**{name: default for name in sources or {}}, **named} if named else default
 
 
 def _pairs(items: list[str], option: str, shape: str, dotted: bool = False) -> dict | None:

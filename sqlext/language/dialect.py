@@ -6,6 +6,7 @@ Two constructs are added, each as a real expression node so rules can match them
 
       f(input => TABLE(t) PARTITION BY k ORDER BY ts, x => 'y')
       f(TABLE(SELECT ...) WITH SINGLE PARTITION)
+      f(TABLE(VALUES (1, 'a') AS t(id, name)))
 
   parsed into :class:`TableArgument` (Spark's grammar: several partition or sort expressions
   must be parenthesised, ``PARTITION BY (a, b)``), and
@@ -69,6 +70,13 @@ class SparkExt(Spark):
             self._advance(2)  # TABLE (
             if self._curr.token_type in self.SUBQUERY_TOKENS or self._curr.token_type == TokenType.WITH:
                 relation = self._parse_statement()
+            elif self._curr.token_type == TokenType.VALUES:
+                # Spark's TABLE(VALUES (1, 2) AS t(a, b)): the inline table is a query there, as
+                # in a CTE's body. Read it as the query it means, SELECT * FROM VALUES ..., so
+                # every rule sees the one form of a query argument
+                relation = self._parse_statement()
+                if isinstance(relation, exp.Values):
+                    relation = self._values_to_select(relation)
             else:
                 relation = self._parse_table_parts()
             self._match_r_paren()

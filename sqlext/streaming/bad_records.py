@@ -37,6 +37,7 @@ from sqlext.storage import Folder, resolve
 from sqlext.streaming.batches import batch_entries, batch_files
 from sqlext.streaming.record_problems import Lines, columns_text, csv_problem, json_problem
 from sqlext.streaming.run import arrow_schema
+from sqlext.streaming.source_files import PANDAS_INDEX, pandas_index_error
 
 FUNCTION = "sqlext stream"
 CORRUPT = "__sx_bad_record"  # the column Spark's JSON and CSV readers put a record they cannot read in
@@ -186,7 +187,7 @@ class SourceRecords:
         as a whole is wrong) and the words for it."""
         if self.file_format.lower() == "json":
             return json_problem(record, self.schema)
-        return csv_problem(record, self.schema, self.options)
+        return csv_problem(record, self.schema, self.options, self.name)
 
 
 def unknown_change_type(column: str):
@@ -390,10 +391,16 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
         partitions = _partition_columns(source.folder, file)  # in the file's path, not in the file
         missing = [f.name for f in want if f.name.lower() not in names and f.name.lower() not in partitions
                    and f.name.lower() not in source.optional]
+        wanted = {f.name.lower() for f in want}
+        for column in [n for n in have.names if n.lower() not in wanted and PANDAS_INDEX.fullmatch(n)]:
+            raise pandas_index_error(FUNCTION, source.name, column, [file.uri], [])
+        for column in [n for n in missing if PANDAS_INDEX.fullmatch(n)]:  # a file of the batch holds it
+            holders = [f.uri for f in files if f is not file and _holds(f, column)]
+            if holders:
+                raise pandas_index_error(FUNCTION, source.name, column, holders, [file.uri])
         if missing:
             raise SqlextError("SOURCE_FILE_MISSING_COLUMN", function=FUNCTION, file=file.uri, name=source.name,
                               column=", ".join(missing), have=", ".join(have.names))
-        wanted = {f.name.lower() for f in want}
         changes = [f"{n} was added, in {file.uri}" for n in have.names if n.lower() not in wanted]
         for column in want:
             if column.name.lower() not in names:
@@ -403,6 +410,13 @@ def check_parquet_files(source: SourceRecords, files: list[Folder]) -> None:
                 changes.append(f"{column.name} is {found} in {file.uri}, not {column.type}")
         if changes:
             raise SqlextError("STREAM_SCHEMA_CHANGED", function=FUNCTION, name=source.name, change="; ".join(changes))
+
+
+def _holds(file: Folder, column: str) -> bool:
+    try:
+        return column in file.parquet_schema().names
+    except Exception:  # noqa: BLE001 - a file Arrow cannot read is refused as it is met
+        return False
 
 
 def _partition_columns(folder: Folder | None, file: Folder) -> set[str]:

@@ -8,6 +8,7 @@ without running it (a catalog table is made with them)."""
 from __future__ import annotations
 
 import itertools
+import re
 from contextlib import ExitStack
 
 from sqlglot import exp
@@ -30,6 +31,7 @@ from sqlext.streaming.bind import (
 )
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER, LAYOUT_FILE
 from sqlext.streaming.recent import Recent
+from sqlext.streaming.record_problems import header_hint
 from sqlext.streaming.registry import build_operator, keyed_call
 from sqlext.streaming.run import arrow_schema, outer_over, spark_schema
 from sqlext.streaming.shapes import change_rows_frame, DELTA_SHAPE, as_change_rows, stream_order, stream_shape
@@ -207,9 +209,32 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             inputs[name] = Input(name, upstream.output_arrow, spark_schema(upstream.output_arrow), upstream=upstream)
         else:
             refuse_table_input(keyed.name, name, argument)
-    operator = build_operator(keyed, spark, table.copy(), call.literals, inputs, folder, buckets, feed)
+    try:
+        operator = build_operator(keyed, spark, table.copy(), call.literals, inputs, folder, buckets, feed)
+    except SqlextError as error:
+        raise _headerless(error, inputs, sources) from None
     operators.append(operator)
     return operator
+
+
+_SPARK_CSV_NAME = re.compile(r"_c\d+")
+
+
+def _headerless(error: SqlextError, inputs: dict, sources: "Sources") -> SqlextError:
+    """A call's column missing from an input whose columns are ``_c0``, ``_c1``, ...: the names
+    Spark gives the fields of a CSV file read without its header line. Where that input is such
+    a folder, the fix is its header, not another argument."""
+    given = inputs.get(error.params.get("side")) if error.error_class == "CHANGELOG_MISSING_COLUMN" else None
+    columns = error.params.get("columns") or []
+    if given is None or given.source is None or not all(_SPARK_CSV_NAME.fullmatch(str(c)) for c in columns):
+        return error
+    name = sources.headerless(given.source)
+    if name is None:
+        return error
+    fix = (f"Those are the names Spark gives the fields of a CSV file read without its header line: read the files "
+           f"of {name} with their header ({header_hint(name)}), or declare their columns (--source-schema "
+           f"{name}='id BIGINT, ...', schemas= in Python).")
+    return SqlextError(error.error_class, function=error.function, **{**error.params, "fix": fix})
 
 
 def _as_change_rows(spark, root: exp.Table, numbered: list, frames: list) -> frozenset:

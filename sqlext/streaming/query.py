@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sqlext.errors import SqlextError, find_in
+from sqlext.errors import SqlextError, current_surface, find_in, surface, surfaced
 from sqlext.storage import resolve
 from sqlext.streaming.bad_records import Door, Quarantine
 from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
@@ -22,9 +22,14 @@ from sqlext.streaming.sources import Sources
 OUTPUT_IN_CHECKPOINT = "sqlext-output"  # streaming_frame's output folder when it is given none
 
 
+# what the Python functions of incremental runs are called as, at the start of their errors
+STREAM_FUNCTION = "sqlext.stream"
+
+
+@surfaced(STREAM_FUNCTION)
 def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigger: str = "available_now",
            output_format: str = "parquet", sources: Mapping[str, str] | None = None,
-           source_format: str = "parquet", query_name: str | None = None,
+           source_format: str | Mapping[str, str] = "parquet", query_name: str | None = None,
            schemas: Mapping[str, str] | None = None, start_over: str = START_OVER,
            source_options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
            schema_evolution: Mapping[str, str] | None = None, full_refresh: bool = False):
@@ -32,6 +37,12 @@ def stream(spark, sql: str, *, checkpoint: str, output: str | None = None, trigg
     ``output_format``) with its progress and state in ``checkpoint``; returns the
     ``StreamingQuery``. ``trigger`` is ``"available_now"`` (what arrived since the last run,
     then stop) or a processing-time interval such as ``"10 seconds"`` (keep running).
+
+    ``sources`` maps a name ``STREAM(name)`` reads to a folder of change files (or a Delta
+    table's folder), whose files are in ``source_format``: one format for every folder
+    (``"json"``), or one per name (``{"orders": "json", "customers": "parquet"}``; a folder
+    it leaves out holds Parquet files), so that one statement joins a JSON topic to a Parquet
+    folder.
 
     The functions keep their state as Parquet layers in the checkpoint
     (:mod:`sqlext.streaming.engine`). A statement whose functions keep no state
@@ -122,6 +133,7 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
         sources.restore()  # the query keeps the settings it started with
 
 
+@surfaced("sqlext.streaming.run_available_now")
 def run_available_now(spark, sql: str, **options):
     """One incremental run: start with ``availableNow``, wait for it, and raise its error as a
     classed :class:`SqlextError` where it is one (else Spark's own); returns the finished query."""
@@ -148,6 +160,7 @@ class RunningQuery:
     def __init__(self, query, checkpoint, sources: "Sources | None" = None, run=None, before: Before | None = None):
         self._query, self._checkpoint, self._sources, self._run = query, checkpoint, sources, run
         self.before = before  # what the checkpoint and output held before the run claimed them
+        self._surface = current_surface(STREAM_FUNCTION)  # what its errors are named by: what started it
         self._earlier = None if run is None else run.last  # a run function serves every run of its statement
 
     @property
@@ -183,6 +196,10 @@ class RunningQuery:
         return batch is None or forget_parts(self._checkpoint / STATE_FOLDER, batch)
 
     def _classed(self, call):
+        with surface(self._surface):
+            return self._classed_error(call)
+
+    def _classed_error(self, call):
         try:
             return call()
         except Exception as error:
@@ -206,7 +223,9 @@ def jobs_of(spark, query) -> list[int]:
     return list(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
 
 
-def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+@surfaced("sqlext.streaming.streaming_frame")
+def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None,
+                    source_format: str | Mapping[str, str] = "parquet",
                     checkpoint: str | None = None, schemas: Mapping[str, str] | None = None,
                     output: str | None = None, trigger: str = "available_now", query_name: str | None = None,
                     source_options: Mapping[str, Mapping[str, str]] | None = None,
@@ -227,7 +246,8 @@ def streaming_frame(spark, sql: str, sources: Mapping[str, str] | None = None, s
 
     With ``checkpoint``, the columns of every source are compared with those of the checkpoint's
     first run (a change is ``[STREAM_SCHEMA_CHANGED]``) and recorded on the first run.
-    ``source_options``, ``bad_records``, ``schema_evolution`` and ``full_refresh`` are :func:`stream`'s."""
+    ``source_format``, ``source_options``, ``bad_records``, ``schema_evolution`` and ``full_refresh`` are
+    :func:`stream`'s."""
     tree = one_statement(sql)
     if stateless(tree):
         folder = None if checkpoint is None else resolve(spark, checkpoint)

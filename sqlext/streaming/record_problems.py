@@ -10,7 +10,7 @@ import csv
 import json
 from decimal import Decimal, InvalidOperation
 
-from sqlext.errors import SqlextError, sql_value
+from sqlext.errors import SqlextError, counted, sql_value
 from sqlext.storage import resolve
 
 
@@ -51,6 +51,8 @@ def json_problem(record: str, schema) -> tuple[str | None, str]:
     >>> schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
     >>> json_problem('{"id": 1, "name": "Ada"', schema)
     (None, "does not parse as JSON (Expecting ',' delimiter at character 23)")
+    >>> json_problem('{"id": 1, "name": "Ada', schema)
+    (None, 'does not parse as JSON (Unterminated string starting at character 18)')
     >>> json_problem('{"id": "one", "name": "Ada"}', schema)
     ('id', "has 'one' in column id, which is not a BIGINT")
     """
@@ -59,7 +61,11 @@ def json_problem(record: str, schema) -> tuple[str | None, str]:
     except ValueError as error:
         reason = getattr(error, "msg", str(error))
         position = getattr(error, "pos", None)
-        return None, f"does not parse as JSON ({reason}" + (f" at character {position})" if position is not None else ")")
+        if position is None:
+            return None, f"does not parse as JSON ({reason})"
+        # Python's words may end in "at" already ("Unterminated string starting at")
+        at = " character" if reason.endswith(" at") else " at character"
+        return None, f"does not parse as JSON ({reason}{at} {position})"
     if not isinstance(value, dict):
         return None, f"is a JSON {type(value).__name__}, not an object of the columns"
     found = _json_misfit(value, schema, "")
@@ -126,14 +132,23 @@ def _fits_decimal(value: Decimal, kind) -> bool:
     return len(digits.digits) + digits.exponent <= kind.precision - kind.scale  # the digits before the point
 
 
-def csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
-    """
+def header_hint(name: str) -> str:
+    """How to read the CSV files of source ``name`` with their header line, on every surface."""
+    return (f"--source-option {name}.header=true on the command line, source_options={{{name!r}: {{'header': "
+            f"'true'}}}} in Python, 'options': {{'header': 'true'}} in its settings of a dbt model's sqlext_sources")
+
+
+def csv_problem(record: str, schema, options: dict, name: str = "NAME") -> tuple[str | None, str]:
+    """What is wrong with a CSV record of source ``name`` that does not fit its columns.
+
     >>> from pyspark.sql.types import StructType, StructField, LongType, StringType
     >>> schema = StructType([StructField("id", LongType()), StructField("balance", LongType())])
     >>> csv_problem("1,abc", schema, {})
     ('balance', "has 'abc' in column balance, which is not a BIGINT")
     >>> csv_problem("1,2,3", schema, {})
     (None, 'has 3 fields, where the source has 2 columns (id BIGINT, balance BIGINT)')
+    >>> csv_problem("1,2", StructType(schema.fields[:1]), {})[1]
+    'has 2 fields, where the source has 1 column (id BIGINT)'
     """
     lowered = {k.lower(): v for k, v in options.items()}
     delimiter = lowered.get("sep", lowered.get("delimiter", ","))
@@ -145,10 +160,10 @@ def csv_problem(record: str, schema, options: dict) -> tuple[str | None, str]:
     except (csv.Error, StopIteration) as error:
         return None, f"does not parse as CSV ({error})"
     if [f.strip().lower() for f in fields] == [c.name.lower() for c in schema.fields]:
-        return None, "is a header line (the column names); files with one are read with the reader option header=true"
+        return None, f"is a header line (the column names): read such files with their header ({header_hint(name)})"
     if len(fields) != len(schema.fields):
-        return None, (f"has {len(fields)} field{'s' if len(fields) != 1 else ''}, where the source has "
-                      f"{len(schema.fields)} columns ({columns_text(schema)})")
+        return None, (f"has {counted(len(fields), 'field')}, where the source has "
+                      f"{counted(len(schema.fields), 'column')} ({columns_text(schema)})")
     for column, text in zip(schema.fields, fields):
         if text == null or text == "":
             continue

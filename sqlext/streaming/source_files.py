@@ -129,6 +129,49 @@ def has_nanos(schema) -> bool:
     return any(nanos(field.type) for field in schema)
 
 
+# how pandas' DataFrame.to_parquet writes an unnamed index that is not a plain 0, 1, 2, ... range
+# (after a filter or a concat) unless given index=False: a column of row labels, no data of the
+# source. It is refused where the folder's files disagree on it, naming the files that hold it,
+# and read as a column where every file holds it, as Spark's batch reader of the folder reads it.
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
+def pandas_index_error(function: str, name: str, column: str, holders: list[str],
+                       others: list[str]) -> SqlextError:
+    """``[SOURCE_FILE_PANDAS_INDEX]``: the files ``holders`` of source ``name`` hold pandas'
+    index ``column``, which the files ``others`` do not (none: the source's columns, as earlier
+    files gave them, do not)."""
+    def listed(files: list[str]) -> str:
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        return ("the file " if len(files) == 1 else "the files ") + shown
+
+    one = len(holders) == 1
+    return SqlextError("SOURCE_FILE_PANDAS_INDEX", function=function, name=name, column=column,
+                       files=listed(holders), hold="holds" if one else "hold",
+                       others=listed(others) if others else "the source's other files",
+                       lack="lacks" if len(others) == 1 else "lack", them="it" if one else "them")
+
+
+def check_pandas_index(function: str, name: str, folder: Folder, columns: list[str]) -> None:
+    """Refuse a Parquet folder some of whose files hold pandas' index as a column
+    (:data:`PANDAS_INDEX`, among ``columns``, the folder's merged columns) and some do not.
+    The footers are read only where the columns hold one."""
+    wanted = [c for c in columns if PANDAS_INDEX.fullmatch(c)]
+    if not wanted:
+        return
+    footers = []
+    for file in data_files(folder):
+        try:
+            footers.append((file.uri, set(file.parquet_schema().names)))
+        except Exception:  # noqa: BLE001 - Arrow cannot read it: Spark's reading of it says why
+            continue
+    for column in wanted:
+        holders = [uri for uri, names in footers if column in names]
+        others = [uri for uri, names in footers if column not in names]
+        if holders and others:
+            raise pandas_index_error(function, name, column, holders, others)
+
+
 FILE_COLUMNS_FILE = "sqlext-source-files.json"
 
 

@@ -29,18 +29,20 @@ from sqlext.streaming.shapes import (
     DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope, stream_names, stream_order, stream_shape,
 )
 from sqlext.streaming.source_files import (
-    FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, condition_of, data_files, disagreement,
-    first_file, has_nanos, microseconds, named_file, schema_json,
+    FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, check_pandas_index, condition_of, data_files,
+    disagreement, first_file, has_nanos, microseconds, named_file, schema_json,
 )
 
 FUNCTION = "sqlext stream"
+DEFAULT_FORMAT = "parquet"  # of a folder's files, where the run is given none
 # formats whose files hold no column types (Spark infers them, as BIGINT for any JSON number)
 TEXT_FORMATS = ("json", "csv", "text")
 
 
 class Sources:
     """How a run reads its streams: ``folders`` maps a name to a folder of change files in
-    ``file_format``; ``schemas`` declares the columns of a folder (DDL such as
+    ``file_format`` (one format for all, or a mapping of a format by name, the folders it leaves
+    out holding Parquet files); ``schemas`` declares the columns of a folder (DDL such as
     ``"id BIGINT, v STRING"``), so that a run can start before the folder holds a file;
     ``options`` gives a folder's files reader options of Spark's (``{"header": "true"}``), and
     ``bad_records`` what happens to a record that cannot be read (``'fail'``, the default, or
@@ -49,11 +51,21 @@ class Sources:
     or ``'evolve'``: :mod:`sqlext.streaming.schema_evolution`; a table's too); any other name is a
     streaming view or a table. :attr:`records` says, for each folder read, how its records are read."""
 
-    def __init__(self, spark, folders: Mapping[str, str] | None = None, file_format: str = "parquet",
+    def __init__(self, spark, folders: Mapping[str, str] | None = None,
+                 file_format: str | Mapping[str, str] = "parquet",
                  schemas: Mapping[str, str] | None = None, checkpoint: Folder | None = None,
                  options: Mapping[str, Mapping[str, str]] | None = None, bad_records: Mapping[str, str] | None = None,
                  schema_evolution: Mapping[str, str] | None = None):
-        self.spark, self.folders, self.file_format = spark, dict(folders or {}), file_format
+        self.spark, self.folders = spark, dict(folders or {})
+        # one format for every folder, or a format by name (the folders it leaves out: Parquet)
+        self.formats = {} if isinstance(file_format, str) else dict(file_format)
+        self.file_format = file_format if isinstance(file_format, str) else DEFAULT_FORMAT
+        for name, given in [(None, self.file_format), *self.formats.items()]:
+            if not isinstance(given, str) or not given.strip():
+                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
+                                  argument="source_format" + (f" of {name}" if name is not None else ""),
+                                  expected="the name of Spark's reader of the files: 'parquet', 'json', 'csv', ...",
+                                  value=repr(given), fix="Give it as text, or a mapping {name: 'json', ...}.")
         self.checkpoint = checkpoint
         self.schemas = dict(schemas or {})
         self.options = {name: {str(k): str(v) for k, v in given.items()} for name, given in (options or {}).items()}
@@ -68,14 +80,13 @@ class Sources:
         self._nanos: dict[str, dict] = {}
         self._nanos_before: list = []  # the session's nanos setting before a read turned it on
         self._delta: dict[str, tuple] = {}  # a Delta source's name: its staged commits' folder, its columns
-        for argument, given in (("schemas", self.schemas), ("source_options", self.options),
-                                ("bad_records", self.bad_records)):
+        for option, given in (("--source-format NAME=FORMAT (source_format=)", self.formats),
+                              ("--source-schema (schemas=)", self.schemas),
+                              ("--source-option (source_options=)", self.options),
+                              ("--bad-records (bad_records=)", self.bad_records)):
             unknown = sorted(set(given) - set(self.folders))
             if unknown:
-                raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION, argument=argument,
-                                  expected="settings of sources read from folders", value=", ".join(unknown),
-                                  fix="Give those names a folder too (sources={name: folder}, --source NAME=DIR); a "
-                                      "table or view is read as it is.")
+                raise unknown_source(option, unknown[0], list(self.folders))
         check_options(self.options, self.bad_records)
         check_modes(self.schema_evolution)
 
@@ -139,13 +150,29 @@ class Sources:
                 continue
             name = (get_close_matches(names[-1], unused, n=1, cutoff=0) or unused)[0]
             raise SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option=option, name=name,
-                              read=f"{to_sql(call)}, which no source names and which is no table or view")
+                              problem=f"but the statement reads no STREAM({name}); it reads {to_sql(call)}, which no "
+                                      "source names and which is no table or view", other="the statement")
 
     def _is_table(self, name: str) -> bool:
         try:
             return bool(self.spark.catalog.tableExists(name))
         except Exception:  # noqa: BLE001 - a name the catalog cannot read names no table
             return False
+
+    def format_of(self, name: str) -> str:
+        """The format of the files of the folder source ``name``."""
+        return self.formats.get(name, self.file_format)
+
+    def headerless(self, index: int) -> str | None:
+        """The name of the query's source numbered ``index`` where it is a folder of CSV files
+        read without their header line and without declared columns, so that Spark names its
+        columns ``_c0``, ``_c1``, ...; else None."""
+        records = next((r for r in self.records if r.index == index), None)
+        if records is None or records.file_format.lower() != "csv" or records.name in self.schemas:
+            return None
+        if {k.lower(): v for k, v in records.options.items()}.get("header", "false").lower() == "true":
+            return None
+        return records.name
 
     def folder_of(self, call: exp.Anonymous) -> str | None:
         """The folder given for the name ``STREAM(name)`` reads (as the user gave it), or None."""
@@ -180,10 +207,10 @@ class Sources:
         delta = self._delta_source(call)
         if delta is not None:
             return delta[0]
-        if self.file_format != "parquet":
+        name = next((n for n in stream_names(call) if n in self.folders), None)
+        if name is None or self.format_of(name).lower() != "parquet":
             return None
-        folder = next((self.folders[n] for n in stream_names(call) if n in self.folders), None)
-        return None if folder is None else resolve(self.spark, folder)
+        return resolve(self.spark, self.folders[name])
 
     def rows_folder(self, call: exp.Anonymous) -> Folder | None:
         """The folder of Parquet files whose batch files a run may read its rows from itself
@@ -250,13 +277,13 @@ class Sources:
             self._check_build(name, resolve(self.spark, folder))
             schema = self._declared(name, folder, stream_shape(call) == DEBEZIUM_SHAPE) if name in self.schemas \
                 else self._found(name, folder)
-            records = SourceRecords(name, self.file_format, self.options.get(name, {}), schema,
+            records = SourceRecords(name, self.format_of(name), self.options.get(name, {}), schema,
                                     self.bad_records.get(name, FAIL), index, resolve(self.spark, folder),
                                     change_rows=stream_shape(call) == DELTA_SHAPE)
             self.records.append(records)
             if name in self._nanos:
                 return self._read_nanos(name, folder, schema, records.reader_options())
-            frame = self.spark.readStream.format(self.file_format).options(**records.reader_options()) \
+            frame = self.spark.readStream.format(self.format_of(name)).options(**records.reader_options()) \
                 .schema(records.read_schema()).load(folder)
             return records.checked(frame)
         name = names[0]
@@ -329,7 +356,7 @@ class Sources:
                               cause="nanosecond timestamps, which a Spark Connect session does not read",
                               fix=NANOS_FIX)
         self._allow_nanos()
-        reader = spark.readStream.format(self.file_format).options(**options)
+        reader = spark.readStream.format(self.format_of(name)).options(**options)
         types = spark._jvm.org.apache.spark.sql.types
         reader._jreader.schema(types.DataType.fromJson(json.dumps(self._nanos[name])))
         frame = reader.load(folder)
@@ -356,8 +383,8 @@ class Sources:
         setting for them (a schema's JSON; PySpark itself has no type for them). Where the
         session cannot (Spark Connect, a Spark without the setting), an error that says how to
         write them."""
-        reader = self.spark.read.format(self.file_format)
-        if self.file_format == "parquet":
+        reader = self.spark.read.format(self.format_of(name))
+        if self.format_of(name).lower() == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
             self._allow_nanos()
@@ -386,7 +413,7 @@ class Sources:
         if debezium:
             schema = debezium_envelope(schema)
         resolve(self.spark, folder).mkdirs()
-        if self.file_format.lower() in TEXT_FORMATS:
+        if self.format_of(name).lower() in TEXT_FORMATS:
             return schema  # text has no types of its own: the declared ones are how Spark reads it
         found = self._found(name, folder, missing_ok=True)
         if found is not None:
@@ -403,7 +430,7 @@ class Sources:
         files already read by an earlier run of the checkpoint are not read again: only the
         footers of new files are compared with the columns recorded then."""
         known = FileColumns(self.checkpoint, name, resolve(self.spark, folder)) \
-            if self.file_format == "parquet" and self.checkpoint is not None else None
+            if self.format_of(name).lower() == "parquet" and self.checkpoint is not None else None
         if known is not None and known.unchanged():
             return self._as_read(name, known.schema)
         schema = self._inferred(name, folder, missing_ok)
@@ -425,9 +452,9 @@ class Sources:
         """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
         folder that is missing or holds no file. Any other failure to read them is an error
         naming the file and the cause, never an empty source."""
-        reader = self.spark.read.format(self.file_format).options(**reader_options(self.file_format,
+        reader = self.spark.read.format(self.format_of(name)).options(**reader_options(self.format_of(name),
                                                                                    self.options.get(name, {})))
-        if self.file_format == "parquet":
+        if self.format_of(name).lower() == "parquet":
             reader = reader.option("mergeSchema", "true")
         try:
             schema = schema_json(reader.load(folder))
@@ -435,6 +462,8 @@ class Sources:
             schema = self._unread(name, folder, error)
         if schema is not None:  # a record inference could not read: no column of the source's
             schema["fields"] = [f for f in schema.get("fields", []) if f["name"] != CORRUPT]
+            if self.format_of(name).lower() == "parquet":
+                check_pandas_index(FUNCTION, name, resolve(self.spark, folder), [f["name"] for f in schema["fields"]])
         if schema is None or not schema.get("fields"):
             if missing_ok:
                 return None
@@ -448,7 +477,7 @@ class Sources:
         Else None, with the column and files whose types do not widen where that is the cause."""
         from sqlext.streaming.schema_evolution import FAIL, merged_footers, widens
 
-        if self.file_format != "parquet" or not widens(self.schema_evolution.get(name, FAIL)):
+        if self.format_of(name).lower() != "parquet" or not widens(self.schema_evolution.get(name, FAIL)):
             return None, None
         try:
             return merged_footers((f.uri, f.parquet_schema()) for f in data_files(resolve(self.spark, folder))), None
@@ -476,8 +505,22 @@ class Sources:
         raise SqlextError("STREAM_SOURCE_UNREADABLE", function=FUNCTION, name=name,
                           file=named_file(error) or first_file(self.spark, folder) or folder,
                           cause=cause_of(error),
-                          fix=f"Check that it is a {self.file_format} file of changes, or move it out of the "
+                          fix=f"Check that it is a {self.format_of(name)} file of changes, or move it out of the "
                               "folder.") from None
+
+
+def unknown_source(option: str, name: str, folders: list[str]) -> SqlextError:
+    """``[UNKNOWN_SOURCE]`` for a setting (``option``, as both the command line and Python spell
+    it) of ``name``, which no folder source is called: the sources there are, and the close one."""
+    if not folders:
+        problem = "but no source is given (--source NAME=DIR, sources={NAME: folder} in Python); a table or view " \
+                  "is read as it is, without these settings"
+    else:
+        near = get_close_matches(name, folders, n=1, cutoff=0.6)
+        problem = f"but no source is called {name}: the sources are {', '.join(sorted(folders))}" + \
+                  (f" (did you mean {near[0]}?)" if near else "")
+    return SqlextError("UNKNOWN_SOURCE", function=FUNCTION, option=option, name=name, problem=problem,
+                       other="--source (sources=)")
 
 
 def _columns(columns) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlext.errors import counted
 from sqlext.storage import Folder, resolve
 from sqlext.streaming.bad_records import Quarantine
 from sqlext.streaming.batches import batch_entries
@@ -55,7 +56,7 @@ class Counts:
 def _count(number: int | None, noun: str) -> str:
     if number is None:
         return ""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    return counted(number, noun)
 
 
 class RunCounter:

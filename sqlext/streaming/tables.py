@@ -9,7 +9,7 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from sqlext.errors import SqlextError
+from sqlext.errors import SqlextError, surfaced
 from sqlext.language.dialect import to_sql
 from sqlext.session import ensure_installed
 from sqlext.storage import resolve
@@ -24,8 +24,9 @@ from sqlext.streaming.summary import committed_batches
 CHECKPOINT_FOLDER = "_sqlext_checkpoint"
 
 
+@surfaced("sqlext.streaming.run_into_table")
 def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
-                   sources: Mapping[str, str] | None = None, source_format: str = "parquet",
+                   sources: Mapping[str, str] | None = None, source_format: str | Mapping[str, str] = "parquet",
                    schemas: Mapping[str, str] | None = None,
                    source_options: Mapping[str, Mapping[str, str]] | None = None,
                    bad_records: Mapping[str, str] | None = None, schema_evolution: Mapping[str, str] | None = None):
@@ -44,8 +45,8 @@ def run_into_table(spark, sql: str, table: str, *, full_refresh: bool = False,
 
     ``sources``, ``source_format``, ``schemas``, ``source_options``, ``bad_records`` and
     ``schema_evolution`` are :func:`stream`'s: folders of change files read by name, their
-    files' format, columns, reader options, what happens to a record that cannot be read, and
-    how a source's columns may change. A quarantined record goes to
+    files' format (one for all, or one per name), columns, reader options, what happens to a
+    record that cannot be read, and how a source's columns may change. A quarantined record goes to
     ``_sqlext_checkpoint/quarantine`` in the table's folder. A column a source gained is added
     to the table once the run wrote its rows (``ALTER TABLE ... ADD COLUMNS``); a wider type is
     refused, as Spark does not change the type of a column of a table of files."""

@@ -3,8 +3,8 @@
 reads, and how: its files' format, columns, Spark's reader options and what happens to a
 record that cannot be read, as ``sqlext stream`` takes them.
 
-The config is checked before anything runs (its shape, its keys, a path for each folder, one
-format among the folders a model reads) with classed errors; the project in
+The config is checked before anything runs (its shape, its keys, a path for each folder) with
+classed errors, and each folder is read in its own format; the project in
 tests/fixtures/dbt_folders then runs in one dbt process (one Spark) with files landing between
 runs: strict by default, a bad line fails the run naming its file and line and the table keeps
 its rows; with the quarantine the run reads the rest, the record lands in the checkpoint in the
@@ -26,14 +26,12 @@ from sqlext.errors import SqlextError
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_folders"
 SQL = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(customers, format => 'debezium')), key => 'id', "
        "predicate => 'true')")
-JOIN = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
-        "left_key => 'id', foreign_key => 'customer_id', right_key => 'id')")
 
 
-def settings(config, sql: str = SQL) -> dict:
+def settings(config) -> dict:
     from dbt.adapters.sqlext.impl import source_settings
 
-    return source_settings(config, sql)
+    return source_settings(config)
 
 
 def test_the_config_becomes_the_runs_per_source_settings():
@@ -44,30 +42,45 @@ def test_the_config_becomes_the_runs_per_source_settings():
               "orders": {"path": "/data/orders"}}
     assert settings(config) == {
         "sources": {"customers": "s3a://bucket/topics/customers", "orders": "/data/orders"},
-        "source_format": "json", "schemas": {"customers": "id BIGINT, name STRING"},
+        # each folder in its own format (Parquet where none is given): a JSON topic joins a
+        # Parquet folder in one model
+        "source_format": {"customers": "json", "orders": "parquet"}, "schemas": {"customers": "id BIGINT, name STRING"},
         # YAML's and Jinja's booleans as Spark's reader takes them
         "source_options": {"customers": {"multiLine": "false", "encoding": "UTF-8"}},
         "bad_records": {"customers": "quarantine"}, "schema_evolution": {}}
     assert settings(None) == {}
-    assert settings({"customers": {"path": "landing/customers"}})["source_format"] == "parquet"
+    assert settings({"customers": {"path": "landing/customers"}})["source_format"] == {"customers": "parquet"}
 
 
-@pytest.mark.parametrize("config, sql, said", [
-    ("landing/customers", SQL, r"sqlext_sources must be a mapping of each name STREAM\(name\) reads"),
-    ({"customers": "landing/customers"}, SQL,
+@pytest.mark.parametrize("config, said", [
+    ("landing/customers", r"sqlext_sources must be a mapping of each name STREAM\(name\) reads"),
+    ({"customers": "landing/customers"},
      r"the settings of 'customers' in sqlext_sources must be a mapping .*Give the folder as \{'path': "),
-    ({"customers": {"paht": "landing/customers"}}, SQL, r"got the key 'paht'\. Did you mean 'path'\?"),
-    ({"customers": {"format": "json"}}, SQL, r"the path of 'customers' in sqlext_sources must be .*; got nothing"),
-    ({"customers": {"path": "/d", "options": "header=true"}}, SQL, r"the options of 'customers' .* a mapping"),
-    ({"customers": {"path": "/d", "schema": ["id BIGINT"]}}, SQL, r"the schema of 'customers' .* must be text"),
-    ({"customers": {"path": "/d", "schema_evolution": ["add_columns"]}}, SQL,
+    ({"customers": {"paht": "landing/customers"}}, r"got the key 'paht'\. Did you mean 'path'\?"),
+    ({"customers": {"format": "json"}}, r"the path of 'customers' in sqlext_sources must be .*; got nothing"),
+    ({"customers": {"path": "/d", "options": "header=true"}}, r"the options of 'customers' .* a mapping"),
+    ({"customers": {"path": "/d", "schema": ["id BIGINT"]}}, r"the schema of 'customers' .* must be text"),
+    ({"customers": {"path": "/d", "schema_evolution": ["add_columns"]}},
      r"the schema_evolution of 'customers' .* must be text"),
-    ({"customers": {"path": "/c", "format": "json"}, "orders": {"path": "/o"}}, JOIN,
-     r"must be one format .*; got customers: json, orders: parquet"),
 ])
-def test_a_config_of_another_shape_is_a_classed_error(config, sql, said):
+def test_a_config_of_another_shape_is_a_classed_error(config, said):
     with pytest.raises(SqlextError, match=r"^\[INVALID_ARGUMENT_TYPE\] sqlext dbt: .*" + said):
-        settings(config, sql)
+        settings(config)
+
+
+def test_an_incremental_runs_errors_name_what_the_user_ran(spark, tmp_path):
+    # the engine's errors had said "sqlext stream" from dbt and from Python too
+    from dbt.adapters.sqlext.session import as_dbt_errors
+    from dbt_common.exceptions import DbtRuntimeError
+    from sqlext.streaming import run_into_table
+
+    missing = settings({"customers": {"path": str(tmp_path / "missing"), "format": "json"}})
+    with pytest.raises(DbtRuntimeError) as raised, as_dbt_errors():
+        run_into_table(spark, SQL, "never_built", **missing)
+    assert str(raised.value.msg).startswith("[STREAM_SOURCE_EMPTY] sqlext dbt: "), raised.value
+    with pytest.raises(SqlextError) as raised:
+        run_into_table(spark, SQL, "never_built", **missing)
+    assert str(raised.value).startswith("[STREAM_SOURCE_EMPTY] sqlext.streaming.run_into_table: ")
 
 
 # -- the project, run by dbt
@@ -130,7 +143,7 @@ def test_models_over_folders_run_by_run_strict_quarantined_and_with_reader_optio
                                         "accounts_csv": "success"}, done.stdout[-4000:]
     said = messages(second)
     assert said["customers_quarantined"] == "OK (incremental run)"
-    assert "[BAD_RECORD] sqlext stream: customers: line 2 of file:" in said["customers_strict"]
+    assert "[BAD_RECORD] sqlext dbt: customers: line 2 of file:" in said["customers_strict"]
     assert "customers_strict/part-2.json" in said["customers_strict"]
     assert "'bad_records': 'quarantine'" in said["customers_strict"]  # the fix, in dbt's words too
 

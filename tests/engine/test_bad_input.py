@@ -78,7 +78,19 @@ def test_reader_options_go_with_their_source_and_a_header_line_says_so(spark, tm
     options = dict(sources={"accounts": str(changes)}, source_format="csv", schemas={"accounts": ACCOUNTS},
                    checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
     error = refused(lambda: run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";"}}, **options))
-    assert error.error_class == "BAD_RECORD" and "header" in str(error)
+    assert error.error_class == "BAD_RECORD" and "header line" in str(error)
+    # the refusal names the option that reads the header, as each surface spells it, and the
+    # function the user called (not the command's name)
+    assert "--source-option accounts.header=true" in str(error)
+    assert "source_options={'accounts': {'header': 'true'}}" in str(error)
+    assert str(error).startswith("[BAD_RECORD] sqlext.streaming.run_available_now: ")
+    # without declared columns, Spark names the fields _c0, _c1, ...: the way out is the header,
+    # not another key => ...
+    undeclared = {k: v for k, v in options.items() if k != "schemas"}
+    error = refused(lambda: run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";"}},
+                                              **undeclared))
+    assert error.error_class == "CHANGELOG_MISSING_COLUMN" and "_c0" in str(error)
+    assert "--source-option accounts.header=true" in str(error) and "key =>" not in str(error)
     run_available_now(spark, FILTER, source_options={"accounts": {"sep": ";", "header": "true"}}, **options)
     assert rows(spark, tmp_path / "out", "id", "balance") == [(1, 10)]
     # options that would drop records or files are refused, naming why
@@ -149,10 +161,82 @@ def test_a_misspelt_source_name_is_refused(spark, tmp_path):
     error = refused(lambda: run_available_now(spark, FILTER, sources={"acounts": str(changes)},
                                               checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
     assert error.error_class == "UNKNOWN_SOURCE" and "acounts" in str(error) and "STREAM(accounts)" in str(error)
+    # a setting of a name no source has: the sources there are, and the close one (it had been
+    # an INVALID_ARGUMENT_TYPE about source options); named by sqlext.stream, the function called
+    for setting in ({"source_options": {"accounts": {"header": "true"}}}, {"source_format": {"accounts": "csv"}},
+                    {"schemas": {"accounts": ACCOUNTS}}, {"bad_records": {"accounts": "quarantine"}}):
+        error = refused(lambda: stream(spark, FILTER, sources={"acounts": str(changes)}, **setting,
+                                       checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out")))
+        assert error.error_class == "UNKNOWN_SOURCE", error
+        assert str(error).startswith("[UNKNOWN_SOURCE] sqlext.stream: ")
+        assert "names accounts, but no source is called accounts: the sources are acounts (did you mean acounts?)" \
+            in str(error)
     # a folder beside those of every stream the statement reads is left alone (a shared mapping)
     run_available_now(spark, FILTER, sources={"accounts": str(changes), "branches": str(tmp_path / "elsewhere")},
                       checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
     assert rows(spark, tmp_path / "out", "id") == [(1,)]
+
+
+def pandas_indexed(folder, name, data: dict) -> None:
+    """A file as pandas writes a filtered frame: its index is no 0, 1, 2, ... range, which
+    to_parquet (without index=False) writes as the column __index_level_0__."""
+    folder.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(data, index=pd.Index([5 + i for i in range(len(data["id"]))], dtype="int64"))
+    frame.to_parquet(folder / name)
+
+
+PANDAS_INDEX = r"the file \S*{file} of accounts holds the column __index_level_0__, the index of the pandas DataFrame"
+
+
+def test_a_pandas_index_written_as_a_column_is_refused_naming_the_file_that_holds_it(spark, tmp_path):
+    import re
+
+    changes = tmp_path / "changes"
+    options = dict(sources={"accounts": str(changes)}, checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    p2 = {"id": [2], "balance": [5], "_change_type": ["insert"], "_commit_version": [2]}
+    pandas_indexed(changes, "p2.parquet", p2)
+    # the first run: the file with the index is named, not the good one that lacks it
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "SOURCE_FILE_PANDAS_INDEX"
+    assert re.search(PANDAS_INDEX.format(file="p2.parquet"), str(error)), error
+    assert re.search(r"which the file \S*p1\.parquet lacks", str(error)) and "index=False" in str(error)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cp").exists()
+    land(changes, "p2.parquet", p2)  # written again without it
+    run_available_now(spark, FILTER, **options)
+    assert rows(spark, tmp_path / "out", "id") == [(1,), (2,)]
+    # a later run: a new file with the index is named too (it had been a schema change)
+    pandas_indexed(changes, "p3.parquet", {"id": [3], "balance": [7], "_change_type": ["insert"],
+                                           "_commit_version": [3]})
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "SOURCE_FILE_PANDAS_INDEX" and re.search(PANDAS_INDEX.format(file="p3.parquet"),
+                                                                         str(error))
+    assert rows(spark, tmp_path / "out", "id") == [(1,), (2,)]
+
+
+def test_a_batch_of_a_running_stream_names_the_file_with_a_pandas_index(tmp_path):
+    # the files of a micro-batch are checked again as the batch runs (a stream kept running
+    # with --every meets files that land after it started)
+    import re
+
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sqlext.storage import local
+    from sqlext.streaming.bad_records import SourceRecords, check_parquet_files
+
+    changes = tmp_path / "changes"
+    land(changes, "p1.parquet", {"id": [1], "balance": [10], "_change_type": ["insert"], "_commit_version": [1]})
+    pandas_indexed(changes, "p2.parquet", {"id": [2], "balance": [5], "_change_type": ["insert"],
+                                           "_commit_version": [2]})
+    columns = [StructField("id", LongType()), StructField("balance", LongType()),
+               StructField("_change_type", StringType()), StructField("_commit_version", LongType())]
+    files = [local(str(changes / "p1.parquet")), local(str(changes / "p2.parquet"))]
+    for schema in (columns, columns + [StructField("__index_level_0__", LongType())]):
+        source = SourceRecords("accounts", "parquet", {}, StructType(schema), folder=local(str(changes)))
+        with pytest.raises(SqlextError) as raised:
+            check_parquet_files(source, files)
+        assert raised.value.error_class == "SOURCE_FILE_PANDAS_INDEX"
+        assert re.search(PANDAS_INDEX.format(file="p2.parquet"), str(raised.value)), raised.value
 
 
 FK = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "

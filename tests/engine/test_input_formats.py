@@ -398,7 +398,7 @@ def test_the_cli_streams_debezium_json_files(spark, tmp_path, capsys, storage):
     query = tmp_path / "filter.sql"
     query.write_text(filter_sql("STREAM(topic)", extra=", format => 'debezium'") + ";\n")
     argv = ["stream", str(query), "--checkpoint", storage.uri(tmp_path / "checkpoint"), "--output", storage.uri(out),
-            "--source", f"topic={storage.uri(source)}", "--source-format", "json"]
+            "--source", f"topic={storage.uri(source)}", "--source-format", "topic=json"]  # the topic's format
     add([(100, 1, 5), (100, 2, -3), (200, 1, None)])  # a delete, and its tombstone
     assert main(argv) == 0, capsys.readouterr().err
     rows = [r.asDict() for r in spark.read.parquet(storage.uri(out)).collect()]

@@ -134,3 +134,93 @@ def test_json_files_are_read_in_the_declared_columns(spark, tmp_path):
     out = spark.read.parquet(str(tmp_path / "out"))
     assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields][:2] == [("v", "int"), ("id", "int")]
     assert [(r.id, r.v, r._change_type) for r in out.collect()] == [(1, 5, "insert")]
+
+
+FK = ("SELECT * FROM FK_JOIN(left => TABLE(STREAM(orders)), right => TABLE(STREAM(customers)), "
+      "left_key => 'id', foreign_key => 'fk', right_key => 'rid')")
+
+
+def test_a_json_topic_joins_a_parquet_folder_each_in_its_own_format(spark, tmp_path, capsys):
+    """A format per source (``source_format={"orders": "json"}``, ``--source-format NAME=FORMAT``):
+    the runs' rows, concatenated, are the batch statement's over both folders."""
+    import json
+
+    import sqlext
+    from rows import multiset
+    from sqlext.cli import main
+
+    orders, customers, out = tmp_path / "orders", tmp_path / "customers", tmp_path / "out"
+    orders.mkdir()
+    customers.mkdir()
+
+    def land(version, order_rows, customer_rows):
+        (orders / f"part-{version}.json").write_text("".join(
+            json.dumps({"id": i, "fk": fk, "_change_type": kind, "_commit_version": version}) + "\n"
+            for i, fk, kind in order_rows))
+        pd.DataFrame([(r, name, kind, version) for r, name, kind in customer_rows],
+                     columns=["rid", "name", "_change_type", "_commit_version"]).to_parquet(
+            customers / f"part-{version}.parquet")
+
+    land(1, [(1, 7, "insert"), (2, 8, "insert")], [(7, "Ada", "insert"), (8, "Bo", "insert")])
+    options = dict(checkpoint=str(tmp_path / "cp"), output=str(out),
+                   sources={"orders": str(orders), "customers": str(customers)})
+    run_available_now(spark, FK, source_format={"orders": "json"}, **options)
+    # the command line: a format for every source, and another for one of them
+    land(2, [(1, 8, "update_postimage")], [(8, "Bob", "update_postimage")])
+    query = tmp_path / "fk.sql"
+    query.write_text(FK + ";\n")
+    argv = ["stream", str(query), "--checkpoint", options["checkpoint"], "--output", str(out),
+            "--source", f"orders={orders}", "--source", f"customers={customers}"]
+    assert main([*argv, "--source-format", "json", "--source-format", "customers=parquet"]) == 0, \
+        capsys.readouterr().err
+    assert "read 2 files" in capsys.readouterr().out
+    spark.read.json(str(orders)).createOrReplaceTempView("orders_all")
+    spark.read.parquet(str(customers)).createOrReplaceTempView("customers_all")
+    try:
+        batch = sqlext.sql(spark, FK.replace("STREAM(orders)", "orders_all").replace("STREAM(customers)",
+                                                                                    "customers_all"))
+        expected = [r.asDict() for r in batch.collect()]
+    finally:
+        spark.catalog.dropTempView("orders_all")
+        spark.catalog.dropTempView("customers_all")
+    got = [r.asDict() for r in spark.read.parquet(str(out)).collect()]
+    assert multiset(got) == multiset(expected) and len(got) == 6
+    # a format for a name no source has: said by name, nothing run
+    assert main([*argv, "--source-format", "ordres=json"]) == 1
+    said = capsys.readouterr().err
+    assert "[UNKNOWN_SOURCE] sqlext stream: --source-format NAME=FORMAT (source_format=) names ordres" in said
+    assert "the sources are customers, orders (did you mean orders?)" in said
+
+
+def test_the_command_line_gives_a_format_for_every_source_and_one_per_name(tmp_path, capsys):
+    import argparse
+
+    from sqlext.cli.stream import add_parser, prepare
+    from sqlext.streaming.sources import Sources
+
+    query = tmp_path / "fk.sql"
+    query.write_text(FK + ";\n")
+    parser = argparse.ArgumentParser(prog="sqlext")
+    add_parser(parser.add_subparsers(dest="command"))
+
+    def source_format(*given):
+        args = parser.parse_args(["stream", str(query), "--checkpoint", "cp", "--output", "out", "--source",
+                                  "orders=o", "--source", "customers=c", *given])
+        prepared = prepare(args)
+        return prepared if isinstance(prepared, int) else prepared[1]["source_format"]
+
+    assert source_format() == "parquet"
+    assert source_format("--source-format", "json") == "json"
+    assert source_format("--source-format", "json", "--source-format", "customers=parquet") == \
+        {"orders": "json", "customers": "parquet"}
+    assert source_format("--source-format", "orders=json") == {"orders": "json", "customers": "parquet"}
+    capsys.readouterr()
+    assert source_format("--source-format", "json", "--source-format", "csv") == 2
+    assert "--source-format gives json and csv for every source" in capsys.readouterr().err
+    assert source_format("--source-format", "orders=") == 2
+    assert "--source-format 'orders=' is not NAME=FORMAT or FORMAT" in capsys.readouterr().err
+    # what the run then refuses, before Spark reads anything
+    with pytest.raises(SqlextError, match=r"^\[UNKNOWN_SOURCE\] .* names ordres, .*did you mean orders\?"):
+        Sources(None, {"orders": "o", "customers": "c"}, {"ordres": "json"})
+    with pytest.raises(SqlextError, match=r"^\[INVALID_ARGUMENT_TYPE\] .*source_format of orders must be"):
+        Sources(None, {"orders": "o"}, {"orders": None})

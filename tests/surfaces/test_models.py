@@ -34,7 +34,7 @@ def test_models_build_in_dependency_order(built):
     # a status line per model, with its rows and time
     ok = [line for line in lines if " OK " in line]
     assert len(ok) == len(results)
-    assert any("OK table model orders_with_customer" in line and "[1 rows in " in line for line in ok)
+    assert any("OK table model orders_with_customer" in line and "[1 row in " in line for line in ok)  # one row
     assert lines[-1].startswith("Done in ") and "OK=8 ERROR=0 SKIP=0" in lines[-1]
 
 

@@ -44,6 +44,8 @@ UNMARKED = {
     "STREAM(edges)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(edges, format": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
     "STREAM(parents)": "a shape, over a stream the page does not build; tests/recursion/test_streaming_recursion.py runs it",
+    "source_format={": "a format per source, over folders the page does not build; tests/engine/test_stream_sources.py "
+                       "runs it",
     "STREAM(orders)": "a shape, over streams the page does not build; tests/fk_join/test_streaming_fk_join.py runs it",
     "STREAM(clicks)": "a shape, over a stream the page does not build; tests/self_join/test_streaming_self_join.py runs it",
     ".venv/bin/pytest": "the test command itself (CI runs it)",

@@ -56,7 +56,7 @@ SOURCE_KEYS = ("path", "format", "schema", "options", "bad_records", "schema_evo
 _EXAMPLE = "{'customers': {'path': '/data/customers', 'format': 'json'}}"
 
 
-def source_settings(config: Any, sql: str) -> Dict[str, Any]:
+def source_settings(config: Any) -> Dict[str, Any]:
     """The keyword arguments of :func:`sqlext.streaming.run_into_table` for a model's
     ``sqlext_sources`` config (None: none): each name ``STREAM(name)`` may read, mapped to its
     folder's ``path`` (a URI or a path, as ``sources=`` takes it), ``format`` (of its files;
@@ -65,9 +65,8 @@ def source_settings(config: Any, sql: str) -> Dict[str, Any]:
     ``'add_columns'``, ``'widen_types'`` or ``'evolve'``). A config that is not of that shape is a
     classed error naming what is wrong.
 
-    A run reads its folders in one format, as ``sqlext stream`` does (``--source-format``), so
-    the folders ``sql`` reads must agree on it (folders the model does not read, of a mapping
-    shared by many models in ``dbt_project.yml``, may be of any format)."""
+    Each folder is read in its own format (``sqlext stream --source-format NAME=FORMAT``), so a
+    model joins a JSON topic to a folder of Parquet files."""
     from difflib import get_close_matches
 
     from sqlext.errors import SqlextError
@@ -122,17 +121,7 @@ def source_settings(config: Any, sql: str) -> Dict[str, Any]:
                                   expected="a mapping of Spark's reader options", value=_shown(given["options"]),
                                   fix="Write them as {'header': 'true', 'delimiter': ';'}.")
             options[name] = {str(k): _option_text(v) for k, v in given["options"].items()}
-    read = _names_read(sql)
-    used = {name: formats.get(name, "parquet") for name in folders if name in read}
-    if len({f.lower() for f in used.values()}) > 1:
-        raise SqlextError("INVALID_ARGUMENT_TYPE", function=FUNCTION,
-                          argument=f"the formats of the folders the model reads in {SOURCES_CONFIG}",
-                          expected="one format (a run reads its folders in one, as sqlext stream's --source-format)",
-                          value=", ".join(f"{name}: {kind}" for name, kind in sorted(used.items())),
-                          fix="Read one of them in an incremental model of its own (CHANGELOG_FILTER(input => "
-                              "TABLE(STREAM(name)), key => ..., predicate => 'true')), and that model's table here "
-                              "with STREAM(ref(...)).")
-    source_format = next(iter(used.values()), "parquet").lower()
+    source_format = {name: formats.get(name, "parquet").lower() for name in folders}
     return dict(sources=folders, source_format=source_format, schemas=schemas, source_options=options,
                 bad_records=bad_records, schema_evolution=evolution)
 
@@ -155,20 +144,6 @@ def _option_text(value: Any) -> str:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _names_read(sql: str) -> set:
-    """The spellings of the names the model's ``STREAM(...)`` sources read."""
-    from sqlglot import exp
-
-    from sqlext.language.dialect import is_stream, parse_one
-    from sqlext.streaming.shapes import stream_names
-
-    try:
-        tree = parse_one(sql)
-    except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
-        return set()
-    return {name for table in tree.find_all(exp.Table) if is_stream(table) for name in stream_names(table.this)}
 
 
 def _seed_text(value) -> str | None:
@@ -199,6 +174,7 @@ class SqlextAdapter(SparkAdapter):
         from pyspark.sql.types import StringType, StructField, StructType
 
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
+        from sqlext.errors import counted
 
         spark = spark_session(self.config.credentials.server_side_parameters)
         names = [f"c{i}" for i in range(len(types))]
@@ -206,7 +182,8 @@ class SqlextAdapter(SparkAdapter):
         with as_dbt_errors():
             frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
             frame.select(*[F.col(n).cast(t) for n, t in zip(names, types)]).write.insertInto(table)
-        return f"-- {len(rows)} rows appended to {table} by sqlext (one DataFrame, values cast to {', '.join(types)})"
+        return f"-- {counted(len(rows), 'row')} appended to {table} by sqlext (one DataFrame, values cast to " \
+               f"{', '.join(types)})"
 
     @available
     def sqlext_reads_streams(self, sql: str) -> bool:
@@ -224,15 +201,16 @@ class SqlextAdapter(SparkAdapter):
         whose upstream incremental model was rebuilt since its last run is refused by the run
         itself (``[STREAM_SOURCE_REBUILT]``: :func:`sqlext.streaming.checkpoint.check_source_build`)."""
         from dbt.adapters.sqlext.session import as_dbt_errors, spark_session
+        from sqlext.errors import counted
         from sqlext.streaming import run_into_table
 
         with as_dbt_errors():
-            settings = source_settings(sources, sql)
+            settings = source_settings(sources)
             spark = spark_session(self.config.credentials.server_side_parameters)
             quarantined = run_into_table(spark, sql, table, full_refresh=full_refresh, **settings)
         said = "incremental run" if not full_refresh else "full refresh"
         if quarantined:
-            said += f"; quarantined {quarantined} bad record{'' if quarantined == 1 else 's'}"
+            said += f"; quarantined {counted(quarantined, 'bad record')}"
         return f"OK ({said})"
 
     @available

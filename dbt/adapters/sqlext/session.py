@@ -76,14 +76,16 @@ def spark_session(parameters: Dict[str, str]):
 @contextmanager
 def as_dbt_errors():
     """A sqlext error reaches dbt as its "[CLASS] FUNCTION: ..." line, Spark's own as its
-    "[CLASS] message" (without the plan and the JVM stack trace, as sqlext's commands show it)."""
+    "[CLASS] message" (without the plan and the JVM stack trace, as sqlext's commands show it).
+    An incremental run's errors name the adapter, ``sqlext dbt`` (:func:`sqlext.errors.surface`)."""
     from pyspark.errors import PySparkException
 
-    from sqlext.errors import SqlextError
+    from sqlext.errors import SqlextError, surface
     from sqlext.runner import error_message
 
     try:
-        yield
+        with surface("sqlext dbt"):
+            yield
     except (SqlextError, PySparkException) as error:
         raise DbtRuntimeError(error_message(error, "sqlext dbt") or str(error)) from error
 

@@ -127,6 +127,53 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if STARTS_SPARK & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.spark)
+    items.sort(key=_heaviest_first)
+
+
+# -- the order the two workers take the files in
+#
+# A worker takes a whole file at a time (--dist loadfile), in the order collected
+# (--no-loadscope-reorder): the files that cost the most go first, so that the run does not end
+# with one worker still in a long file while the other has nothing left. The list is the files
+# that cost the most, heaviest first, from a run's per-file times (the test times of a
+# `pytest --junitxml=FILE` run summed by file); the others follow in their own order. A file missing here costs only balance.
+HEAVIEST_FILES = (
+    "tests/fk_join/test_streaming_fk_join.py",
+    "tests/dbt_adapter/test_dbt.py",
+    "tests/recursion/test_streaming_recursion.py",
+    "tests/dbt_adapter/test_dbt_chain.py",
+    "tests/engine/test_cluster.py",
+    "tests/engine/test_streaming.py",
+    "tests/recursion/test_recursion_jump.py",
+    "tests/surfaces/test_readme.py",
+    "tests/recursion/test_recursion_shapes.py",
+    "tests/recursion/test_recursion_differential.py",
+    "tests/self_join/test_self_join_differential.py",
+    "tests/surfaces/test_serve.py",
+    "tests/engine/test_input_formats.py",
+    "tests/surfaces/test_session_options.py",
+    "tests/self_join/test_streaming_self_join.py",
+    "tests/engine/test_stream_into_table.py",
+    "tests/fk_join/test_fk_join.py",
+    "tests/engine/test_delta.py",
+    "tests/engine/test_streaming_pipeline.py",
+    "tests/engine/test_rescale.py",
+    "tests/recursion/test_recursion_bench.py",
+    "tests/engine/test_batch_parts.py",
+    "tests/test_rewriter_fuzz.py",
+    "tests/dbt_adapter/test_dbt_sources.py",
+    "tests/surfaces/test_cli.py",
+    "tests/engine/test_bad_input.py",
+    "tests/recursion/test_recursion_keyed.py",
+    "tests/test_generated_shapes.py",
+    "tests/surfaces/test_models.py",
+    "tests/engine/test_bad_input_properties.py",
+)
+
+
+def _heaviest_first(item) -> int:
+    name = item.nodeid.split("::", 1)[0]
+    return HEAVIEST_FILES.index(name) if name in HEAVIEST_FILES else len(HEAVIEST_FILES)
 
 
 _NO_SPARK = """#!/bin/sh

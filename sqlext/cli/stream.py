@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlext.cli.files import parsed, report
 from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
+from sqlext.local_spark import quiet_stop
 from sqlext.runner import debug_traceback, report_line
 from sqlext.server_state import running_server
 from sqlext.server.streams import stop_queries
@@ -93,6 +94,7 @@ def main(args) -> int:
     except KeyboardInterrupt:  # Ctrl-C: stop the run's queries, then Spark, and say so in one line
         stopping.set()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would interrupt the stopping
+        quiet_stop(spark)  # what stopping under running tasks makes Spark and py4j say is not the user's
         while worker.is_alive():
             stop_queries(spark)
             worker.join(0.2)

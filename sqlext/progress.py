@@ -7,7 +7,8 @@ run``, ``sqlext sql`` and ``sqlext stream``: on standard error, rewritten in pla
 while the block runs, saying how long it has run and what Spark is doing (:func:`spark_status`:
 its active stages and their tasks, from Spark's status tracker), and cleared when the block
 ends, so that the results print where it was. Where standard error is not a terminal (a pipe,
-a file, a CI log) it says nothing: a log gets no carriage returns.
+a file, a CI log), or is a dumb one (``TERM=dumb``), it says nothing: a log gets no carriage
+returns.
 
 A session attached to ``sqlext serve`` is a Spark Connect client, which has no status tracker:
 its line says how long the statement has run, and nothing of the stages.
@@ -196,7 +197,10 @@ class StatusLine:
 
 
 def is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal that can rewrite a line: not a pipe or a file, and not
+    a terminal that says it is a dumb one (``TERM=dumb``: Emacs' shell buffers, some CI
+    consoles), which cannot erase what it showed."""
     try:
-        return bool(stream.isatty())
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
         return False

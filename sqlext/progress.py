@@ -114,8 +114,9 @@ class StatusLine:
     says None, the time alone, or nothing where ``idle`` is False), on ``stream`` (standard
     error), first after ``first`` seconds, rewritten every ``every`` seconds (``\r``, the
     line, then :data:`ERASE_LINE`), cut to the terminal's width (a line that wrapped could not
-    be rewritten), and cleared when the block ends. Nothing at all where ``stream`` is not a terminal. :meth:`above` prints a line of
-    the command's own while it shows."""
+    be rewritten), and cleared when the block ends. Nothing at all where ``stream`` is not a
+    terminal (:func:`is_terminal`). :meth:`above` prints a line of the command's own while it
+    shows."""
 
     def __init__(self, status: Callable[[], str | None] = lambda: None, stream=None, first: float = FIRST_AFTER,
                  every: float = EVERY, idle: bool = True, clock: Callable[[], float] = time.monotonic,
@@ -125,7 +126,7 @@ class StatusLine:
         self.shown = is_terminal(self.stream)
         self._width = width
         self._lock = threading.Lock()
-        self._drawn = 0  # the length of the line on the terminal now (0: none)
+        self._drawn = 0  # the length of the line on the terminal now (0: none shown)
         self._ended = False
         self._started = clock()
         self._repeating = Repeating(every if self.shown else 0, self.draw, first)

@@ -20,6 +20,9 @@ from pathlib import Path
 from sqlext.errors import SqlextError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+# where the JVM this process started writes its standard error (quiet_start), so that a stop on
+# purpose can keep what the ending makes it say off the terminal (quiet_stop)
+_JVM_OUTPUT: "_StartOutput | None" = None
 
 
 def embedded_settings(app_name: str = "sqlext", shuffle_partitions: int = 4,
@@ -105,7 +108,8 @@ def quiet_start(builder, function: str = "sqlext"):
         read_end, write_end = os.pipe()
     except OSError:  # no standard error to filter
         return builder.getOrCreate()
-    held = _StartOutput(terminal)
+    global _JVM_OUTPUT
+    held = _JVM_OUTPUT = _StartOutput(terminal)
     threading.Thread(target=_copy_without_noise, args=(read_end, held), name="sqlext-jvm-stderr",
                      daemon=True).start()
     os.dup2(write_end, 2)
@@ -131,9 +135,12 @@ class _StartOutput:
 
     def __init__(self, terminal: int):
         self.terminal, self.lock, self.held, self.holding = terminal, threading.Lock(), [], True
+        self.muted = False
 
     def write(self, data: bytes) -> None:
         with self.lock:
+            if self.muted:
+                return
             if self.holding:
                 self.held.append(data)
                 return
@@ -149,6 +156,11 @@ class _StartOutput:
             self.held = []
         if held:
             self.write(held)
+
+    def mute(self) -> None:
+        """Drop whatever arrives from now on (the pipe is still drained)."""
+        with self.lock:
+            self.muted, self.held = True, []
 
     def reason(self) -> str | None:
         """The JVM's first error line of what it wrote while it failed to start (waiting a
@@ -186,6 +198,28 @@ def _copy_without_noise(source: int, target: "_StartOutput") -> None:
             target.write(kept)
     if pending and not pending.startswith(noise):
         target.write(pending)
+
+
+def quiet_stop(spark) -> None:
+    """Before Spark is stopped on purpose while it works (Ctrl-C on a run): what the stop makes
+    it say is kept off the terminal for the rest of the process. Stopping the queries and then
+    Spark under running tasks makes the JVM log errors with their stack traces (a task's
+    broadcast block removed under it, ``RpcEnvStoppedException`` from the stream's thread, a
+    task result the stopped scheduler refuses), print the stack of the stream's thread ended by
+    the stop, and py4j log the calls that the ending JVM no longer answers. So: every JVM
+    logger is turned off (log4j's levels, set through the JVM while it still answers), the
+    JVM's standard error (and its Python workers', which write there) is no longer copied to
+    the terminal (:func:`quiet_start`'s pipe), and Python's logging is off (py4j logs through
+    the root logger). Only a stop the user asked for calls this: a run that fails by itself
+    reports its error as always."""
+    if _JVM_OUTPUT is not None:
+        _JVM_OUTPUT.mute()
+    logging.disable(logging.CRITICAL)
+    try:
+        log4j = spark._jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setAllLevels(log4j.LogManager.ROOT_LOGGER_NAME, log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 - a JVM that no longer answers says nothing more either
+        pass
 
 
 def quiet_query_context_logs() -> None:

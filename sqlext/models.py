@@ -32,7 +32,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from typing import Callable, Iterable, Mapping
 
 from sqlext.command_session import command_session
 from sqlext.errors import SqlextError, counted
+from sqlext.progress import Repeating
 from sqlext.runner import error_message, run_statement
 from sqlext.session import ensure_installed
 from sqlext.session_options import REMOTE_ENV, SessionOptions, set_command_options
@@ -281,7 +281,7 @@ def build(spark, directory: Path, warehouse: Path | str = DEFAULT_WAREHOUSE, sel
             continue
         out(f"{prefix} START {model.materialized} model {name} ({model.path})")
         started = time.perf_counter()
-        with _Progress(out, name, started, progress_every):
+        with _still_running(out, name, started, progress_every):
             try:
                 _ensure_upstream(spark, model, models, chosen, warehouse)
                 rows = _materialize(spark, model, warehouse)
@@ -306,25 +306,9 @@ def _status_line(prefix: str, what: str, outcome: str) -> str:
     return f"{left}{'.' * max(3, 60 - len(left))} [{outcome}]"
 
 
-class _Progress:
+def _still_running(out, name: str, started: float, every: float) -> Repeating:
     """For a model running longer than ``every`` seconds, a line now and then saying so."""
-
-    def __init__(self, out, name: str, started: float, every: float):
-        self._out, self._name, self._started, self._every = out, name, started, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            self._out(f"   ... {self._name} still running ({time.perf_counter() - self._started:.0f}s)")
-
-    def __enter__(self):
-        if self._every > 0:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
+    return Repeating(every, lambda: out(f"   ... {name} still running ({time.perf_counter() - started:.0f}s)"))
 
 
 def _ensure_upstream(spark, model: Model, models: Mapping[str, Model], chosen: set[str], warehouse: Path) -> None:

@@ -16,7 +16,9 @@ Every statement runs through the statement runner, as in ``sqlext run``: rewritt
 handed to Spark. It runs on a worker thread inside a Spark job group, so Ctrl-C while it runs
 cancels the group's jobs and the prompt comes back; Ctrl-C at the prompt drops the line being
 typed (and an unfinished statement). Results are printed as tables on standard output, errors
-as ``[CLASS] message`` on standard error, each followed (unless ``-S``) by the time it took.
+as ``[CLASS] message`` on standard error, each followed (unless ``-S``) by the time it took; a
+statement that runs longer than a second shows a progress line on a terminal meanwhile
+(:class:`sqlext.progress.StatusLine`).
 
 ``-e`` and ``-f`` stop at the first failing statement and exit with status 1 (130 if Ctrl-C
 cancelled a statement); the interactive shell reports the error and reads on. Statements piped
@@ -46,6 +48,7 @@ from sqlglot import exp
 from sqlext.command_session import command_session
 from sqlext.display import format_table, format_value
 from sqlext.language.dialect import to_sql
+from sqlext.progress import StatusLine, spark_status
 from sqlext.runner import debug_traceback, is_connect, report_line, run_and_fetch
 from sqlext.session_options import SessionOptions
 from sqlext.statements import Statement, complete_statements, position, split_statements, unclosed_quote
@@ -141,6 +144,8 @@ class Shell:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlext-sql",
                                           initializer=_block_ctrl_c)
         self._groups = itertools.count(1)
+        # the progress line of a long statement, on a terminal (-S: none)
+        self._status = None if silent else spark_status(spark)
 
     def close(self) -> None:
         self._worker.shutdown(wait=False)
@@ -153,7 +158,8 @@ class Shell:
         group = f"sqlext-sql-{os.getpid()}-{next(self._groups)}"
         future = self._worker.submit(self._run_in_group, group, text)
         try:
-            return _wait(future)
+            with StatusLine(self._status) if self._status is not None else contextlib.nullcontext():
+                return _wait(future)
         except KeyboardInterrupt:
             self._cancel(group, future)
             raise Cancelled() from None

@@ -10,6 +10,7 @@ from sqlext.cli.files import parsed, report
 from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
 from sqlext.display import format_table
+from sqlext.progress import StatusLine, spark_status
 from sqlext.runner import Outcome, debug_traceback, report_line, run_and_fetch
 from sqlext.session_options import SessionOptions, add_session_arguments
 from sqlext.statements import Statement
@@ -59,7 +60,8 @@ def _run_one(spark, path: Path, statement: Statement, limit: int) -> bool:
     print(f"-- {path}:{statement.line}: {first_line}")
     started = time.perf_counter()
     try:
-        outcome = run_and_fetch(spark, statement.text, limit, FUNCTION_RUN)
+        with StatusLine(spark_status(spark)):  # on a terminal, cleared before the result prints
+            outcome = run_and_fetch(spark, statement.text, limit, FUNCTION_RUN)
     except Exception as error:  # noqa: BLE001 - a bug in sqlext: one line, at its statement
         debug_traceback(error)
         outcome = Outcome(error=report_line(error, FUNCTION_RUN))

@@ -16,6 +16,8 @@ from sqlext.cli.files import parsed, report
 from sqlext.cli.parser import add_command
 from sqlext.command_session import command_session
 from sqlext.errors import surfaced
+from sqlext.local_spark import quiet_stop
+from sqlext.progress import StatusLine, spark_status
 from sqlext.runner import debug_traceback, report_line
 from sqlext.server_state import running_server
 from sqlext.server.streams import stop_queries
@@ -99,6 +101,7 @@ def main(args) -> int:
     except KeyboardInterrupt:  # Ctrl-C: stop the run's queries, then Spark, and say so in one line
         stopping.set()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would interrupt the stopping
+        quiet_stop(spark)  # what stopping under running tasks makes Spark and py4j say is not the user's
         while worker.is_alive():
             stop_queries(spark)
             worker.join(0.2)
@@ -187,17 +190,22 @@ def _status(spark, args, prepared, stopping: threading.Event) -> int:
         if args.every:
             query = stream(spark, statement.text, trigger=args.every, **options)
             print(f"-- streaming every {args.every}; Ctrl-C stops (the next run resumes from the checkpoint)")
-            while not stopping.is_set() and not query.awaitTermination(1):
-                pass
+            with StatusLine(spark_status(spark), idle=False) as progress:  # while a batch runs
+                while not stopping.is_set() and not query.awaitTermination(1):
+                    line = counter.batch_line(query)  # one line a batch, on a terminal or in a log
+                    if line is not None:
+                        with progress.above():
+                            print(line)
             if stopping.is_set():
                 stop_queries(spark)
                 print(STOPPED, file=sys.stderr)
             return 0
-        query = run_available_now(spark, statement.text, **options)
+        with StatusLine(spark_status(spark)):
+            query = run_available_now(spark, statement.text, **options)
+            counts = None if stopping.is_set() else counter.counts(query).describe()
         if stopping.is_set():
             print(STOPPED, file=sys.stderr)
             return 130
-        counts = counter.counts(query).describe()
     except Exception as error:  # noqa: BLE001 - every error ends as one line, at its statement
         if stopping.is_set():  # the stop interrupted it: what it says is the stop's doing
             print(STOPPED, file=sys.stderr)

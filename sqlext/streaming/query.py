@@ -171,6 +171,13 @@ class RunningQuery:
         last = None if self._run is None else self._run.last
         return None if last is self._earlier else last
 
+    @property
+    def source_records(self) -> list:
+        """How the run reads each folder source's files: their
+        :class:`~sqlext.streaming.bad_records.SourceRecords` (each with its place among the
+        query's sources); none where the run reads no folder."""
+        return [] if self._sources is None else list(self._sources.records)
+
     def __getattr__(self, name: str):
         return getattr(self._query, name)
 

@@ -2,8 +2,10 @@
 print after every run (also a run with nothing new).
 
 Read: the files each micro-batch of the run took from a folder source (Spark's own offset and
-file logs, :func:`sqlext.streaming.batches.batch_entries`) and, for Parquet, their rows (from
-the files' footers). A source that is not a folder of files gives the rows Spark counted.
+file logs, :func:`sqlext.streaming.batches.batch_entries`) and their rows: for Parquet from the
+files' footers, for the files of any other format (JSON, CSV) as Spark's reader of the source
+counts their records (one Spark job over the run's new files, bad records included). A source
+that is not a folder of files gives the rows Spark counted.
 Written: the data files of the batches the run committed (named by their batch) and any other
 that appeared in the output folder during the run (Spark's own sink names its files otherwise)
 and, for Parquet, their rows; for a Delta table, the files its log added, with the rows the log
@@ -13,7 +15,8 @@ counts them: the run committed that batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from sqlext.errors import counted
 from sqlext.storage import Folder, resolve
@@ -32,6 +35,7 @@ class Counts:
     files_written: int = 0
     rows_written: int | None = 0
     quarantined: int = 0  # bad records the run set aside (sqlext.streaming.bad_records)
+    ids: list[int] = field(default_factory=list)  # the batches counted
 
     def describe(self) -> str:
         """The counts in words.
@@ -52,6 +56,19 @@ class Counts:
             said += f"; quarantined {_count(self.quarantined, 'bad record')}"
         return said if self.batches else f"nothing new: {said}"
 
+    def batch_line(self, seconds: float | None = None) -> str:
+        """The line of a run that goes on (``--every``) for the batches counted.
+
+        >>> Counts(1, 1, 3, 1, 2, ids=[4]).batch_line(0.5)
+        '-- batch 4 in 0.50 s: read 1 file, 3 rows; wrote 1 file, 2 rows'
+        >>> Counts(2, 2, 5, 1, 5, ids=[5, 6]).batch_line()
+        '-- batches 5-6: read 2 files, 5 rows; wrote 1 file, 5 rows'
+        """
+        ids = self.ids
+        named = f"batch {ids[0]}" if len(ids) == 1 else f"batches {ids[0]}-{ids[-1]}"
+        took = f" in {seconds:.2f} s" if seconds is not None else ""
+        return f"-- {named}{took}: {self.describe()}"
+
 
 def _count(number: int | None, noun: str) -> str:
     if number is None:
@@ -69,15 +86,21 @@ class RunCounter:
         self.output_format = output_format
         self.committed = set() if fresh else committed_batches(self.checkpoint)
         self.files = {} if fresh else self._data_files()
+        self._progress_seen = None  # the timestamp of the query's last progress that batch_line saw
 
-    def counts(self, query=None) -> Counts:
+    def counts(self, query=None, advance: bool = False) -> Counts:
+        """What the batches committed since this counter was made read and wrote; ``advance``:
+        since the last call that advanced (the next one counts from there). ``query`` (the
+        run's :class:`~sqlext.streaming.RunningQuery`) says how its sources' files are read."""
         batches = sorted(committed_batches(self.checkpoint) - self.committed)
-        counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches))
+        now = self._data_files()  # at once: a batch committing while the rows are counted is the next one's
+        counts = Counts(batches=len(batches), quarantined=Quarantine(self.checkpoint).count(batches), ids=batches)
         spark_rows = 0  # the rows Spark counted, for sources that are not folders of files
         for progress in (query.recentProgress if query is not None else []):
             if progress.get("batchId") in batches:
                 spark_rows += int(progress.get("numInputRows") or 0)
         files_known = True
+        read: dict[int, list[str]] = {}  # by source: the files its batches read
         for batch in batches:
             for source in range(_sources(self.checkpoint, batch)):
                 entries = batch_entries(self.checkpoint, batch, source)
@@ -85,17 +108,40 @@ class RunCounter:
                     files_known = False
                     continue
                 counts.files_read += len(entries)
-                counts.rows_read = _add(counts.rows_read, _rows([e["path"] for e in entries], self.spark))
+                read.setdefault(source, []).extend(e["path"] for e in entries)
+        readers = {r.index: r for r in getattr(query, "source_records", None) or []}
+        for source, paths in read.items():
+            counts.rows_read = _add(counts.rows_read, _rows(paths, self.spark, readers.get(source)))
         if not files_known:
             counts.files_read = None if not counts.files_read else counts.files_read
             counts.rows_read = spark_rows
-        now = self._data_files()
         written = sorted(name for name in now if name not in self.files or _batch_of(name) in batches)
         counts.files_written = len(written)
         counts.rows_written = None if self.output_format not in ("parquet", "delta") else \
             _add(sum(now[name] for name in written if now[name] is not None),
                  _rows([(self.output / name).uri for name in written if now[name] is None], self.spark))
+        if advance:
+            self.committed |= set(batches)
+            self.files = {name: count for name, count in now.items()
+                          if name in self.files or name in written}
         return counts
+
+    def batch_line(self, query) -> str | None:
+        """For a run that goes on (``--every``): the line of the batches committed since the
+        last call (:meth:`Counts.batch_line`, with the time Spark took for one batch), None
+        where none was. The checkpoint is looked at only once Spark reports progress again
+        (after each batch, and every few seconds while nothing comes), not on every call."""
+        progress = query.lastProgress
+        seen = None if progress is None else progress.get("timestamp")
+        if seen == self._progress_seen:
+            return None
+        self._progress_seen = seen
+        counts = self.counts(query, advance=True)
+        if not counts.batches:
+            return None
+        took = [p for p in query.recentProgress if p.get("batchId") in counts.ids]
+        seconds = took[-1].get("durationMs", {}).get("triggerExecution") if len(took) == 1 else None
+        return counts.batch_line(None if seconds is None else seconds / 1000)
 
     def _data_files(self) -> dict[str, int | None]:
         """The output's data files, with their rows where they are known without reading the
@@ -114,8 +160,18 @@ def _add(total: int | None, more: int | None) -> int | None:
     return None if total is None or more is None else total + more
 
 
-def _rows(paths: list[str], spark) -> int | None:
-    """The rows of Parquet files, from their footers; None if one is not a Parquet file."""
+def _rows(paths: list[str], spark, reader=None) -> int | None:
+    """The rows of a source's files: of Parquet files from their footers, of files that
+    ``reader`` (the source's :class:`~sqlext.streaming.bad_records.SourceRecords`) reads in
+    another format as its Spark reader counts their records; None where they are not told (a
+    file gone, a format without a reader)."""
+    if not paths:
+        return 0
+    if reader is not None and reader.file_format.lower() != "parquet":
+        try:
+            return reader.read_files(spark, [unquote(path) for path in paths]).count()
+        except Exception:  # noqa: BLE001 - a file gone since: the rows are not told
+            return None
     total = 0
     for path in paths:
         try:

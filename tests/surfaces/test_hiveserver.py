@@ -297,6 +297,19 @@ def test_the_catalog_lists_tables_views_columns_and_sqlexts_functions(endpoint):
         assert [(c["COLUMN_NAME"], c["DATA_TYPE"], c["TYPE_NAME"], c["ORDINAL_POSITION"]) for c in columns] == [
             ("item_id", -5, "BIGINT", 1), ("item_name", 12, "STRING", 2)]
 
+        # getTypeInfo names each type as getColumns does (Spark's names), intervals included
+        cursor.execute("CREATE OR REPLACE TEMPORARY VIEW hs2_typed AS SELECT CAST(1 AS TINYINT) AS t, "
+                       "CAST(1 AS SMALLINT) AS s, 1 AS i, 1L AS l, CAST(1 AS DECIMAL(5, 1)) AS d, "
+                       "INTERVAL '1' DAY AS days, INTERVAL '1-2' YEAR TO MONTH AS months, "
+                       "TIMESTAMP_NTZ '2024-01-01 00:00:00' AS ntz")
+        _, typed = _catalog(connection, "GetColumns", tableName="hs2_typed")
+        _, types = _catalog(connection, "GetTypeInfo")
+        codes = {t["TYPE_NAME"]: t["DATA_TYPE"] for t in types}
+        assert [(c["TYPE_NAME"], c["DATA_TYPE"]) for c in typed] == [
+            ("TINYINT", -6), ("SMALLINT", 5), ("INT", 4), ("BIGINT", -5), ("DECIMAL(5,1)", 3),
+            ("INTERVAL DAY", 1111), ("INTERVAL YEAR TO MONTH", 1111), ("TIMESTAMP_NTZ", 93)]
+        assert all(codes[c["TYPE_NAME"].partition("(")[0]] == c["DATA_TYPE"] for c in typed), codes
+
         names, functions = _catalog(connection, "GetFunctions", functionName="%JOIN%")
         assert names == ["FUNCTION_CAT", "FUNCTION_SCHEM", "FUNCTION_NAME", "REMARKS", "FUNCTION_TYPE", "SPECIFIC_NAME"]
         fk_join = [f for f in functions if f["FUNCTION_NAME"] == "FK_JOIN"]

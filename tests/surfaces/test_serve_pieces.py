@@ -38,3 +38,19 @@ def test_type_info_names_each_type_as_get_columns_does():
         name = re.split(r"[(<]", catalog.type_name(data_type))[0]
         assert by_name.get(name) == catalog.jdbc_type(data_type), (name, data_type)
     assert {"TINYINT", "SMALLINT", "INT", "BIGINT", "INTERVAL YEAR TO MONTH", "INTERVAL DAY TO SECOND"} <= set(names)
+
+
+# -- sqlext.jdbc.showTables
+
+def test_the_show_tables_setting_takes_hive_or_spark_and_hive_is_the_default():
+    from sqlext.server.hive.settings import SHOW_TABLES, is_show_tables_key, show_tables_shape
+
+    assert show_tables_shape(None) == "hive"
+    assert [show_tables_shape(v) for v in ("hive", "SPARK", " Hive ")] == ["hive", "spark", "hive"]
+    with pytest.raises(SqlextError) as refused:
+        show_tables_shape("tables")
+    assert str(refused.value).startswith(
+        "[INVALID_SETTING] sqlext serve: the setting sqlext.jdbc.showTables is 'tables', which is not 'hive' or "
+        "'spark'. Set it to 'hive' or 'spark' (for example --conf sqlext.jdbc.showTables=spark)")
+    assert all(is_show_tables_key(k) for k in (SHOW_TABLES, f"set:hiveconf:{SHOW_TABLES}", f"set:hivevar:{SHOW_TABLES}"))
+    assert not is_show_tables_key("spark.sql.ansi.enabled")

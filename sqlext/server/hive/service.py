@@ -22,9 +22,10 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError, sql_state
 from sqlext.server.hive import catalog
-from sqlext.server.hive.execution import FUNCTION, SHOW_TABLES_SETTING, describe, run_text
+from sqlext.server.hive.execution import FUNCTION, describe, run_text
 from sqlext.server.hive.protocol import V6, V10, ttypes
 from sqlext.server.hive.rowsets import Result, collect
+from sqlext.server.hive.settings import SHOW_TABLES, is_show_tables_key, show_tables_shape
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,6 @@ class Session:
         self.id = _handle_id()
         self.operations: dict[bytes, Operation] = {}
         self.lock = threading.Lock()
-        self.hive_show_tables = False  # SHOW TABLES in Hive's shape (SHOW_TABLES_SETTING)
 
     def add(self, operation: Operation) -> Operation:
         with self.lock:
@@ -170,13 +170,17 @@ class Session:
 
 class Service:
     """The handler of TCLIService's calls (a thriftpy2 processor calls its methods by name).
-    ``spark`` is the endpoint's session, from which each client session is made."""
+    ``spark`` is the endpoint's session, from which each client session is made;
+    ``show_tables`` the server's shape of SHOW TABLES (None: ``spark``'s
+    ``sqlext.jdbc.showTables``, else Hive's)."""
 
-    def __init__(self, spark):
+    def __init__(self, spark, show_tables: str | None = None):
         from sqlext.session import ensure_installed
 
         self.spark = spark
         ensure_installed(spark)
+        self.show_tables = show_tables_shape(show_tables if show_tables is not None
+                                             else spark.conf.get(SHOW_TABLES, None))
         self.sessions: dict[bytes, Session] = {}
         self.operations: dict[bytes, Operation] = {}
         self.lock = threading.Lock()
@@ -203,8 +207,9 @@ class Service:
         return ensure_installed(self.spark.newSession())
 
     def _configure(self, session: Session, configuration: dict) -> None:
-        """``set:hiveconf:K``/``set:hivevar:K`` of a spark.* key sets it; ``use:database``
-        makes that database the current one."""
+        """``set:hiveconf:K``/``set:hivevar:K`` of a spark.* key sets it, and
+        ``sqlext.jdbc.showTables`` (with or without the prefix) the session's shape of SHOW
+        TABLES; ``use:database`` makes that database the current one."""
         from sqlext.language.dialect import to_sql
         from sqlext.runner import run_statement
 
@@ -212,12 +217,8 @@ class Service:
             for prefix in ("set:hiveconf:", "set:hivevar:"):
                 if key.startswith(prefix) and key[len(prefix):].startswith("spark."):
                     session.spark.conf.set(key[len(prefix):], value)
-            if key.rpartition(":")[2] == SHOW_TABLES_SETTING:
-                if value not in ("hive", "spark"):
-                    raise SqlextError("INVALID_SETTING", function=FUNCTION, setting=SHOW_TABLES_SETTING,
-                                      value=repr(value), expected="'hive' or 'spark'", example="hive",
-                                      default="Spark's shape of SHOW TABLES")
-                session.hive_show_tables = value == "hive"
+            if is_show_tables_key(key):
+                session.spark.conf.set(SHOW_TABLES, show_tables_shape(value))
         database = configuration.get("use:database")
         if database:
             use = exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True)))
@@ -305,7 +306,7 @@ class Service:
             session = self._session(req.sessionHandle)
             operation = self._register(Operation(session, Kind.EXECUTE_STATEMENT))
             spark, text = session.spark, req.statement
-            overlay = {k: v for k, v in (req.confOverlay or {}).items() if k.startswith("spark.")}
+            overlay = {k: v for k, v in (req.confOverlay or {}).items() if k.startswith("spark.") or k == SHOW_TABLES}
 
             def work():
                 if overlay:  # a statement's own settings: set for it, then put back
@@ -313,14 +314,14 @@ class Service:
                     for key, value in overlay.items():
                         spark.conf.set(key, value)
                     try:
-                        return collect(run_text(spark, text, session.hive_show_tables))
+                        return collect(run_text(spark, text, self.show_tables))
                     finally:
                         for key, value in before.items():
                             if value is None:
                                 spark.conf.unset(key)
                             else:
                                 spark.conf.set(key, value)
-                return collect(run_text(spark, text, session.hive_show_tables))
+                return collect(run_text(spark, text, self.show_tables))
 
             operation.start(work)
             if not req.runAsync:

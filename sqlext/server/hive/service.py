@@ -102,7 +102,10 @@ class Operation:
                 log.debug("statement failed", exc_info=True)
                 self._finish(State.ERROR_STATE, error=describe(error))
             finally:
-                context.removeJobTag(self.tag)
+                try:
+                    context.removeJobTag(self.tag)
+                except Exception:  # noqa: BLE001 - Spark stopped meanwhile (the server stopping)
+                    pass
 
         self.thread = threading.Thread(target=run, name=f"sqlext-jdbc-op-{self.id.guid.hex()[:8]}", daemon=True)
         self.thread.start()
@@ -131,15 +134,18 @@ class Operation:
                 # the JVM goes on planning and running after Python has seen the first error.
                 # So the tag's jobs are cancelled while any job runs, for a while after the
                 # thread stopped (cancelling a tag touches only the jobs that carry it).
-                tracker = context.statusTracker()
-                stopped = None
-                while stopped is None or (time.monotonic() - stopped < _CANCEL_GRACE_SECONDS
-                                          and tracker.getActiveJobsIds()):
-                    context.cancelJobsWithTag(self.tag)
-                    thread.join(0.25)
-                    if stopped is None and not thread.is_alive():
-                        stopped = time.monotonic()
-                        time.sleep(0.5)  # a job about to start
+                try:
+                    tracker = context.statusTracker()
+                    stopped = None
+                    while stopped is None or (time.monotonic() - stopped < _CANCEL_GRACE_SECONDS
+                                              and tracker.getActiveJobsIds()):
+                        context.cancelJobsWithTag(self.tag)
+                        thread.join(0.25)
+                        if stopped is None and not thread.is_alive():
+                            stopped = time.monotonic()
+                            time.sleep(0.5)  # a job about to start
+                except Exception:  # noqa: BLE001 - Spark stopped (the server stopping): no job is left
+                    pass
 
             threading.Thread(target=keep_cancelling, name="sqlext-jdbc-cancel", daemon=True).start()
 
@@ -243,11 +249,19 @@ class Service:
             session.close()
         return session
 
-    def close_all(self) -> None:
+    def close_all(self, seconds: float = 10.0) -> None:
+        """Close every session (cancelling its statements), and wait up to ``seconds`` for the
+        statements to end, so that Spark can be stopped after."""
         with self.lock:
-            guids = list(self.sessions)
-        for guid in guids:
-            self.close_session(guid)
+            sessions = list(self.sessions.values())
+        threads = []
+        for session in sessions:
+            with session.lock:
+                threads += [op.thread for op in session.operations.values() if op.thread is not None]
+            self.close_session(session.id.guid)
+        deadline = time.monotonic() + seconds
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _session(self, handle) -> Session:
         with self.lock:

@@ -35,8 +35,9 @@ TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect reads its token 
 MODULE = "sqlext.cli.server_process"  # the server's program (sqlext serve --stop checks its command line)
 # first statements, so that the clients after serve find Spark warm (the JVM's JIT, the
 # analyser, the plans sqlext's rewrites give, the Python workers): each of sqlext's functions
-# once (tests/surfaces/test_serve.py checks that every function of the catalogue is here), on a
-# few rows written inline (no view is left behind), as a statement over a table calls it
+# once (tests/surfaces/test_serve_pieces.py checks that each function of the catalogue is
+# here), on a few rows written inline (no view is left behind), as a statement over a table
+# calls it
 WARM_UP = (
     "SELECT 1",
     "SELECT * FROM CHANGELOG_FILTER(input => TABLE(SELECT * FROM VALUES (1, 5, 1L), (1, -1, 2L) "

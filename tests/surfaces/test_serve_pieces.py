@@ -73,7 +73,7 @@ def test_serve_takes_the_setting_for_its_endpoint_and_refuses_a_bad_one_before_s
 def test_the_server_binds_the_default_port_or_the_next_ones_and_a_named_one_alone():
     import socket
 
-    from sqlext.serve import DEFAULT_PORT, PORT_RETRIES, _first_port
+    from sqlext.serve import DEFAULT_PORT, PORT_RETRIES, _first_port, server_settings
     from sqlext.server.process import CONNECT_PORT, CONNECT_RETRIES
 
     with socket.socket() as taker:
@@ -90,8 +90,6 @@ def test_the_server_binds_the_default_port_or_the_next_ones_and_a_named_one_alon
     # the default, with the ports after it should another process take it meanwhile; a free one
     # the system gives where it is taken already
     assert _first_port(None) in {(DEFAULT_PORT, PORT_RETRIES), (0, 0)}
-    from sqlext.serve import server_settings
-
     settings = server_settings(SessionOptions(), DEFAULT_PORT, PORT_RETRIES)
     assert (settings[CONNECT_PORT], settings[CONNECT_RETRIES]) == (str(DEFAULT_PORT), str(PORT_RETRIES))
 
@@ -106,14 +104,6 @@ def test_the_warm_up_runs_each_of_sqlexts_functions_on_inline_rows():
         called = (function.called_as or f"{function.name}(").upper()
         assert sum(called in text.upper() for text in WARM_UP) == 1, function.name
     assert not any(re.search(r"\b(CREATE|INSERT|VIEW)\b|TABLE\((?!SELECT)", text, re.IGNORECASE) for text in WARM_UP)
-
-
-def test_the_warm_up_leaves_no_temporary_view_behind(spark):
-    from sqlext.server.process import warm_up
-
-    session = spark.newSession()
-    warm_up(session)
-    assert [table.name for table in session.catalog.listTables() if table.isTemporary] == []
 
 
 # -- a project's .gitignore

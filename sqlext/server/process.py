@@ -33,20 +33,26 @@ CONNECT_PORT = "spark.connect.grpc.binding.port"
 CONNECT_RETRIES = "spark.connect.grpc.port.maxRetries"  # the next ports Spark Connect tries (0: none)
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect reads its token here
 MODULE = "sqlext.cli.server_process"  # the server's program (sqlext serve --stop checks its command line)
+# a few change rows written inline, as a table argument
+_CHANGES = "TABLE(SELECT * FROM VALUES (1, 5, 1L), (1, -1, 2L) AS t(id, v, _commit_version))"
 # first statements, so that the clients after serve find Spark warm (the JVM's JIT, the
-# analyser, the plans sqlext's rewrites give, the Python workers): each of sqlext's functions
-# once (tests/surfaces/test_serve_pieces.py checks that each function of the catalogue is
-# here), on a few rows written inline (no view is left behind), as a statement over a table
-# calls it
+# analyser, the plans sqlext's rewrites give): each of sqlext's functions once, through sqlext
+# as a statement over a table calls it, on a few rows written inline (no view is left behind)
+# (tests/surfaces/test_serve_pieces.py checks that each function of the catalogue is here)
 WARM_UP = (
     "SELECT 1",
-    "SELECT * FROM CHANGELOG_FILTER(input => TABLE(SELECT * FROM VALUES (1, 5, 1L), (1, -1, 2L) "
-    "AS t(id, v, _commit_version)), key => 'id', predicate => 'v > 0')",
+    f"SELECT * FROM CHANGELOG_FILTER(input => {_CHANGES}, key => 'id', predicate => 'v > 0')",
     "SELECT * FROM FK_JOIN(left => TABLE(SELECT * FROM VALUES (1, 7, 1L) AS o(order_id, customer_id, "
     "_commit_version)), right => TABLE(SELECT * FROM VALUES (7, 'a', 1L) AS c(id, name, _commit_version)), "
     "left_key => 'order_id', foreign_key => 'customer_id', right_key => 'id')",
     "WITH RECURSIVE reach(node) AS (SELECT 1 UNION SELECT e.dst FROM reach AS r JOIN "
     "(SELECT * FROM VALUES (1, 2), (2, 3) AS e(src, dst)) AS e ON r.node = e.src) SELECT node FROM reach",
+)
+# and each function's registered table function (the catalogue's table_function), as Spark
+# itself calls it (past sqlext's rewrite: a plain spark.sql, a notebook's), which starts Spark's
+# Python workers
+WARM_UP_TABLE_FUNCTIONS = (
+    f"SELECT * FROM CHANGELOG_FILTER(input => {_CHANGES}, key => 'id', predicate => 'v > 0')",
 )
 
 
@@ -81,6 +87,8 @@ def warm_up(spark) -> None:
 
     for text in WARM_UP:
         sqlext.sql(spark, text).collect()
+    for text in WARM_UP_TABLE_FUNCTIONS:
+        spark.sql(text).collect()
     spark.catalog.listTables()  # opens the catalog (a Hive metastore: seconds, the first time)
 
 

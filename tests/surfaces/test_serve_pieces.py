@@ -97,13 +97,18 @@ def test_the_server_binds_the_default_port_or_the_next_ones_and_a_named_one_alon
 # -- the server's first statements
 
 def test_the_warm_up_runs_each_of_sqlexts_functions_on_inline_rows():
+    """Each function once through sqlext, and each registered table function once as Spark
+    calls it, on rows written inline (TABLE(SELECT ...), which every function's rule reads)."""
     from sqlext.functions import catalogue
-    from sqlext.server.process import WARM_UP
+    from sqlext.server.process import WARM_UP, WARM_UP_TABLE_FUNCTIONS
 
     for function in catalogue.functions():
         called = (function.called_as or f"{function.name}(").upper()
         assert sum(called in text.upper() for text in WARM_UP) == 1, function.name
-    assert not any(re.search(r"\b(CREATE|INSERT|VIEW)\b|TABLE\((?!SELECT)", text, re.IGNORECASE) for text in WARM_UP)
+        registered = sum(text.upper().startswith(f"SELECT * FROM {function.name}(") for text in WARM_UP_TABLE_FUNCTIONS)
+        assert registered == (function.table_function is not None), function.name
+    for text in WARM_UP + WARM_UP_TABLE_FUNCTIONS:
+        assert not re.search(r"\b(CREATE|INSERT|VIEW)\b|TABLE\((?!SELECT)", text, re.IGNORECASE), text
 
 
 # -- a project's .gitignore

@@ -14,8 +14,9 @@ settings are its own), and all of them share the server's catalog.
 
 The server is the folder's: it runs there (its catalog is the folder's ``metastore_db`` and
 ``spark-warehouse``), listens on the loopback address only (the JDBC endpoint on another only
-where ``--jdbc-host`` names it), and admits only clients that present its token. The state
-file ``.sqlext-server`` in the folder (readable by its owner alone) names its addresses with
+where ``--jdbc-host`` names it), and admits only clients that present its token. The server
+binds its ports itself and, as soon as everything listens, writes the state file
+``.sqlext-server`` in the folder (readable by its owner alone), which names its addresses with
 the token, its process and its log; ``sqlext serve --stop`` stops it and removes the file, and
 a command that finds the file but no server answering ignores it (and removes it when the
 process is gone).
@@ -36,14 +37,17 @@ from pathlib import Path
 import sqlext
 from sqlext.errors import SqlextError
 from sqlext.local_spark import embedded_settings, quiet_python_logs
+from sqlext.server.hive.settings import SHOW_TABLES, show_tables_shape
+from sqlext.server.process import CONNECT_PORT, CONNECT_RETRIES, TOKEN_ENV
 from sqlext.server.process import MODULE as SERVER_MODULE
-from sqlext.server.process import TOKEN_ENV, WARM_UP
-from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server, write_state
+from sqlext.server_state import STATE, Server, alive, listening, read_state, running_server
 from sqlext.session_options import check_catalog_free, merged
 
 FUNCTION = "sqlext serve"
 LOG = ".sqlext-server.log"
 DEFAULT_PORT = 15002  # Spark Connect's own default
+# how many ports after the default Spark Connect tries when another process took it meanwhile
+PORT_RETRIES = 16
 
 
 def add_arguments(parser) -> None:
@@ -128,40 +132,61 @@ def _is_our_server(pid: int) -> bool:
 
 # -- starting and stopping
 
-def _free_port(wanted: int | None, host: str = "127.0.0.1", what: str = "--port") -> int:
-    """``wanted``, or the default port if it is free, or a free port the system gives."""
-    for port in ([wanted] if wanted is not None else [DEFAULT_PORT, 0]):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host, port))
-                return probe.getsockname()[1]
-            except OSError as error:
-                if wanted is not None:
-                    raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION,
-                                      reason=f"{host}:{port} cannot be listened on ({error.strerror or error})",
-                                      fix=f"Give another with {what} N.") from None
-    raise AssertionError("unreachable")
+def _check_free(port: int, host: str = "127.0.0.1", what: str = "--port") -> None:
+    """Refuse a port the user named that cannot be listened on now, before Spark starts (the
+    server binds it itself, and says so if another process took it meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise _port_refused(host, port, what, error.strerror or str(error)) from None
 
 
-def server_settings(options, port: int) -> dict[str, str]:
+def _port_refused(host: str, port: int, what: str, reason: str) -> SqlextError:
+    return SqlextError("SERVER_NOT_STARTED", function=FUNCTION, reason=f"{host}:{port} cannot be listened on ({reason})",
+                       fix=f"Give another with {what} N, or leave {what} out for a free one.")
+
+
+def _first_port(wanted: int | None) -> tuple[int, int]:
+    """The port Spark Connect binds first and how many after it it may try: the one named
+    (alone), else the default (and the next ones, should another process take it before the
+    server binds it), else, where the default is taken, one the system gives."""
+    if wanted is not None:
+        _check_free(wanted)
+        return wanted, 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", DEFAULT_PORT))
+        except OSError:
+            return 0, 0
+    return DEFAULT_PORT, PORT_RETRIES
+
+
+def server_settings(options, port: int, retries: int = 0) -> dict[str, str]:
     """The server's Spark settings: those of a command's own Spark (sqlext's defaults, the
-    catalog, the session options), listening on the loopback address alone."""
-    listen = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
-    return merged(embedded_settings("sqlext serve"), options.settings(), listen, options.conf_settings())
+    catalog, the session options), listening on the loopback address alone. The JDBC
+    endpoint's own setting (``sqlext.jdbc.showTables``) is not Spark's: the spec carries it."""
+    listen = {"spark.connect.grpc.binding.address": "127.0.0.1", CONNECT_PORT: str(port),
+              CONNECT_RETRIES: str(retries)}
+    conf = {key: value for key, value in options.conf_settings().items() if key != SHOW_TABLES}
+    return merged(embedded_settings("sqlext serve"), options.settings(), listen, conf)
 
 
 def start(folder: Path, options, port: int | None = None, timeout: float = 300.0, jdbc: dict | None = None) -> Server:
-    """Start the server in ``folder`` and return once it has answered a first query.
-    ``jdbc``: the HiveServer2 endpoint's ``host``, ``port`` and whether a client must present
-    the ``token``; None for none."""
-    from pyspark import __version__
-
+    """Start the server in ``folder`` and return once it has answered a first query (the
+    server writes the folder's state file itself, as soon as it listens). ``port``: Spark
+    Connect's (None: the default, or a free one); ``jdbc``: the HiveServer2 endpoint's
+    ``host``, ``port`` (0: a free one) and whether a client must present the ``token``; None
+    for none."""
+    show_tables = show_tables_shape(options.conf_settings().get(SHOW_TABLES), FUNCTION)  # before Spark starts
     catalog = options.catalog_folder()
     if catalog is not None:
         check_catalog_free(catalog, FUNCTION)
-    port = _free_port(port)
+    port, retries = _first_port(port)
     if jdbc is not None:
-        jdbc = dict(jdbc, port=_free_port(jdbc["port"], host=jdbc["host"], what="--jdbc-port"))
+        if jdbc["port"]:
+            _check_free(jdbc["port"], host=jdbc["host"], what="--jdbc-port")
+        jdbc = dict(jdbc, show_tables=show_tables)
     token = uuid.uuid4().hex
     log = folder / LOG
     ready = folder / f"{STATE}.ready"
@@ -169,8 +194,8 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
     spec = folder / f"{STATE}.spec"  # the settings, off the server's argv (they may hold secrets)
     descriptor = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:
-        json.dump({"settings": server_settings(options, port), "master": options.master or "local[2]",
-                   "jdbc": jdbc, "ready": str(ready)}, file)
+        json.dump({"settings": server_settings(options, port, retries), "master": options.master or "local[2]",
+                   "jdbc": jdbc, "ready": str(ready), "folder": str(folder), "log": str(log)}, file)
     env = {key: value for key, value in os.environ.items()
            if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")}
     env.update({TOKEN_ENV: token, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
@@ -178,37 +203,46 @@ def start(folder: Path, options, port: int | None = None, timeout: float = 300.0
         process = subprocess.Popen(
             [sys.executable, "-m", SERVER_MODULE, str(spec)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True)  # it outlives this command
-    server = Server(address=f"sc://localhost:{port}/;token={token}", port=port, pid=process.pid, log=str(log),
-                    folder=str(folder), spark_version=__version__)
     try:
-        ports = _await(process, server, ready, timeout)
-        server.stream_port = ports["stream_port"]
-        if jdbc is not None:
-            server.jdbc_port, server.jdbc_host = ports["jdbc_port"], jdbc["host"]
+        _await(process, str(log), ready, timeout)
+        server = read_state(folder)  # the server wrote it as it began to listen
+        if server is None or server.pid != process.pid:
+            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(str(log)),
+                              reason=f"it did not write its state file {folder / STATE}")
         _warm_up(server)
     except BaseException:
         end_server(process.pid)
         process.wait()
+        server = read_state(folder)
+        if server is not None and server.pid == process.pid:
+            (folder / STATE).unlink(missing_ok=True)
         raise
     finally:
         spec.unlink(missing_ok=True)
         ready.unlink(missing_ok=True)
-    write_state(folder, server)
     return server
 
 
-def _await(process, server: Server, ready: Path, timeout: float) -> dict:
-    """The server's ports, once it has written them (everything listens) and Spark Connect answers."""
+def _await(process, log: str, ready: Path, timeout: float) -> dict:
+    """The server's ports, once it has written them (everything listens) and Spark Connect
+    answers; a port another process took is refused, naming it."""
     deadline = time.monotonic() + timeout
-    while not (ready.exists() and listening(server.port, 0.5)):
+    while True:
+        if ready.exists():
+            ports = json.loads(ready.read_text())
+            if "taken" in ports:
+                process.wait()
+                raise _port_refused(ports.get("host", "127.0.0.1"), ports["port"], ports["taken"],
+                                    "another process listens there")
+            if listening(ports["connect_port"], 0.5):
+                return ports
         if process.poll() is not None:
-            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
-                              reason=f"it stopped with status {process.returncode}{_last_error(server.log)}")
+            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(log),
+                              reason=f"it stopped with status {process.returncode}{_last_error(log)}")
         if time.monotonic() > deadline:
-            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(server.log),
+            raise SqlextError("SERVER_NOT_STARTED", function=FUNCTION, fix=_see_log(log),
                               reason=f"it did not answer within {timeout:g} s (--timeout)")
         time.sleep(0.25)
-    return json.loads(ready.read_text())
 
 
 def _see_log(log: str) -> str:
@@ -225,35 +259,60 @@ def _last_error(log: str) -> str:
 
 
 def _warm_up(server: Server) -> None:
-    """Run the first queries, as a command's client would, so that the server is warm."""
+    """A first session over Spark Connect, as a command's client opens one, so that the first
+    command finds Connect's own paths warm too (the server's driver has run each of sqlext's
+    functions and opened the catalog: :data:`sqlext.server.process.WARM_UP`)."""
     from pyspark.sql import SparkSession
 
     quiet_python_logs()
     session = SparkSession.builder.remote(server.address).create()
     try:
         sqlext.install(session)
-        for text in WARM_UP:
-            sqlext.sql(session, text).collect()
-        session.catalog.listTables()  # opens the catalog (a Hive metastore: seconds, the first time)
+        sqlext.sql(session, "SELECT 1").collect()
     finally:
         session.stop()
 
 
 def end_server(pid: int, seconds: float = 30.0) -> None:
-    """End the server's process group (the JVM and the Python workers it started): politely,
-    then, after ``seconds``, at once."""
-    for sent, wait in ((signal.SIGTERM, seconds), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sent)
-        except ProcessLookupError:
+    """End the server: SIGTERM to its process alone, which stops its doors, then Spark (its JVM
+    and Python workers end with it); what is left of its process group after ``seconds`` is
+    ended politely, then at once. (SIGTERM to the whole group would stop the JVM under the
+    process while it still calls it, and leave py4j's tracebacks in its log.)"""
+    _send(lambda: os.kill(pid, signal.SIGTERM))
+    _wait(lambda: not alive(pid) or _reaped(pid), seconds)
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        if _wait(lambda: not _group_alive(pid), 5.0):
             return
-        except PermissionError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not alive(pid) or _reaped(pid):
-                return
-            time.sleep(0.2)
+        _send(lambda: os.killpg(pid, sent))  # noqa: B023 - called at once
+    _wait(lambda: not _group_alive(pid), 5.0)
+
+
+def _send(signal_it) -> None:
+    try:
+        signal_it()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait(done, seconds: float) -> bool:
+    """Whether ``done()`` came true within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _group_alive(pid: int) -> bool:
+    """Whether a process of the group ``pid`` led is left (``pid`` reaped first, where it is
+    this process's child that ended)."""
+    _reaped(pid)
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _reaped(pid: int) -> bool:

@@ -180,31 +180,47 @@ def test_a_wrong_token_is_refused_with_its_class(endpoint):
 
 
 def test_sqlalchemy_lists_tables_and_columns_and_runs_a_statement(endpoint):
-    """PyHive's dialect reads the first column of SHOW TABLES as the names (Hive's shape); the
-    session setting sqlext.jdbc.showTables=hive gives that shape, Spark's stays the default."""
+    """PyHive's dialect (Superset's hive://) reads the first column of SHOW TABLES as the names:
+    Hive's shape, one column tab_name, is the default. A connection's sqlext.jdbc.showTables=spark
+    gives Spark's shape, and a session's SET changes it; a value it cannot take is refused, naming
+    the setting, and the session keeps the shape it had."""
     from pyhive import hive
+    from pyhive.exc import OperationalError
     from sqlalchemy import create_engine, inspect, text
 
-    with hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM") as plain:
-        cursor = plain.cursor()
-        cursor.execute("SHOW TABLES")
-        assert [column[0] for column in cursor.description] == ["namespace", "tableName", "isTemporary"]
-    with pytest.raises(Exception, match=r"INVALID_SETTING.*sqlext.jdbc.showTables"):
-        hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM",
-                     configuration={"sqlext.jdbc.showTables": "tables"})
-    engine = create_engine(f"hive://someone:{TOKEN}@localhost:{endpoint.port}/default",
-                           connect_args={"auth": "CUSTOM", "configuration": {"sqlext.jdbc.showTables": "hive"}})
+    engine = create_engine(f"hive://someone:{TOKEN}@localhost:{endpoint.port}/default", connect_args={"auth": "CUSTOM"})
     try:
         inspector = inspect(engine)
         assert "default" in inspector.get_schema_names()
         names = inspector.get_table_names()
         assert "hs2_items" in names and "default" not in names, names
+        assert inspector.get_table_names(schema="hs2_db") == ["priced"]
         columns = inspector.get_columns("hs2_items")
         assert [(c["name"], type(c["type"]).__name__) for c in columns] == [("item_id", "BigInteger"), ("item_name", "String")]
         with engine.connect() as connection:
             assert sorted(connection.execute(text("SELECT item_name FROM hs2_items")).scalars()) == ["ink", "pen"]
     finally:
         engine.dispose()
+
+    spark_shape = ["namespace", "tableName", "isTemporary"]
+    with closing(hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM",
+                              configuration={"sqlext.jdbc.showTables": "spark"})) as connection:
+        cursor = connection.cursor()
+        cursor.execute("SHOW TABLES")
+        assert [column[0] for column in cursor.description] == spark_shape
+        cursor.execute("SET sqlext.jdbc.showTables=hive")
+        cursor.execute("SHOW TABLES IN hs2_db")
+        assert [column[0] for column in cursor.description] == ["tab_name"] and cursor.fetchall() == [("priced",)]
+        with pytest.raises(OperationalError) as refused:
+            cursor.execute("SET sqlext.jdbc.showTables=tables")
+        status = refused.value.args[0].status
+        assert status.errorMessage.startswith("[INVALID_SETTING] sqlext serve: the setting sqlext.jdbc.showTables "
+                                              "is 'tables'") and status.sqlState == "22023", status
+        cursor.execute("SHOW TABLES IN hs2_db")
+        assert [column[0] for column in cursor.description] == ["tab_name"]
+    with pytest.raises(Exception, match=r"INVALID_SETTING.*sqlext.jdbc.showTables"):
+        hive.connect("localhost", port=endpoint.port, username="u", password=TOKEN, auth="CUSTOM",
+                     configuration={"sqlext.jdbc.showTables": "tables"})
 
 
 def test_two_clients_at_once_each_have_their_own_session(endpoint):
@@ -296,6 +312,19 @@ def test_the_catalog_lists_tables_views_columns_and_sqlexts_functions(endpoint):
         assert names[:5] == ["TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "COLUMN_NAME", "DATA_TYPE"] and len(names) == 23
         assert [(c["COLUMN_NAME"], c["DATA_TYPE"], c["TYPE_NAME"], c["ORDINAL_POSITION"]) for c in columns] == [
             ("item_id", -5, "BIGINT", 1), ("item_name", 12, "STRING", 2)]
+
+        # getTypeInfo names each type as getColumns does (Spark's names), intervals included
+        cursor.execute("CREATE OR REPLACE TEMPORARY VIEW hs2_typed AS SELECT CAST(1 AS TINYINT) AS t, "
+                       "CAST(1 AS SMALLINT) AS s, 1 AS i, 1L AS l, CAST(1 AS DECIMAL(5, 1)) AS d, "
+                       "INTERVAL '1' DAY AS days, INTERVAL '1-2' YEAR TO MONTH AS months, "
+                       "TIMESTAMP_NTZ '2024-01-01 00:00:00' AS ntz")
+        _, typed = _catalog(connection, "GetColumns", tableName="hs2_typed")
+        _, types = _catalog(connection, "GetTypeInfo")
+        codes = {t["TYPE_NAME"]: t["DATA_TYPE"] for t in types}
+        assert [(c["TYPE_NAME"], c["DATA_TYPE"]) for c in typed] == [
+            ("TINYINT", -6), ("SMALLINT", 5), ("INT", 4), ("BIGINT", -5), ("DECIMAL(5,1)", 3),
+            ("INTERVAL DAY", 1111), ("INTERVAL YEAR TO MONTH", 1111), ("TIMESTAMP_NTZ", 93)]
+        assert all(codes[c["TYPE_NAME"].partition("(")[0]] == c["DATA_TYPE"] for c in typed), codes
 
         names, functions = _catalog(connection, "GetFunctions", functionName="%JOIN%")
         assert names == ["FUNCTION_CAT", "FUNCTION_SCHEM", "FUNCTION_NAME", "REMARKS", "FUNCTION_TYPE", "SPECIFIC_NAME"]

@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,16 +39,73 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# what the module's server start showed (the served fixture fills it)
+START: dict = {}
+
+
+def _hold_ports(spec: dict) -> list[socket.socket]:
+    """Listen on the ports the starting command's spec names for the server, as another
+    process might in the seconds before the server binds them (none where the spec leaves the
+    port to the system, or where another process has it already)."""
+    wanted = [int(spec["settings"]["spark.connect.grpc.binding.port"]), int(spec["jdbc"]["port"])]
+    held = []
+    for port in wanted:
+        if port:
+            taker = socket.socket()
+            try:
+                taker.bind(("127.0.0.1", port))
+                taker.listen()
+                held.append(taker)
+            except OSError:
+                taker.close()
+    return held
+
+
+def _start_watched(folder: Path, env: dict, argv: list[str]) -> subprocess.CompletedProcess:
+    """``sqlext serve ARGV`` in ``folder``, watched as it starts: the ports its spec names for
+    the server are taken by this process meanwhile (START["held"]), and ``sqlext serve
+    --status`` runs as soon as the JDBC port answers (START["status"])."""
+    from sqlext.server_state import STATE, listening
+
+    spec, ready = folder / f"{STATE}.spec", folder / f"{STATE}.ready"
+    starting = subprocess.Popen([str(SQLEXT), "serve", *argv], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    held, START["held"] = None, []
+    try:
+        while starting.poll() is None:
+            if held is None:  # the spec is written once the command has looked at the ports
+                try:
+                    held = _hold_ports(json.loads(spec.read_text()))
+                    START["held"] = [taker.getsockname()[1] for taker in held]
+                except (OSError, ValueError, KeyError):  # not yet, or in part
+                    pass
+            try:
+                jdbc_port = json.loads(ready.read_text())["jdbc_port"]
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.005)
+                continue
+            if listening(jdbc_port):
+                START["status"] = subprocess.run([str(SQLEXT), "serve", "--status"], cwd=folder, env=env,
+                                                 capture_output=True, text=True, timeout=60)
+                break
+        out, err = starting.communicate(timeout=900)
+        return subprocess.CompletedProcess(starting.args, starting.returncode, out, err)
+    finally:
+        for taker in held or []:
+            taker.close()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, spark_child_env):
-    """A folder where ``sqlext serve`` runs, and the environment of the commands after it."""
+    """A folder where ``sqlext serve`` runs, and the environment of the commands after it. It
+    starts on the default port (another process takes the ports it was to bind meanwhile),
+    with a JDBC port the system gives, and SHOW TABLES in Spark's shape for the whole server."""
     from sqlext.serve import STATE, end_server, read_state
 
     folder = tmp_path_factory.mktemp("served")
     env = {k: v for k, v in spark_child_env.items() if not k.startswith("PYTEST_") and k != "SPARK_REMOTE"}
     env["SQLEXT_HISTORY"] = str(folder / "history")
-    started = subprocess.run([str(SQLEXT), "serve", "--port", str(_free_port()), "--jdbc-port", "0"], cwd=folder, env=env,
-                             capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    started = _start_watched(folder, env, ["--jdbc-port", "0", "--conf", "sqlext.jdbc.showTables=spark"])
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         no_spark = tmp_path_factory.mktemp("no-spark")
@@ -80,6 +138,20 @@ def test_serve_names_its_server_in_a_state_file_only_its_owner_reads(served):
     assert sqlext(served, "serve").stdout.startswith("sqlext serve: already running")
     status = sqlext(served, "serve", "--status")
     assert status.returncode == 0 and status.stdout.strip() == state["address"]
+    # while serve still warmed it up, the JDBC port answering: --status named it already
+    assert START["status"].returncode == 0 and START["status"].stdout.strip() == state["address"], START["status"]
+
+
+def test_serve_binds_its_ports_itself_and_names_the_ones_it_holds(served):
+    """Another process took the ports the starting command meant for the server, between the
+    command's look and the server's bind: the server took the next free port (none was named)
+    and the JDBC port the system gave, and the state file names the ports it listens on."""
+    from sqlext.serve import STATE
+    from sqlext.server_state import listening
+
+    state = json.loads((served[0] / STATE).read_text())
+    assert state["port"] not in START["held"] and state["jdbc_port"] not in START["held"], (state, START)
+    assert listening(state["port"]) and listening(state["jdbc_port"])
 
 
 def test_commands_in_the_folder_attach_and_share_its_catalog(served, tmp_path):
@@ -204,7 +276,8 @@ def test_attached_errors_are_one_line_and_sqlext_debug_adds_the_jvm_trace(served
 
 def test_jdbc_port_serves_hiveserver2_clients_through_sqlext_with_the_token(served):
     """sqlext serve --jdbc-port: PyHive (HiveServer2's protocol) reaches the server's session,
-    sees the folder's tables, runs sqlext's functions, and is refused without the token."""
+    sees the folder's tables, runs sqlext's functions, and is refused without the token; the
+    server's --conf sets the shape of SHOW TABLES, which a session's SET overrides."""
     from pyhive import hive
 
     from sqlext.serve import STATE
@@ -218,20 +291,36 @@ def test_jdbc_port_serves_hiveserver2_clients_through_sqlext_with_the_token(serv
         cursor = client.cursor()
         cursor.execute(FILTER)
         assert cursor.fetchall() == [(1, 5, "insert", 1), (1, 5, "delete", 2)]
-        cursor.execute("SHOW TABLES")
+        cursor.execute("SHOW TABLES")  # in Spark's shape: the server's --conf sqlext.jdbc.showTables=spark
         assert ("default", "t1", False) in cursor.fetchall()  # made by a command attached over Spark Connect
+        cursor.execute("SET sqlext.jdbc.showTables=hive")  # the session's own shape
+        cursor.execute("SHOW TABLES")
+        assert [d[0] for d in cursor.description] == ["tab_name"] and ("t1",) in cursor.fetchall()
+        cursor.execute("RESET sqlext.jdbc.showTables")  # back to the server's
+        cursor.execute("SHOW TABLES")
+        assert [d[0] for d in cursor.description] == ["namespace", "tableName", "isTemporary"]
     with pytest.raises(Exception, match="JDBC_TOKEN_REFUSED"):
         hive.connect("localhost", port=state["jdbc_port"], username="me", password="not-the-token", auth="CUSTOM")
 
 
 def test_serve_stop_stops_the_server_and_the_next_command_runs_its_own(served):
-    from sqlext.serve import STATE
+    """--stop while a JDBC client's statement runs: the server ends it, stops, and its log
+    says so in two lines, without a traceback."""
+    from pyhive import hive
+
+    from sqlext.serve import LOG, STATE
 
     folder = served[0]
-    pid = json.loads((folder / STATE).read_text())["pid"]
+    state = json.loads((folder / STATE).read_text())
+    client = hive.connect("localhost", port=state["jdbc_port"], username="me",
+                          password=state["address"].partition(";token=")[2], auth="CUSTOM")
+    client.cursor().execute("SELECT sum(id % 7) AS s FROM range(200000000000)", async_=True)
+    time.sleep(1.0)  # its Spark job is running
     stopped = sqlext(served, "serve", "--stop")
     assert stopped.returncode == 0 and "stopped the server" in stopped.stdout
-    assert not (folder / STATE).exists() and not _alive(pid)
+    assert not (folder / STATE).exists() and not _alive(state["pid"])
+    stopping = (folder / LOG).read_text().partition("sqlext serve: stopping\n")[2]
+    assert stopping == "sqlext serve: stopped\n", stopping
     alone = sqlext(served, "sql", "-S", "-e", "SELECT 1")  # no server: it starts Spark (the stand-in)
     assert alone.returncode != 0 and "started Spark of its own" in alone.stderr
     assert sqlext(served, "serve", "--status").returncode == 1

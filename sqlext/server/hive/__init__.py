@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 __all__ = ["Endpoint", "start_endpoint"]
 
 
-def start_endpoint(spark, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> "Endpoint":
+def start_endpoint(spark, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                   show_tables: str | None = None) -> "Endpoint":
     """Listen on ``host``:``port`` (0: a free port, see ``Endpoint.port``) and serve HiveServer2
     clients on sessions made from the classic session ``spark``. With ``token``, a client must
-    give it as its password (any user name); ``token=None`` checks no password."""
-    endpoint = Endpoint(spark, host, port, token)
+    give it as its password (any user name); ``token=None`` checks no password. ``show_tables``:
+    the server's shape of SHOW TABLES, ``hive`` or ``spark`` (:mod:`sqlext.server.hive.settings`;
+    None: ``spark``'s ``sqlext.jdbc.showTables``, else Hive's)."""
+    endpoint = Endpoint(spark, host, port, token, show_tables)
     endpoint._start()
     return endpoint
 
@@ -38,12 +41,12 @@ def start_endpoint(spark, host: str = "127.0.0.1", port: int = 0, token: str | N
 class Endpoint:
     """A listening endpoint: ``port`` is the port it is bound to; ``stop()`` closes it."""
 
-    def __init__(self, spark, host: str, port: int, token: str | None):
+    def __init__(self, spark, host: str, port: int, token: str | None, show_tables: str | None = None):
         from sqlext.server.hive.service import Service
 
         self.spark = spark
         self.token = token
-        self.service = Service(spark)
+        self.service = Service(spark, show_tables)
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         endpoint = self

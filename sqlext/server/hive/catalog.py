@@ -204,23 +204,49 @@ TYPE_INFO_FIELDS = [
     ("MAXIMUM_SCALE", SI), ("SQL_DATA_TYPE", I), ("SQL_DATETIME_SUB", I), ("NUM_PREC_RADIX", I),
 ]
 
+def _interval_types() -> list:
+    """Every ANSI interval type, as Spark names them (``INTERVAL YEAR`` ... ``INTERVAL DAY TO SECOND``)."""
+    year_month, day_time = T.YearMonthIntervalType, T.DayTimeIntervalType
+    return ([year_month(start, end) for start in (year_month.YEAR, year_month.MONTH)
+             for end in (year_month.YEAR, year_month.MONTH) if start <= end]
+            + [day_time(start, end) for start in range(day_time.DAY, day_time.SECOND + 1)
+               for end in range(start, day_time.SECOND + 1)])
+
+
+# the types getTypeInfo lists: every type a column can have, one row each, with the name
+# getColumns gives it (type_name) without its parameters
 _TYPES = [T.BooleanType(), T.ByteType(), T.ShortType(), T.IntegerType(), T.LongType(), T.FloatType(),
           T.DoubleType(), T.DecimalType(38, 18), T.StringType(), T.VarcharType(65535), T.CharType(255),
-          T.BinaryType(), T.DateType(), T.TimestampType(), T.ArrayType(T.StringType()),
-          T.MapType(T.StringType(), T.StringType()), T.StructType([]), T.NullType()]
+          T.BinaryType(), T.DateType(), T.TimestampType(), T.TimestampNTZType(), *_interval_types(),
+          T.ArrayType(T.StringType()), T.MapType(T.StringType(), T.StringType()), T.StructType([]),
+          T.VariantType(), T.NullType()]
+
+
+def base_type_name(data_type) -> str:
+    """A type's name as :func:`type_name` gives it, without its parameters: ``DECIMAL`` for
+    ``DECIMAL(10,2)``, ``ARRAY`` for ``ARRAY<INT>``; the name of its row in getTypeInfo.
+
+    >>> [base_type_name(t) for t in (T.LongType(), T.DecimalType(10, 2), T.ArrayType(T.IntegerType()), T.DayTimeIntervalType(0, 0))]
+    ['BIGINT', 'DECIMAL', 'ARRAY', 'INTERVAL DAY']
+    """
+    return re.split(r"[(<]", type_name(data_type), maxsplit=1)[0]
+
+
+_CREATE_PARAMS = {T.DecimalType: "precision,scale", T.VarcharType: "length", T.CharType: "length"}
 
 
 def type_info() -> Result:
+    """getTypeInfo: one row per type, named as getColumns names a column's type (Spark's SQL
+    names: ``INT``, ``BIGINT``, ``INTERVAL DAY TO SECOND``), with its ``java.sql.Types`` code."""
     rows = []
     for data_type in _TYPES:
-        name = data_type.typeName().upper() if not isinstance(data_type, (T.VarcharType, T.CharType)) \
-            else type(data_type).__name__[:-4].upper()
         size, _, radix = _size(data_type)
         numeric = isinstance(data_type, T.NumericType)
         text = isinstance(data_type, (T.StringType, T.VarcharType, T.CharType))
-        rows.append((name, jdbc_type(data_type), size, "'" if text else None, "'" if text else None, None,
-                     NULLABLE, text, SEARCHABLE, not numeric, False, False, None, 0,
-                     data_type.precision if isinstance(data_type, T.DecimalType) else 0, None, None, radix))
+        rows.append((base_type_name(data_type), jdbc_type(data_type), size, "'" if text else None,
+                     "'" if text else None, _CREATE_PARAMS.get(type(data_type)), NULLABLE, text, SEARCHABLE, not numeric,
+                     False, False, None, 0, data_type.precision if isinstance(data_type, T.DecimalType) else 0,
+                     None, None, radix))
     return rows_result(TYPE_INFO_FIELDS, rows)
 
 

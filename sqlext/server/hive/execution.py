@@ -13,16 +13,12 @@ import re
 
 from sqlext.errors import MESSAGES, SqlextError, sql_state
 from sqlext.runner import report_line, run_statement
+from sqlext.server.hive.settings import DEFAULT_SHOW_TABLES, HIVE, SHOW_TABLES, show_tables_shape
 from sqlext.statements import split_statements, unclosed_quote
 from sqlext.syntax import spark_parse_error, trailing_comma, unclosed_error
 
 # how messages name the endpoint ("[UNSUPPORTED_STATEMENT] sqlext serve: ...")
 FUNCTION = "sqlext serve"
-# A session setting (given when the session opens: PyHive's configuration=, a JDBC URL's
-# ?sqlext.jdbc.showTables=hive): 'hive' gives SHOW TABLES in Hive's shape, one column of names
-# (tab_name), which PyHive's SQLAlchemy dialect reads as the table names; Spark's own shape
-# (namespace, tableName, isTemporary) is the default.
-SHOW_TABLES_SETTING = "sqlext.jdbc.showTables"
 _SHOW_TABLES = re.compile(r"\s*SHOW\s+TABLES\b", re.IGNORECASE)
 
 
@@ -34,10 +30,12 @@ class Refusal(Exception):
         self.state = state
 
 
-def run_text(spark, text: str, hive_show_tables: bool = False):
+def run_text(spark, text: str, show_tables: str = DEFAULT_SHOW_TABLES):
     """Run every statement of ``text`` on ``spark``; the last one's DataFrame (a SHOW TABLES
-    in Hive's shape with ``hive_show_tables``). Raises what a statement raises, or
-    :class:`Refusal` / :class:`SqlextError` before running anything."""
+    in the shape the session's ``sqlext.jdbc.showTables`` names, else ``show_tables``, the
+    server's: :mod:`sqlext.server.hive.settings`). Raises what a statement raises, or
+    :class:`Refusal` / :class:`SqlextError` before running anything; a ``SET`` of the setting
+    to a value it cannot take is refused after it ran, and the session's value put back."""
     statements = split_statements(text)
     if not statements:
         raise SqlextError("UNSUPPORTED_STATEMENT", function=FUNCTION, reason="the text holds no statement",
@@ -52,11 +50,23 @@ def run_text(spark, text: str, hive_show_tables: bool = False):
         error = spark_parse_error(spark, statement, FUNCTION)
         if error is not None:
             raise error
+    sets_shape = SHOW_TABLES.lower() in text.lower()  # a SET of the setting, checked once it ran
+    before = spark.conf.get(SHOW_TABLES, None) if sets_shape else None
     frame = None
     for statement in statements:
         frame = run_statement(spark, statement.text, function=FUNCTION)
-    if hive_show_tables and _SHOW_TABLES.match(statements[-1].text) and "tableName" in frame.columns:
-        frame = frame.select(frame["tableName"].alias("tab_name"))
+    if sets_shape:
+        try:
+            show_tables_shape(spark.conf.get(SHOW_TABLES, None))
+        except SqlextError:
+            if before is None:
+                spark.conf.unset(SHOW_TABLES)
+            else:
+                spark.conf.set(SHOW_TABLES, before)
+            raise
+    if _SHOW_TABLES.match(statements[-1].text) and "tableName" in frame.columns:
+        if show_tables_shape(spark.conf.get(SHOW_TABLES, None) or show_tables) == HIVE:
+            frame = frame.select(frame["tableName"].alias("tab_name"))
     return frame
 
 

@@ -22,9 +22,10 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError, sql_state
 from sqlext.server.hive import catalog
-from sqlext.server.hive.execution import FUNCTION, SHOW_TABLES_SETTING, describe, run_text
+from sqlext.server.hive.execution import FUNCTION, describe, run_text
 from sqlext.server.hive.protocol import V6, V10, ttypes
 from sqlext.server.hive.rowsets import Result, collect
+from sqlext.server.hive.settings import SHOW_TABLES, is_show_tables_key, show_tables_shape
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,10 @@ class Operation:
                 log.debug("statement failed", exc_info=True)
                 self._finish(State.ERROR_STATE, error=describe(error))
             finally:
-                context.removeJobTag(self.tag)
+                try:
+                    context.removeJobTag(self.tag)
+                except Exception:  # noqa: BLE001 - Spark stopped meanwhile (the server stopping)
+                    pass
 
         self.thread = threading.Thread(target=run, name=f"sqlext-jdbc-op-{self.id.guid.hex()[:8]}", daemon=True)
         self.thread.start()
@@ -130,15 +134,18 @@ class Operation:
                 # the JVM goes on planning and running after Python has seen the first error.
                 # So the tag's jobs are cancelled while any job runs, for a while after the
                 # thread stopped (cancelling a tag touches only the jobs that carry it).
-                tracker = context.statusTracker()
-                stopped = None
-                while stopped is None or (time.monotonic() - stopped < _CANCEL_GRACE_SECONDS
-                                          and tracker.getActiveJobsIds()):
-                    context.cancelJobsWithTag(self.tag)
-                    thread.join(0.25)
-                    if stopped is None and not thread.is_alive():
-                        stopped = time.monotonic()
-                        time.sleep(0.5)  # a job about to start
+                try:
+                    tracker = context.statusTracker()
+                    stopped = None
+                    while stopped is None or (time.monotonic() - stopped < _CANCEL_GRACE_SECONDS
+                                              and tracker.getActiveJobsIds()):
+                        context.cancelJobsWithTag(self.tag)
+                        thread.join(0.25)
+                        if stopped is None and not thread.is_alive():
+                            stopped = time.monotonic()
+                            time.sleep(0.5)  # a job about to start
+                except Exception:  # noqa: BLE001 - Spark stopped (the server stopping): no job is left
+                    pass
 
             threading.Thread(target=keep_cancelling, name="sqlext-jdbc-cancel", daemon=True).start()
 
@@ -153,7 +160,6 @@ class Session:
         self.id = _handle_id()
         self.operations: dict[bytes, Operation] = {}
         self.lock = threading.Lock()
-        self.hive_show_tables = False  # SHOW TABLES in Hive's shape (SHOW_TABLES_SETTING)
 
     def add(self, operation: Operation) -> Operation:
         with self.lock:
@@ -170,13 +176,17 @@ class Session:
 
 class Service:
     """The handler of TCLIService's calls (a thriftpy2 processor calls its methods by name).
-    ``spark`` is the endpoint's session, from which each client session is made."""
+    ``spark`` is the endpoint's session, from which each client session is made;
+    ``show_tables`` the server's shape of SHOW TABLES (None: ``spark``'s
+    ``sqlext.jdbc.showTables``, else Hive's)."""
 
-    def __init__(self, spark):
+    def __init__(self, spark, show_tables: str | None = None):
         from sqlext.session import ensure_installed
 
         self.spark = spark
         ensure_installed(spark)
+        self.show_tables = show_tables_shape(show_tables if show_tables is not None
+                                             else spark.conf.get(SHOW_TABLES, None))
         self.sessions: dict[bytes, Session] = {}
         self.operations: dict[bytes, Operation] = {}
         self.lock = threading.Lock()
@@ -203,8 +213,9 @@ class Service:
         return ensure_installed(self.spark.newSession())
 
     def _configure(self, session: Session, configuration: dict) -> None:
-        """``set:hiveconf:K``/``set:hivevar:K`` of a spark.* key sets it; ``use:database``
-        makes that database the current one."""
+        """``set:hiveconf:K``/``set:hivevar:K`` of a spark.* key sets it, and
+        ``sqlext.jdbc.showTables`` (with or without the prefix) the session's shape of SHOW
+        TABLES; ``use:database`` makes that database the current one."""
         from sqlext.language.dialect import to_sql
         from sqlext.runner import run_statement
 
@@ -212,12 +223,8 @@ class Service:
             for prefix in ("set:hiveconf:", "set:hivevar:"):
                 if key.startswith(prefix) and key[len(prefix):].startswith("spark."):
                     session.spark.conf.set(key[len(prefix):], value)
-            if key.rpartition(":")[2] == SHOW_TABLES_SETTING:
-                if value not in ("hive", "spark"):
-                    raise SqlextError("INVALID_SETTING", function=FUNCTION, setting=SHOW_TABLES_SETTING,
-                                      value=repr(value), expected="'hive' or 'spark'", example="hive",
-                                      default="Spark's shape of SHOW TABLES")
-                session.hive_show_tables = value == "hive"
+            if is_show_tables_key(key):
+                session.spark.conf.set(SHOW_TABLES, show_tables_shape(value))
         database = configuration.get("use:database")
         if database:
             use = exp.Use(this=exp.Table(this=exp.to_identifier(database, quoted=True)))
@@ -242,11 +249,19 @@ class Service:
             session.close()
         return session
 
-    def close_all(self) -> None:
+    def close_all(self, seconds: float = 10.0) -> None:
+        """Close every session (cancelling its statements), and wait up to ``seconds`` for the
+        statements to end, so that Spark can be stopped after."""
         with self.lock:
-            guids = list(self.sessions)
-        for guid in guids:
-            self.close_session(guid)
+            sessions = list(self.sessions.values())
+        threads = []
+        for session in sessions:
+            with session.lock:
+                threads += [op.thread for op in session.operations.values() if op.thread is not None]
+            self.close_session(session.id.guid)
+        deadline = time.monotonic() + seconds
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _session(self, handle) -> Session:
         with self.lock:
@@ -305,7 +320,7 @@ class Service:
             session = self._session(req.sessionHandle)
             operation = self._register(Operation(session, Kind.EXECUTE_STATEMENT))
             spark, text = session.spark, req.statement
-            overlay = {k: v for k, v in (req.confOverlay or {}).items() if k.startswith("spark.")}
+            overlay = {k: v for k, v in (req.confOverlay or {}).items() if k.startswith("spark.") or k == SHOW_TABLES}
 
             def work():
                 if overlay:  # a statement's own settings: set for it, then put back
@@ -313,14 +328,14 @@ class Service:
                     for key, value in overlay.items():
                         spark.conf.set(key, value)
                     try:
-                        return collect(run_text(spark, text, session.hive_show_tables))
+                        return collect(run_text(spark, text, self.show_tables))
                     finally:
                         for key, value in before.items():
                             if value is None:
                                 spark.conf.unset(key)
                             else:
                                 spark.conf.set(key, value)
-                return collect(run_text(spark, text, session.hive_show_tables))
+                return collect(run_text(spark, text, self.show_tables))
 
             operation.start(work)
             if not req.runAsync:

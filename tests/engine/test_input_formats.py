@@ -97,7 +97,8 @@ def test_each_shape_maps_to_change_rows_named_for_its_order():
     rows = change_rows("F", "input", "debezium", table("t"), ["before", "after", "op", "ts_ms", "source"], fields, None)
     assert rows.columns == ("id", "v", "_change_type", "source_lsn") and rows.order_by == "source_lsn"
     sql = to_sql(rows.query)
-    assert "WHERE NOT __sx_env.`op` IS NULL" in sql and "'u' THEN 'update_postimage'" in sql
+    assert "WHERE NOT (__sx_env.`before` IS NULL AND __sx_env.`after` IS NULL AND __sx_env.`op` IS NULL)" in sql
+    assert "'u' THEN 'update_postimage'" in sql
     # an update with its before row is a pre/post pair; a keyless reader marks one without it
     assert "THEN 'update_preimage'" in sql and "update without before" not in sql
     keyless = change_rows("F", "input", "debezium", table("t"), ["before", "after", "op", "source"], fields, None,
@@ -234,16 +235,32 @@ def test_random_histories_give_the_delta_rows_in_each_shape(spark, events, shape
     assert multiset(as_delta(got, shape)) == multiset(want)
 
 
-def test_debezium_ties_and_unknown_ops_are_the_change_row_errors(spark):
+def test_debezium_ties_truncates_and_records_that_are_no_events_are_refused(spark):
     schema = debezium_schema([("id", "BIGINT"), ("v", "BIGINT")])
     src = {"lsn": 7, "txId": 1, "db": "d", "table": "t"}
     tie = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src},
                         {"before": {"id": 1, "v": 1}, "after": {"id": 1, "v": 2}, "op": "u", "source": src}], schema)
     assert re.search(r"\[AMBIGUOUS_ORDER\].*id=1.*source_lsn = 7",
                      str(_data_error(spark, filter_sql(tie, extra=", format => 'debezium'"))))
-    truncate = _view(spark, [{"op": "t", "source": src}], schema)
-    assert _data_error(spark, filter_sql(truncate, extra=", format => 'debezium'")).error_class == \
-        "UNKNOWN_CHANGE_TYPE"
+    # a truncate names the op field and what it means for the table, not _change_type
+    truncate = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src},
+                             {"op": "t", "source": {**src, "lsn": 8}}], schema)
+    error = _data_error(spark, filter_sql(truncate, extra=", format => 'debezium'"))
+    assert error.error_class == "NOT_A_CHANGE_EVENT" and "truncate (op = 't')" in str(error)
+    assert "empties the table" in str(error) and "_change_type" not in str(error)
+    unknown = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "m", "source": src}], schema)
+    assert "has op = 'm', which is no operation Debezium writes" in \
+        str(_data_error(spark, filter_sql(unknown, extra=", format => 'debezium'")))
+    # in batch too: a row without op that is no tombstone (a plain row among the events) is refused,
+    # a record whose value is null (a tombstone) is left out
+    plain = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src}, {}, {"id": 2, "v": 3}],
+                  schema + ", id BIGINT, v BIGINT")
+    error = _data_error(spark, filter_sql(plain, extra=", format => 'debezium'"))
+    assert error.error_class == "NOT_A_CHANGE_EVENT" and "has no op and is no tombstone" in str(error)
+    assert '{"id":2,"v":3}' in str(error)
+    tombstones = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src}, {}, {"source": src}], schema)
+    assert [(r["id"], r["_change_type"]) for r in _rows(spark, filter_sql(tombstones, extra=", format => "
+                                                                         "'debezium'"))] == [(1, "insert")]
 
 
 def test_a_mysql_envelope_orders_by_a_named_field(spark):

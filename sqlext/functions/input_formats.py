@@ -153,16 +153,18 @@ class ChangeRows:
 
 def change_rows(function: str, side: str, shape: str, source: exp.Expression, columns: Sequence[str],
                 fields: Callable[[str], Sequence[str] | None], order_by: Any, keyless: bool = False,
-                types: Callable[[str], str | None] | None = None) -> ChangeRows | None:
+                types: Callable[[str], str | None] | None = None, once: bool = False) -> ChangeRows | None:
     """The change rows of an input in ``shape`` (None for ``'delta'``: it is change rows).
 
     ``source`` is the input as a FROM item, ``columns`` its columns, ``fields(column)`` the
     field names of a struct column (None where the column is no struct), ``types(column)`` a
     column's Spark type (``struct<id:bigint,...>``; None where unknown), ``order_by`` the call's
     argument as written (None: the shape's default). ``keyless``: the rows have no key, so an
-    update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`)."""
+    update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`). ``once``: the
+    input is read whole (no stream), so the events a Debezium connector sent again (the same
+    event twice: the same change rows) are read once, as an incremental run reads them."""
     if shape == DEBEZIUM:
-        return _debezium(function, side, source, list(columns), fields, order_by, keyless, types)
+        return _debezium(function, side, source, list(columns), fields, order_by, keyless, types, once)
     if shape == ICEBERG:
         return _iceberg(function, side, source, list(columns), order_by)
     return None
@@ -201,7 +203,7 @@ def _path(parts: Sequence[str]) -> exp.Expression:
     return node
 
 
-def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None) -> ChangeRows:
+def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None, once=False) -> ChangeRows:
     fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
     before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
     data = fields(after)
@@ -236,6 +238,8 @@ def _debezium(function, side, source, columns, fields, order_by, keyless=False, 
     query = exp.select(*values, alias(kind, CHANGE_TYPE), alias(_path(order), name)) \
         .from_(_envelope(source)).where(exp.not_(exp.paren(debezium_tombstone(columns, _ENVELOPE))))
     query.set("laterals", [images])
+    if once and "map<" not in (types(after) if types is not None else "").lower():  # Spark compares no maps
+        query = query.distinct()
     return ChangeRows(query, (*data, CHANGE_TYPE, name), name)
 
 

@@ -129,7 +129,8 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     frame.createOrReplaceTempView(view)
     try:
         rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
-                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString())
+                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString(),
+                           once=not frame.isStreaming)
         return spark.sql(to_sql(rows.query)), rows.order_by
     finally:
         spark.catalog.dropTempView(view)

@@ -492,6 +492,72 @@ def test_fk_join_refuses_a_debezium_position_below_what_either_input_reached(spa
     assert len(current.output()) == 1
 
 
+def test_events_a_restarted_connector_sends_again_are_one_change(spark, shaped_feeds):
+    """Debezium delivers at least once: a connector that restarts sends the events since its
+    last recorded position again, each at its position with its content. Such a copy is the
+    change it repeats, in one input as in a later run (where the state holds its key's last
+    applied change to compare it with); the same position with other content is refused. (On
+    the executors; the driver runs the same kernel, as the filter's test below does.)"""
+    path = "spark"
+    left = feed([(20, "k", {"fk": 1, "note": "n"}), (30, "k", {"fk": 1, "note": "m"})], "cdf", "id")
+    right = feed([(10, 1, {"name": "foo"})], "cdf", "rid")
+    orders, customers = in_shape("debezium", left, LEFT_DATA), in_shape("debezium", right, RIGHT_DATA)
+    sql = join_sql("STREAM(orders)", "STREAM(customers)", "inner", "changes", ", format => 'debezium'")
+
+    def batch(shaped_orders, shaped_customers):
+        views = [_view(spark, [r for _, r in rows], schema) for rows, schema in
+                 ((shaped_orders, orders[1]), (shaped_customers, customers[1]))]
+        return multiset(_rows(spark, join_sql(*views, "inner", "changes", ", format => 'debezium'")))
+
+    once = batch(orders[0], customers[0])
+    assert batch(orders[0] * 2, customers[0] * 2) == once
+    current = shaped_feeds({"orders": orders, "customers": customers})
+    current.release(0, 20, {"orders": orders[0] * 2, "customers": customers[0] * 2})  # twice in one run
+    got = current.run(sql, path)
+    current.release(0, 20)  # and again in a later run: the keys' last applied changes
+    got += current.run(sql, path)
+    current.release(20, 30)
+    got += current.run(sql, path)
+    assert multiset(got) == once
+    # at a key's applied position, other content is two changes at one position
+    other = [(v, {**r, "after": {**r["after"], "note": "x"}}) for v, r in orders[0] if v == 30]
+    current.release(20, 30, {"orders": other, "customers": []})
+    with pytest.raises(SqlextError, match=r"\[AMBIGUOUS_ORDER\].*id='k'.*source_lsn = 30"):
+        current.run(sql, path)
+    max((current.root / "orders").glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns).unlink()  # moved out
+    # a copy of a change older than its key's last: the state keeps the last alone, so it is late
+    current.release(0, 20, {"orders": orders[0], "customers": []})
+    with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*id='k'.*source_lsn = 20"):
+        current.run(sql, path)
+    assert multiset(current.output()) == once
+
+
+def test_a_filter_reads_a_debezium_event_sent_again_once(spark, tmp_path):
+    events = ['{"before": null, "after": {"id": 1, "name": "a", "v": 5, "ts": 1}, "op": "c", "source": {"lsn": 100}}',
+              '{"before": {"id": 1, "name": "a", "v": 5, "ts": 1}, "after": {"id": 1, "name": "b", "v": 6, "ts": 2}, '
+              '"op": "u", "ts_ms": 7, "source": {"lsn": 110}}']
+    again = events[1].replace('"ts_ms": 7', '"ts_ms": 9')  # sent again later: ts_ms is the connector's clock
+    topic = tmp_path / "topic"
+    topic.mkdir()
+    (topic / "part-1.json").write_text("\n".join(events + events) + "\n")
+    options = dict(sources={"changes": str(topic)}, source_format="json", checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"))
+    sql = filter_sql("STREAM(changes, format => 'debezium')")
+    run_available_now(spark, sql, **options)
+    (topic / "part-2.json").write_text(again + "\n")
+    run_available_now(spark, sql, **options)
+    got = sorted((r.v, r._change_type, r.source_lsn) for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert got == [(5, "insert", 100), (5, "update_preimage", 110), (6, "update_postimage", 110)]
+    batch = spark.read.json(str(topic))
+    batch.createOrReplaceTempView("resent_topic")
+    assert sorted((r.v, r._change_type, r.source_lsn) for r in
+                  _rows_of(spark, filter_sql("resent_topic", extra=", format => 'debezium'"))) == got
+
+
+def _rows_of(spark, sql):
+    return sqlext.sql(spark, sql).collect()
+
+
 def test_the_registered_table_function_refuses_a_shape_it_cannot_map(spark):
     """Plain spark.sql runs the registered CHANGELOG_FILTER, which reads its input as it is."""
     schema = debezium_schema([("id", "BIGINT"), ("v", "BIGINT")])

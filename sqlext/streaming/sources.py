@@ -312,7 +312,7 @@ class Sources:
         record of no field, a tombstone; read so, it is no event (a bad record)."""
         from pyspark.sql.types import StructType
 
-        if name not in self.schemas or self.file_format.lower() != "json":
+        if name not in self.schemas or self.format_of(name).lower() != "json":
             return ()
         after = next((f for f in schema.fields if f.name.lower() == AFTER), None)
         if after is None or not isinstance(after.dataType, StructType):

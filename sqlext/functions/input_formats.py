@@ -203,7 +203,8 @@ def _path(parts: Sequence[str]) -> exp.Expression:
     return node
 
 
-def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None, once=False) -> ChangeRows:
+def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None,
+              once=False) -> ChangeRows:
     fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
     before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
     data = fields(after)
@@ -269,7 +270,8 @@ def _no_event(function: str, side: str, op: str) -> exp.Expression:
         exp.Anonymous(this="struct", expressions=[exp.Column(this=exp.Star(), table=ident(_ENVELOPE))])]),
         start=exp.Literal.number(1), length=exp.Literal.number(300)))
 
-    place = side if "format =>" in side else f"its {side}{'' if side == 'input' else ' input'} (format => '{DEBEZIUM}')"
+    place = side if "format =>" in side else \
+        f"its {side}{'' if side == 'input' else ' input'} (format => '{DEBEZIUM}')"
 
     def refused(problem, fix: str) -> exp.Expression:
         return raise_error("NOT_A_CHANGE_EVENT", function, side=place, problem=problem, record=record, fix=fix)

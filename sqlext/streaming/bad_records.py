@@ -5,9 +5,13 @@ Spark's reader marks a record that does not parse, or whose value does not fit i
 column of its own (:data:`CORRUPT`) instead of turning the value into NULL: the stream of such
 a source refuses a marked record (``[BAD_RECORD]``, raised inside Spark as soon as the record is
 read), or, for a source whose bad records go to a quarantine (``bad_records={name:
-'quarantine'}``), leaves it out of the rows the statement reads. Parquet files hold their types;
-there a file whose columns are not the source's (one missing, one added, one of another type)
-is refused before the batch runs.
+'quarantine'}``), leaves it out of the rows the statement reads. So are records that read but
+cannot be taken (:meth:`SourceRecords.faults`): a JSON change without the field of a column the
+statement reads as a key, foreign key, change type or order (told from a field given as null by
+the column's existence default, :func:`absent_mark`), and in a topic of Debezium events a record
+without ``op`` that is no tombstone, or with an ``op`` Debezium does not write. Parquet files
+hold their types; there a file whose columns are not the source's (one missing, one added, one
+of another type) is refused before the batch runs.
 
 What a refusal costs: nothing of the run is written, and the batch is forgotten (its files are
 not marked read, :func:`~sqlext.streaming.batches.forget_batch`), so that a corrected file, under

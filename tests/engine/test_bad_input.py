@@ -554,3 +554,22 @@ def test_a_statement_that_keeps_no_state_shows_readers_outside_spark_only_commit
     assert main(["stream", str(query), *options]) == 0
     assert sorted(pd.read_parquet(out)["id"]) == [1, 3]
     assert sorted(r["id"] for r in spark.read.parquet(str(out)).collect()) == [1, 3]
+
+
+def test_a_missing_field_is_told_from_a_null_in_every_type_that_has_a_value_to_spare(spark, tmp_path):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_string
+
+    from sqlext.streaming.bad_records import SourceRecords
+
+    schema = _parse_datatype_string("s STRING, b TINYINT, i INT, l BIGINT, f FLOAT, d DOUBLE, m DECIMAL(7,2), "
+                                    "day DATE, at TIMESTAMP, local TIMESTAMP_NTZ, yes BOOLEAN")
+    given = {"s": "x", "b": 1, "i": 2, "l": 3, "f": 1.5, "d": 2.5, "m": 3.25, "day": "2026-01-02",
+             "at": "2026-01-02T03:04:05Z", "local": "2026-01-02T03:04:05", "yes": True}
+    write(tmp_path / "a.json", "\n".join(json.dumps(r) for r in ({c: None for c in given}, given, {})) + "\n")
+    records = SourceRecords("t", "json", {}, schema, needs={c: "key" for c in given})
+    assert set(records.marks) == set(given) - {"yes"}  # BOOLEAN has no value to spare
+    faults = records.faults()
+    rows = records.read_files(spark, [str(tmp_path / "a.json")]) \
+        .select(*[condition.alias(column) for condition, column, _ in faults]).collect()
+    assert [sorted(c for c in row.asDict() if row[c]) for row in rows] == [[], [], sorted(records.marks)]

@@ -298,7 +298,8 @@ def _as_change_rows(call: Call, name: str, shape: str, found: TableInput, relati
         found = TableInput(found.argument, query, columns, exp.Subquery(this=payload_rows(found.source, payload)))
 
     try:
-        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by, types=types)
+        rows = change_rows(call.function, name, shape, found.source, found.columns, fields, order_by, types=types,
+                           once=True)
     except _Unknown:  # a struct's fields are unknown here (a schema given as a mapping)
         call.literals["format"] = shape
         return TableInput(found.argument, found.query, None, found.source)

@@ -76,6 +76,9 @@ MESSAGES: dict[str, str] = {
         "'insert', 'update_preimage', 'update_postimage', 'delete'. Fix the input, or drop the "
         "_change_type column to read it as an upsert log."
     ),
+    "NOT_A_CHANGE_EVENT": (
+        "{function}: {side} holds a record that {problem}: {record}. {fix}"
+    ),
     # statements and the command line
     "UNSUPPORTED_STATEMENT": "{function}: {reason}. {fix}",
     "SPARK_ERROR": "{function}: Spark rejected the statement: {reason}",
@@ -325,7 +328,7 @@ SQL_STATES: dict[str, str] = {
     "CHANGELOG_MISSING_COLUMN": "42703", "INVALID_SQL_EXPRESSION": "42601", "ORDER_BY_TEXT": "42K09",
     "ORDER_BY_REQUIRED": "42000", "ORDER_COLUMN_CLASH": "42711", "EXPRESSION_TYPE_MISMATCH": "42K09",
     "AMBIGUOUS_ORDER": "22000", "NULL_ORDER_VALUE": "22004", "NULL_SEQUENCE_VALUE": "22004",
-    "UNKNOWN_CHANGE_TYPE": "22023",
+    "UNKNOWN_CHANGE_TYPE": "22023", "NOT_A_CHANGE_EVENT": "22023",
     "UNSUPPORTED_STATEMENT": "0A000", "SPARK_ERROR": "42000", "UNKNOWN_FUNCTION": "42883",
     "STREAM_IN_BATCH_QUERY": "0A000", "UNCLOSED_QUOTE": "42601", "SYNTAX_ERROR": "42601",
     "PATH_NOT_FOUND": "42K03", "NO_MODELS": "42K03", "INVALID_SETTING": "22023", "DBT_REFUSED": "42000",

@@ -27,7 +27,9 @@ from sqlext.functions.changelog_filter import (
 from sqlext.functions.changes import (
     CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT, check_arguments, check_order_type, late_change,
 )
-from sqlext.udfs.column_wise import check_rows, codes, differ, leaves_row, ranks, replaced_deletes, without_preimages
+from sqlext.udfs.column_wise import (
+    check_rows, codes, differ, leaves_row, ranks, replaced_deletes, without_preimages, without_repeats,
+)
 
 
 def _sql_type(value: Any) -> str:
@@ -65,7 +67,8 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
 
     The data errors are the change-row rules': an unknown change type, a NULL ordering value,
     two changes of a key at one ordering value (but for a ``delete`` and an ``insert``, where the
-    delete comes first and is left out), a NULL ``sequence_by`` value, and a change at
+    delete comes first and is left out, and for a change an input that repeats changes holds
+    again: :func:`~sqlext.udfs.column_wise.without_repeats`), a NULL ``sequence_by`` value, and a change at
     or below the key's last ordering value (``[LATE_CHANGE]``), unless ``sequence_by`` says it
     is stale (older than the key's row), when it is dropped. With ``sequence_by`` a change older
     than a change before it (in the increment, or the key's row) is dropped, as a versioned
@@ -75,6 +78,7 @@ def filter_increment(spec: FilterSpec, changes: pa.Table, state: pa.Table, passe
     shape = spec.shape
     keys, data, order, sequence = list(shape.key), list(shape.data_columns), shape.order_by, shape.sequence_by
     check_rows(shape, changes)
+    changes = without_repeats(shape, changes, state, present)
     is_present = leaves_row(shape, changes)
     passes = pc.and_(is_present, pc.fill_null(changes[PASS_COLUMN], False))
     rows = pa.concat_tables([

@@ -215,6 +215,48 @@ def replaced_deletes(shape, changes: pa.Table, key_codes: np.ndarray, order_rank
     return deletes & (peers[both] == 2) & (inserted[both] == 1)
 
 
+def without_repeats(shape, changes: pa.Table, state: pa.Table, present: str) -> pa.Table:
+    """The changes without those an input that repeats changes (``shape.repeats``: Debezium's
+    events, sent again by a connector that restarts) holds again: a change identical to an
+    earlier one of the increment (its key, ordering value, change type and values), and one
+    identical to its key's change an earlier run applied (the ``state`` row of its key, holding
+    the ordering value, the values and whether the key has a row, ``present``). The same
+    position with other content stays, for the rules to refuse (at the position of the key's
+    applied change, ``[AMBIGUOUS_ORDER]`` here, as in one input); a copy of a change older than
+    its key's last (which the state does not keep) stays too, and is a late change."""
+    if not shape.repeats or changes.num_rows == 0:
+        return changes
+    columns = [c for c in shape.columns if c in changes.column_names]
+    kept = np.zeros(changes.num_rows, dtype=bool)
+    kept[first_of_each(row_codes([changes[c] for c in columns]))] = True
+    if state.num_rows:
+        count = state.num_rows
+        keys = row_codes([together(state[k], changes[k]) for k in shape.key])
+        at = np.full(int(keys.max()) + 1, -1, np.int64)
+        at[keys[:count]] = np.arange(count)  # a state holds one row per key
+        found = at[keys[count:]]
+        met = np.flatnonzero(kept & (found >= 0))
+        if len(met):
+            before = state.take(pa.array(found[met]))
+            now = changes.take(pa.array(met))
+            def equal(column) -> np.ndarray:
+                both = value_codes(together(before[column], now[column]))
+                return both[:len(met)] == both[len(met):]
+
+            at_position = equal(shape.order_by)
+            same = at_position & (np.asarray(pc.fill_null(before[present], False), dtype=bool)
+                                  == np.asarray(leaves_row(shape, now), dtype=bool))
+            for column in shape.data_columns:
+                same &= equal(column)
+            other = at_position & ~same
+            if other.any() and shape.sequence_by is None:
+                row = now.slice(int(np.argmax(other)), 1).to_pylist()[0]
+                raise SqlextError("AMBIGUOUS_ORDER", function=shape.function, key=shape.key_text(row),
+                                  order_by=shape.order_by, value=repr(row[shape.order_by]))
+            kept[met[same]] = False
+    return changes if kept.all() else changes.filter(pa.array(kept))
+
+
 def check_ties(shape, changes: pa.Table, key_codes: np.ndarray, order_ranks: np.ndarray) -> None:
     """``[AMBIGUOUS_ORDER]``: two changes of one key at one ordering value (preimages already
     left out: a preimage and its postimage share a version and are not a tie)."""

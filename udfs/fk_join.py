@@ -34,7 +34,7 @@ from sqlext.functions.changes import DELETE, INSERT, POSTIMAGE, PREIMAGE, UPSERT
 from sqlext.functions.fk_join import FUNCTION, FkJoinSpec
 from sqlext.udfs.column_wise import (
     pairs_within, row_codes, value_codes, Timeline, at, check_rows, check_ties, differ, first_of_each, flag,
-    leaves_row, ranks, replaced_deletes, take, together, without_preimages,
+    leaves_row, ranks, replaced_deletes, take, together, without_preimages, without_repeats,
 )
 
 
@@ -76,11 +76,12 @@ class _JoinIncrement:
         self.left, self.right = left, right
         self.left_state, self.right_state, self.highest = left_state, right_state, highest
 
-    def _checked(self, shape, changes):
-        """The changes without preimages and replaced deletes, after the checks of the
-        change-row rules, and the codes of their keys."""
+    def _checked(self, shape, changes, state):
+        """The changes without preimages, replaced deletes and the repeats of an input that
+        repeats changes (``state``: the rows earlier runs left for their keys), after the checks
+        of the change-row rules, and the codes of their keys."""
         check_rows(shape, changes)
-        changes = without_preimages(shape, changes)
+        changes = without_repeats(shape, without_preimages(shape, changes), state, self.present_column)
         key_codes, order_ranks = row_codes([changes[k] for k in shape.key]), ranks(changes[shape.order_by])
         replaced = replaced_deletes(shape, changes, key_codes, order_ranks)
         if replaced.any():
@@ -146,7 +147,8 @@ class _JoinIncrement:
 
     def run(self):
         spec, L, R = self.spec, self.spec.left, self.spec.right
-        (left, left_codes), (right, _) = self._checked(L, self.left), self._checked(R, self.right)
+        (left, left_codes), (right, _) = self._checked(L, self.left, self.left_state), \
+            self._checked(R, self.right, self.right_state)
         if L.sequence_by is None:
             self._late(L, left)
             self._late(R, right)

@@ -49,6 +49,7 @@ PASS_COLUMN = helper("pass")
 
 DEFINITION = Function(
     FUNCTION, "a change feed filtered to the minimal old/new pairs (KAFKA-3902)", ARGUMENTS, TABLES, keys=("key",),
+    needs=(("input", ("key", "order_by", "sequence_by")),),
     why="filtering its input change feed to the new versions turns the update of a key seen in an earlier run "
         "into an insert, and loses its delete",
     rule="sqlext.rewrites.changelog_filter:changelog_filter_to_sql",

@@ -147,6 +147,10 @@ class ChangeShape:
     key: tuple[str, ...]
     order_by: str
     sequence_by: str | None
+    # the input may hold a change again, identical (a Debezium connector that restarts sends the
+    # events since its last recorded position again): a change equal to one of its key at its
+    # ordering value is that change, read once
+    repeats: bool = False
 
     @property
     def has_change_type(self) -> bool:

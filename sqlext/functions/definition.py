@@ -19,6 +19,9 @@ class Function:
     arguments: tuple[str, ...]
     tables: tuple[str, ...] = ()  # the arguments that take a table
     keys: tuple[str, ...] = ()  # the arguments that name its keys (a checkpoint records them)
+    # for each table argument, the arguments naming columns every one of its rows must hold a
+    # value for (a key, a foreign key, an order): a JSON record without such a field is refused
+    needs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # why a run over only the new rows would be wrong (the function keeps state between runs);
     # empty for a function whose result over new rows alone is right
     why: str = ""

@@ -48,6 +48,8 @@ RIGHT_SUFFIX = "_right"
 DEFINITION = Function(
     FUNCTION, "the foreign-key join of two change feeds (KIP-213)", ARGUMENTS, TABLES,
     keys=("left_key", "foreign_key", "right_key"),
+    needs=(("left", ("left_key", "foreign_key", "order_by", "sequence_by")),
+           ("right", ("right_key", "order_by", "sequence_by"))),
     why="filtering its input change feeds to the new versions turns the update of a key seen in an earlier run "
         "into an insert, and joins new rows only to new rows",
     rule="sqlext.rewrites.fk_join:fk_join_to_sql",

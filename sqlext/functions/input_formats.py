@@ -10,8 +10,13 @@ input:
   Spark reads it from JSON or Parquet files, or from a Kafka value parsed with ``from_json``.
   ``c`` (create) and ``r`` (snapshot read) give the ``after`` row as an ``insert``, ``u`` the
   ``before`` row as an ``update_preimage`` (where the envelope has it) and the ``after`` row as
-  an ``update_postimage``, ``d`` the ``before`` row as a ``delete``; a row whose ``op`` is NULL
-  (a Kafka tombstone, which follows a delete and only lets compaction drop the key) is skipped.
+  an ``update_postimage``, ``d`` the ``before`` row as a ``delete``; a Kafka tombstone (which
+  follows a delete and only lets compaction drop the key: a record whose value is null, so that
+  its ``op``, ``before`` and ``after`` are NULL and no field but the envelope's holds a value,
+  :func:`debezium_tombstone`) is skipped. Any other record without an ``op`` is no event
+  (a plain row landed in a topic's folder, another connector's format), and a truncate
+  (``op`` ``t``) names no key to apply it to: both stop the query with
+  ``[NOT_A_CHANGE_EVENT]``, as does an ``op`` Debezium does not write.
   The data columns are the fields of ``after``; the rest of the envelope is left out. The order
   is any (nested) column of the envelope, ``order_by => 'source.lsn'``; by default
   ``source.lsn`` where the envelope has it (Postgres: the log's own order), else the call is
@@ -22,8 +27,8 @@ input:
   (``INSERT``, ``DELETE``, ``UPDATE_BEFORE``, ``UPDATE_AFTER``), ``_change_ordinal`` (the default
   order) and ``_commit_snapshot_id`` (an id, not an order: left out).
 
-A value no shape knows (a Debezium ``op`` of ``t``, an Iceberg type in lower case) is kept as
-the ``_change_type``, so the change-row checks report it as ``UNKNOWN_CHANGE_TYPE``.
+An Iceberg change type no shape knows (in lower case) is kept as the ``_change_type``, so the
+change-row checks report it as ``UNKNOWN_CHANGE_TYPE``.
 
 Rows without a key (a recursion's edges, ``keyless=True``) need the row an update replaces: a
 Debezium ``u`` whose ``before`` is NULL (Postgres without ``REPLICA IDENTITY FULL``) then gives
@@ -52,6 +57,7 @@ from sqlext.functions.changes import (
     split_columns,
 )
 from sqlext.errors import SqlextError, sql_value
+from sqlext.functions.arguments import SqlValue, raise_error
 from sqlext.language.sqltree import alias, case, col, helper, ident, string
 
 ARGUMENT = "format"
@@ -61,6 +67,20 @@ FORMATS = (DELTA, DEBEZIUM, ICEBERG)
 # Debezium's envelope
 BEFORE, AFTER, OP, SOURCE = "before", "after", "op", "source"
 DEBEZIUM_TYPES = {"c": INSERT, "r": INSERT, "u": POSTIMAGE, "d": DELETE}
+TRUNCATE = "t"
+# the top-level fields of Debezium's envelope: a tombstone may carry them, but no other field
+ENVELOPE_FIELDS = (BEFORE, AFTER, OP, SOURCE, "ts_ms", "ts_us", "ts_ns", "transaction")
+# what is wrong with a record of a topic that is no event, in a message's words
+NO_OP = ("has no op and is no tombstone (a record whose value is null: no field, or an envelope whose op, "
+         "before and after are null), so it is no Debezium event")
+NO_EVENT_FIX = ("Read rows that are not Debezium events without format => 'debezium' (a folder of change rows is "
+                "read as it is), or move them out of the topic's folder.")
+UNKNOWN_OP = "which is no operation Debezium writes (c, r, u and d are changes, t a truncate)"
+TRUNCATE_PROBLEM = ("is a truncate (op = 't'), which empties the table without naming the keys it removes: sqlext "
+                    "applies changes key by key, and cannot apply it")
+TRUNCATE_FIX = ("To go on, start over from a snapshot of the table taken after the truncate (a new checkpoint and "
+                "output over the topic's events from that snapshot on); or, where the rows the truncate removed "
+                "are taken out of the output otherwise, read the topic through a view without it (WHERE op <> 't').")
 DEBEZIUM_ORDER = ("source", "lsn")
 # the change type of the row before a keyless update whose envelope lacks it (see the module's docstring)
 UPDATE_WITHOUT_BEFORE = "update without before"
@@ -133,16 +153,18 @@ class ChangeRows:
 
 def change_rows(function: str, side: str, shape: str, source: exp.Expression, columns: Sequence[str],
                 fields: Callable[[str], Sequence[str] | None], order_by: Any, keyless: bool = False,
-                types: Callable[[str], str | None] | None = None) -> ChangeRows | None:
+                types: Callable[[str], str | None] | None = None, once: bool = False) -> ChangeRows | None:
     """The change rows of an input in ``shape`` (None for ``'delta'``: it is change rows).
 
     ``source`` is the input as a FROM item, ``columns`` its columns, ``fields(column)`` the
     field names of a struct column (None where the column is no struct), ``types(column)`` a
     column's Spark type (``struct<id:bigint,...>``; None where unknown), ``order_by`` the call's
     argument as written (None: the shape's default). ``keyless``: the rows have no key, so an
-    update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`)."""
+    update without the row it replaces is marked (:data:`UPDATE_WITHOUT_BEFORE`). ``once``: the
+    input is read whole (no stream), so the events a Debezium connector sent again (the same
+    event twice: the same change rows) are read once, as an incremental run reads them."""
     if shape == DEBEZIUM:
-        return _debezium(function, side, source, list(columns), fields, order_by, keyless, types)
+        return _debezium(function, side, source, list(columns), fields, order_by, keyless, types, once)
     if shape == ICEBERG:
         return _iceberg(function, side, source, list(columns), order_by)
     return None
@@ -181,7 +203,8 @@ def _path(parts: Sequence[str]) -> exp.Expression:
     return node
 
 
-def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None) -> ChangeRows:
+def _debezium(function, side, source, columns, fields, order_by, keyless=False, types=None,
+              once=False) -> ChangeRows:
     fix = "Read the Debezium envelope as Spark reads it: before, after, op and source."
     before, after, op = (resolve_column(function, side, columns, name, fix) for name in (BEFORE, AFTER, OP))
     data = fields(after)
@@ -208,15 +231,56 @@ def _debezium(function, side, source, columns, fields, order_by, keyless=False, 
     values = [alias(case([(takes_before.copy(), row_before(f))], _path([after, f])), f) for f in data]
     kind = exp.Case(this=col(op, _ENVELOPE), ifs=[exp.If(this=string(code), true=string(kind))
                                                   for code, kind in DEBEZIUM_TYPES.items()],
-                    default=col(op, _ENVELOPE))
+                    default=_no_event(function, side, op))
     preimage = string(PREIMAGE)
     if keyless:
         preimage = case([(col(before, _ENVELOPE).is_(exp.null()), string(UPDATE_WITHOUT_BEFORE))], preimage)
     kind = case([(is_before.copy(), preimage)], kind)
     query = exp.select(*values, alias(kind, CHANGE_TYPE), alias(_path(order), name)) \
-        .from_(_envelope(source)).where(exp.not_(col(op, _ENVELOPE).is_(exp.null())))
+        .from_(_envelope(source)).where(exp.not_(exp.paren(debezium_tombstone(columns, _ENVELOPE))))
     query.set("laterals", [images])
+    if once and "map<" not in (types(after) if types is not None else "").lower():  # Spark compares no maps
+        query = query.distinct()
     return ChangeRows(query, (*data, CHANGE_TYPE, name), name)
+
+
+def debezium_tombstone(columns: Sequence[str], table: str | None = None) -> exp.Expression:
+    """Whether a record of a topic read as Debezium envelopes (``columns``, the top-level ones)
+    is a Kafka tombstone: its value is null, as Spark reads it a record whose ``op``, ``before``
+    and ``after`` are NULL and whose fields outside the envelope (:data:`ENVELOPE_FIELDS`) are
+    too. (Kafka Connect's sinks write a tombstone as a ``null`` line, or as a row of NULLs.)
+
+    >>> from sqlext.language.dialect import to_sql
+    >>> to_sql(debezium_tombstone(["before", "after", "op", "source", "id"]))
+    '`before` IS NULL AND `after` IS NULL AND `op` IS NULL AND `id` IS NULL'
+    """
+    return exp.and_(*[col(c, table).is_(exp.null()) for c in tombstone_columns(columns)])
+
+
+def tombstone_columns(columns: Sequence[str]) -> list[str]:
+    """The columns that are NULL in a tombstone (:func:`debezium_tombstone`)."""
+    return [c for c in columns if c.lower() in (BEFORE, AFTER, OP) or c.lower() not in ENVELOPE_FIELDS]
+
+
+def _no_event(function: str, side: str, op: str) -> exp.Expression:
+    """The refusal of a row of a topic that no change can be read from: no ``op`` (and no
+    tombstone, which the query leaves out), a truncate, an ``op`` Debezium does not write."""
+    value = col(op, _ENVELOPE)
+    record = SqlValue(exp.Substring(this=exp.Anonymous(this="to_json", expressions=[
+        exp.Anonymous(this="struct", expressions=[exp.Column(this=exp.Star(), table=ident(_ENVELOPE))])]),
+        start=exp.Literal.number(1), length=exp.Literal.number(300)))
+
+    place = side if "format =>" in side else \
+        f"its {side}{'' if side == 'input' else ' input'} (format => '{DEBEZIUM}')"
+
+    def refused(problem, fix: str) -> exp.Expression:
+        return raise_error("NOT_A_CHANGE_EVENT", function, side=place, problem=problem, record=record, fix=fix)
+
+    unknown = SqlValue(exp.Concat(expressions=[string("has op = '"), value.copy(), string(f"', {UNKNOWN_OP}")]))
+    return case([(value.copy().is_(exp.null()), refused(NO_OP, NO_EVENT_FIX)),
+                 (exp.EQ(this=value.copy(), expression=string(TRUNCATE)), refused(TRUNCATE_PROBLEM, TRUNCATE_FIX))],
+                refused(unknown, "Leave such events out in a view (WHERE op IN ('c', 'r', 'u', 'd')) if they "
+                                 "carry no change of the table's rows."))
 
 
 def _row_before(before: str, after: str, fields, types) -> Callable[[str], exp.Expression]:

@@ -5,9 +5,13 @@ Spark's reader marks a record that does not parse, or whose value does not fit i
 column of its own (:data:`CORRUPT`) instead of turning the value into NULL: the stream of such
 a source refuses a marked record (``[BAD_RECORD]``, raised inside Spark as soon as the record is
 read), or, for a source whose bad records go to a quarantine (``bad_records={name:
-'quarantine'}``), leaves it out of the rows the statement reads. Parquet files hold their types;
-there a file whose columns are not the source's (one missing, one added, one of another type)
-is refused before the batch runs.
+'quarantine'}``), leaves it out of the rows the statement reads. So are records that read but
+cannot be taken (:meth:`SourceRecords.faults`): a JSON change without the field of a column the
+statement reads as a key, foreign key, change type or order (told from a field given as null by
+the column's existence default, :func:`absent_mark`), and in a topic of Debezium events a record
+without ``op`` that is no tombstone, or with an ``op`` Debezium does not write. Parquet files
+hold their types; there a file whose columns are not the source's (one missing, one added, one
+of another type) is refused before the batch runs.
 
 What a refusal costs: nothing of the run is written, and the batch is forgotten (its files are
 not marked read, :func:`~sqlext.streaming.batches.forget_batch`), so that a corrected file, under
@@ -33,9 +37,15 @@ import pyarrow as pa
 from sqlext.errors import SqlextError, find_in, message_text, sql_value, SqlextSparkError
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, CHANGE_TYPES
+from sqlext.functions.input_formats import (
+    DEBEZIUM_TYPES, NO_OP, OP, TRUNCATE, UNKNOWN_OP, debezium_tombstone, tombstone_columns,
+)
+from sqlext.language.dialect import to_sql
 from sqlext.storage import Folder, resolve
 from sqlext.streaming.batches import batch_entries, batch_files
-from sqlext.streaming.record_problems import Lines, columns_text, csv_problem, json_problem
+from sqlext.streaming.record_problems import (
+    Lines, columns_text, csv_problem, json_misfit, json_problem, json_records,
+)
 from sqlext.streaming.run import arrow_schema
 from sqlext.streaming.source_files import PANDAS_INDEX, pandas_index_error
 
@@ -63,7 +73,7 @@ RESERVED_OPTIONS = {
 EVERY_FILE_AGE = "36500d"
 
 # the refusals of the change-row rules whose change the door finds in the batch's files
-LOCATED = ("UNKNOWN_CHANGE_TYPE", "AMBIGUOUS_ORDER", "NULL_ORDER_VALUE", "LATE_CHANGE")
+LOCATED = ("UNKNOWN_CHANGE_TYPE", "AMBIGUOUS_ORDER", "NULL_ORDER_VALUE", "LATE_CHANGE", "NOT_A_CHANGE_EVENT")
 
 QUARANTINE_SCHEMA = pa.schema([
     ("batch", pa.int64()), ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()),
@@ -90,6 +100,13 @@ class SourceRecords:
     folder: Folder | None = None
     optional: frozenset = frozenset()
     change_rows: bool = False  # its files hold change rows as they are (no format => ... to read them in)
+    debezium: bool = False  # its files hold Debezium's change events, read with format => 'debezium'
+    # the columns the statement reads as keys, foreign keys, change type, order (-> which of them):
+    # a JSON record without the field is a bad record, one holding null a NULL
+    needs: dict = field(default_factory=dict)
+    # top-level columns (text) a Debezium topic's JSON files are read with beside the envelope
+    # declared for them (the row's columns), so that a plain row is no tombstone
+    probes: tuple = ()
 
     @property
     def parsed(self) -> bool:
@@ -107,12 +124,74 @@ class SourceRecords:
             .load(files)
 
     def read_schema(self):
-        """Its columns as Spark's reader is given them: with :data:`CORRUPT` where it marks bad records."""
+        """Its columns as Spark's reader is given them: with :data:`CORRUPT` where it marks bad
+        records, and for JSON each of :meth:`marks` as the value of the field a record lacks."""
         from pyspark.sql.types import StringType, StructField, StructType
 
         if not self.parsed:
             return self.schema
-        return StructType(list(self.schema.fields) + [StructField(CORRUPT, StringType(), True)])
+        marks = self.marks
+        fields = [StructField(f.name, f.dataType, f.nullable, {**f.metadata, EXISTS_DEFAULT: marks[f.name]})
+                  if f.name in marks else f for f in self.schema.fields]
+        probes = [StructField(name, StringType(), True) for name in self.probes]
+        return StructType(fields + probes + [StructField(CORRUPT, StringType(), True)])
+
+    @property
+    def op(self) -> str | None:
+        """The column of its events' ``op``, where it holds Debezium's change events as columns."""
+        return next((n for n in self.schema.names if n.lower() == OP), None) if self.debezium else None
+
+    @property
+    def marks(self) -> dict[str, str]:
+        """In a JSON source, the columns whose field a record must have (:attr:`needs`), each
+        with the value (SQL) Spark's reader gives a record that lacks it (a column's existence
+        default, which Spark's JSON reader fills in for a field a record lacks, and not for one it
+        holds as null): a value no record is expected to hold, :func:`absent_mark`. A column of a
+        type with none (BOOLEAN) is read as it is."""
+        if self.file_format.lower() != "json":
+            return {}
+        found = {f.name: absent_mark(f.dataType) for f in self.schema.fields if f.name in self.needs}
+        return {name: mark for name, mark in found.items() if mark is not None}
+
+    def faults(self) -> list:
+        """What is wrong with records that read but cannot be taken, as Spark conditions over
+        :meth:`read_schema`'s columns: (the condition, the column, the words for it, a column of
+        text). A field the statement needs that a record lacks (JSON); in a topic of Debezium
+        events, a record without an ``op`` that is no tombstone and an ``op`` Debezium does not
+        write (a truncate is left to the mapping, which refuses it: it is no fault of a record)."""
+        from pyspark.sql import functions as F
+
+        found = [(F.col(quote(name)).eqNullSafe(F.expr(mark)), name, F.lit(missing_field(name, self.needs[name])))
+                 for name, mark in self.marks.items()]
+        op = self.op
+        if op is not None:
+            value = F.col(quote(op))
+            tombstone = F.expr(to_sql(debezium_tombstone([*self.schema.names, *self.probes])))
+            found.append((value.isNull() & ~tombstone, None, F.lit(NO_OP)))
+            found.append((value.isNotNull() & ~value.isin(*DEBEZIUM_TYPES, TRUNCATE), op,
+                          F.concat(F.lit("has op = '"), value, F.lit(f"', {UNKNOWN_OP}"))))
+        return found
+
+    def fits(self, value: dict) -> bool:
+        """Whether Spark's reader reads a JSON object as the source's columns (no value misfits)."""
+        return json_misfit(value, self.schema) is None
+
+    def fault_of(self, value) -> tuple[str | None, str] | None:
+        """:meth:`faults` of one JSON record (as :func:`json.loads` gives it) that Spark reads:
+        the column and the words, or None."""
+        for name in self.marks:
+            if name not in value:
+                return name, missing_field(name, self.needs[name])
+        op = self.op
+        if op is None:
+            return None
+        kind = value.get(op)
+        held = tombstone_columns([*self.schema.names, *self.probes])
+        if kind is None and any(value.get(c) is not None for c in held):
+            return None, NO_OP
+        if kind is not None and str(kind) not in (*DEBEZIUM_TYPES, TRUNCATE):
+            return op, f"has op = {sql_value(str(kind))}, {UNKNOWN_OP}"
+        return None
 
     @property
     def change_type(self) -> str | None:
@@ -128,22 +207,60 @@ class SourceRecords:
         change row whose change type is unknown)."""
         from pyspark.sql import functions as F
 
-        if self.mode == QUARANTINE and self.change_type is not None:
-            frame = frame.where(~self._unknown_type())
-        if not self.parsed:
-            return frame
-        bad = F.col(CORRUPT).isNotNull()
+        faults = self.faults()
+        corrupt = self._corrupt()
         if self.mode == QUARANTINE:
-            return frame.where(~bad).drop(CORRUPT)
+            for condition, _, _ in faults:
+                frame = frame.where(~condition)
+            if self.change_type is not None:
+                frame = frame.where(~self._unknown_type())
+            return self._as_read(frame if corrupt is None else frame.where(~corrupt))
         # sqlext's message, the file and the record filled in by Spark; the door names the line
         # and the column where it can (Door._named)
+        refusals = [] if corrupt is None else \
+            [(corrupt, self._message(F.lit(f"does not fit the columns ({columns_text(self.schema)})"),
+                                     F.substring(F.col(CORRUPT), 1, 300)))]
+        values = F.to_json(F.struct(*[F.when(~F.col(quote(n)).eqNullSafe(F.expr(self.marks[n])), F.col(quote(n)))
+                                      .alias(n) if n in self.marks else F.col(quote(n)) for n in self.schema.names]))
+        refusals += [(condition, self._message(problem, F.substring(values, 1, 300))) for condition, _, problem in faults]
+        if not refusals:
+            return frame
+        check = F.when(refusals[0][0], F.raise_error(refusals[0][1]))
+        for condition, message in refusals[1:]:
+            check = check.when(condition, F.raise_error(message))
+        return self._as_read(frame.where(check.otherwise(F.lit(True))))
+
+    def _corrupt(self):
+        """The Spark condition of a record its reader could not read (None where it marks none).
+        A ``null`` line of a Debezium topic is read as it is: a tombstone, whose every column is NULL."""
+        from pyspark.sql import functions as F
+
+        if not self.parsed:
+            return None
+        corrupt = F.col(CORRUPT).isNotNull()
+        if self.op is not None:
+            corrupt = corrupt & (F.trim(F.col(CORRUPT)) != F.lit("null"))
+        return corrupt
+
+    def _message(self, problem, record):
+        """``[BAD_RECORD]`` as a Spark column of text: the file, the words and the record filled in."""
+        from pyspark.sql import functions as F
+
         text = message_text("BAD_RECORD", function=FUNCTION, name=self.name, place=f"the file {_FILLED}",
-                            problem=f"does not fit the columns ({columns_text(self.schema)})", record=_FILLED,
-                            quarantine=_quarantine_hint(self.name))
-        before, between, after = text.split(_FILLED)
-        message = F.concat(F.lit(before), F.col(FILE_PATH), F.lit(between), F.substring(F.col(CORRUPT), 1, 300),
-                           F.lit(after))
-        return frame.where(F.when(bad, F.raise_error(message)).otherwise(F.lit(True))).drop(CORRUPT)
+                            problem=_FILLED, record=_FILLED, quarantine=_quarantine_hint(self.name))
+        before, file, words, after = text.split(_FILLED)
+        return F.concat(F.lit(before), F.col(FILE_PATH), F.lit(file), problem, F.lit(words), record, F.lit(after))
+
+    def _as_read(self, frame):
+        """The frame in its columns: without :data:`CORRUPT`, and without the marks of fields a
+        record lacks (no record that lacks one is left, and the columns' metadata is not a
+        default a table written from them should get)."""
+        from pyspark.sql import functions as F
+
+        if not self.parsed:
+            return frame
+        return frame.select(*[F.col(quote(n)).alias(n, metadata={}) if n in self.marks else F.col(quote(n))
+                              for n in self.schema.names])  # without CORRUPT and the probes
 
     def bad_records(self, spark, files: list[str], batch_id: int, unknown_types: bool = False) -> pa.Table:
         """The records of ``files`` (URIs) that its reader cannot read, as quarantine rows; with
@@ -152,28 +269,52 @@ class SourceRecords:
         from pyspark.sql import functions as F
 
         unknown_types = unknown_types and self.change_type is not None
-        if not (self.parsed or unknown_types) or not files:
+        faults = self.faults()
+        corrupt = self._corrupt()
+        if not (corrupt is not None or faults or unknown_types) or not files:
             return QUARANTINE_SCHEMA.empty_table()
         frame = self.read_files(spark, files)
-        bad = F.col(CORRUPT).isNotNull() if self.parsed else F.lit(False)
+        bad = F.lit(False) if corrupt is None else corrupt
+        for condition, _, _ in faults:
+            bad = bad | condition
         if unknown_types:
             bad = bad | self._unknown_type()
+        # which fault a record has (its number in faults; NULL for none), and its words
+        fault, problem = F.lit(None).cast("int"), F.lit(None).cast("string")
+        for number, (condition, _, words) in reversed(list(enumerate(faults))):
+            fault, problem = F.when(condition, F.lit(number)).otherwise(fault), \
+                F.when(condition, words).otherwise(problem)
         parquet = self.file_format.lower() == "parquet"
-        places = [F.col(FILE_PATH).alias(FILE)] + ([F.col("_metadata.row_index").alias("__sx_row")] if parquet else [])
+        places = [F.col(FILE_PATH).alias(FILE), fault.alias("__sx_fault"), problem.alias("__sx_problem")]
+        places += [F.col("_metadata.row_index").alias("__sx_row")] if parquet else []
+        marks = self.marks
+        columns = [F.when(~F.col(quote(n)).eqNullSafe(F.expr(marks[n])), F.col(quote(n))).alias(n) if n in marks
+                   else F.col(quote(n)) for n in self.schema.names]
         # every column is read (Spark refuses a query of its files that reads only CORRUPT)
-        found = frame.where(bad).select("*", *places).collect()
+        found = frame.where(bad).select(*columns, *([F.col(CORRUPT)] if self.parsed else []), *places).collect()
         rows = []
+        names = set(self.schema.names)
         lines = Lines(spark)
+        faulty = FaultyLines(spark, self)
         for row in found:
             file = unquote(row[FILE])
+            if row["__sx_fault"] is not None:
+                values = {n: v for n, v in row.asDict(recursive=True).items() if n in names and v is not None}
+                line, text = faulty.next(file) if self.file_format.lower() == "json" else (None, None)
+                rows.append({"batch": batch_id, "source": self.name, "file": file,
+                             "line": row["__sx_row"] + 1 if parquet else line,
+                             "record": text if text is not None else json.dumps(values, default=str),
+                             "error_class": "BAD_RECORD", "column": faults[row["__sx_fault"]][1],
+                             "problem": row["__sx_problem"]})
+                continue
             record = row[CORRUPT] if self.parsed else None
             if record is not None:
                 column, problem = self.problem(record)
                 rows.append({"batch": batch_id, "source": self.name, "file": file, "line": lines.of(file, record),
                              "record": record, "error_class": "BAD_RECORD", "column": column, "problem": problem})
                 continue
+            values = {n: v for n, v in row.asDict(recursive=True).items() if n in names}
             kind = row[self.change_type]
-            values = {n: row[n] for n in self.schema.names}
             rows.append({"batch": batch_id, "source": self.name, "file": file,
                          "line": row["__sx_row"] + 1 if parquet else None,
                          "record": json.dumps(values, default=str), "error_class": "UNKNOWN_CHANGE_TYPE",
@@ -188,6 +329,73 @@ class SourceRecords:
         if self.file_format.lower() == "json":
             return json_problem(record, self.schema)
         return csv_problem(record, self.schema, self.options, self.name)
+
+
+# the metadata key of a column's existence default: the value Spark's readers give a record
+# (a JSON object, a file) that has no field for the column
+EXISTS_DEFAULT = "EXISTS_DEFAULT"
+
+
+def absent_mark(kind) -> str | None:
+    """The value (SQL) a JSON record without the field of a column of type ``kind`` reads as,
+    where the statement needs the field: one no record is expected to hold (text beginning with
+    a NUL character, an integer type's lowest value, a date or time some 290,000 years before
+    ours, minus infinity), so that a record holding the field as null stays a NULL. None for a
+    type with no value to spare (BOOLEAN, nested types).
+
+    >>> from pyspark.sql.types import LongType, StringType, BooleanType
+    >>> absent_mark(LongType()), absent_mark(BooleanType())
+    ('CAST(-9223372036854775808 AS BIGINT)', None)
+    """
+    from pyspark.sql import types as T
+
+    name = kind.simpleString()
+    if isinstance(kind, T.StringType):
+        return "'\\u0000sqlext: no such field'"
+    if isinstance(kind, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        bits = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}[type(kind)]
+        return f"CAST({-(1 << (bits - 1))} AS {name.upper()})"
+    if isinstance(kind, (T.FloatType, T.DoubleType)):
+        return f"CAST('-Infinity' AS {name.upper()})"
+    if isinstance(kind, T.DecimalType):
+        return f"CAST(-{'9' * (kind.precision - kind.scale) or '0'}{'.' + '9' * kind.scale if kind.scale else ''} " \
+               f"AS {name.upper()})"
+    if isinstance(kind, T.DateType):
+        return "date_from_unix_date(-106000000)"
+    if isinstance(kind, (T.TimestampType, T.TimestampNTZType)):
+        return f"CAST(timestamp_micros(-9223372036854775807) AS {name.upper()})"
+    return None
+
+
+def missing_field(column: str, role: str) -> str:
+    """What a record without the field of a column the statement needs lacks, in words."""
+    return f"has no field {column}, which the statement reads as its {role}"
+
+
+class FaultyLines:
+    """The lines of a source's JSON files whose records read but are faulty
+    (:meth:`SourceRecords.fault_of`), in order: the n-th faulty row Spark reads from a file is
+    its n-th such line. Read once per file, through the storage module; a file that is not
+    plain JSON lines (compressed, a record over several lines) names none."""
+
+    def __init__(self, spark, source: "SourceRecords"):
+        self.spark, self.source, self.found = spark, source, {}
+
+    def next(self, file: str) -> tuple[int | None, str | None]:
+        """The line and text of the next faulty record of ``file`` (None, None where unknown)."""
+        if file not in self.found:
+            self.found[file] = iter(self._scan(file))
+        return next(self.found[file], (None, None))
+
+    def _scan(self, file: str) -> list[tuple[int, str]]:
+        if str(self.source.options.get("multiLine", self.source.options.get("multiline", "false"))).lower() == "true":
+            return []
+        try:
+            text = resolve(self.spark, file).read_bytes().decode("utf-8")
+        except (SqlextError, OSError, UnicodeDecodeError):
+            return []
+        return [(number, line) for number, line, value in json_records(text)
+                if isinstance(value, dict) and self.source.fits(value) and self.source.fault_of(value) is not None]
 
 
 def unknown_change_type(column: str):
@@ -209,7 +417,8 @@ def reader_options(file_format: str, options: dict) -> dict:
 
 def refusal(source: SourceRecords, record: dict) -> SqlextError:
     """``[BAD_RECORD]`` for one quarantine row of ``source``."""
-    place = f"line {record['line']} of {record['file']}" if record.get("line") else f"the file {record['file']}"
+    where = "row" if source.file_format.lower() == "parquet" else "line"
+    place = f"{where} {record['line']} of {record['file']}" if record.get("line") else f"the file {record['file']}"
     return SqlextError("BAD_RECORD", function=FUNCTION, name=source.name, place=place, problem=record["problem"],
                        record=_shown(record["record"]), quarantine=_quarantine_hint(source.name))
 
@@ -305,7 +514,7 @@ class Door:
     def _named(self, spark, batch_id: int) -> SqlextError | None:
         """The first bad record of the batch, with its line and column: ``[BAD_RECORD]``."""
         for source in self.sources:
-            if source.parsed and source.mode == FAIL:
+            if source.mode == FAIL and (source.parsed or source.faults()):
                 found = source.bad_records(spark, [f.uri for f in self._files(spark, source, batch_id)], batch_id)
                 if found.num_rows:
                     return refusal(source, found.slice(0, 1).to_pylist()[0])
@@ -320,12 +529,17 @@ class Door:
         None where the files do not tell."""
         from pyspark.sql import functions as F
 
-        key = None if error.error_class == "UNKNOWN_CHANGE_TYPE" else _named_key(str(error))
-        if key is None and error.error_class != "UNKNOWN_CHANGE_TYPE":
+        by_kind = error.error_class in ("UNKNOWN_CHANGE_TYPE", "NOT_A_CHANGE_EVENT")
+        key = None if by_kind else _named_key(str(error))
+        if key is None and not by_kind:
             return None
         for source in self.sources:
             names = {n.lower(): n for n in source.schema.names}
-            if key is None and CHANGE_TYPE in names:
+            if error.error_class == "NOT_A_CHANGE_EVENT":
+                if source.op is None:
+                    continue
+                wanted = F.col(quote(source.op)) == F.lit(TRUNCATE)  # the one such event a folder's records pass
+            elif key is None and CHANGE_TYPE in names:
                 wanted = unknown_change_type(CHANGE_TYPE)
             elif key is not None and all(k.lower() in names for k in key):
                 wanted = F.lit(True)

@@ -11,6 +11,8 @@ from sqlglot import exp
 from sqlext.errors import SqlextError
 from sqlext.functions import catalogue
 from sqlext.functions.arguments import find_calls, set_literal
+from sqlext.functions.changes import CHANGE_TYPE, split_columns
+from sqlext.functions.expressions import parse_expression, referenced_columns
 from sqlext.functions.input_formats import option_clash, order_clash, order_column, take_format
 from sqlext.language.dialect import parse_one, stream_options, to_sql, is_stream as _is_stream, parse, stream_argument
 from sqlext.language.sqltree import identifier_list
@@ -126,6 +128,69 @@ def order_by_streams(tree: exp.Expression) -> None:
         if len({order.lower() for _, _, order in orders}) > 1:
             raise order_clash(keyed.name, orders)
         set_literal(table, keyed.arguments, "order_by", identifier_list([orders[0][2]]))
+
+
+# what each argument that names columns a row must hold a value for makes of them, in a message
+ROLES = {"key": "key", "left_key": "key", "right_key": "key", "foreign_key": "foreign key",
+         "order_by": "ordering column", "sequence_by": "sequence column"}
+
+
+def stream_reader(call: exp.Anonymous):
+    """The keyed call that reads ``STREAM(...)`` as one of its table arguments: its FROM item,
+    its function, the argument's name and its arguments as read; None for a stream no call
+    reads so (a recursion's, a self-join's, one in a plain SELECT)."""
+    stream = call.parent
+    table = stream.find_ancestor(exp.Table) if isinstance(stream, exp.Table) else None
+    while table is not None and keyed_call(table) is None:
+        table = table.find_ancestor(exp.Table)
+    if table is None:
+        return None
+    keyed = keyed_call(table)
+    read = keyed.read(table)
+    name = next((n for n, argument in read.tables.items() if argument.this is stream), None)
+    return None if name is None else (table, keyed, name, read)
+
+
+def read_shape(call: exp.Anonymous) -> str:
+    """The shape the rows of ``STREAM(...)`` are in: the stream's ``format``, else that of the
+    call reading it (which maps its inputs itself)."""
+    shape = stream_shape(call)
+    reader = stream_reader(call) if shape == "delta" else None
+    if reader is not None and "format" in reader[3].literals:
+        return take_format(reader[1].name, dict(reader[3].literals))
+    return shape
+
+
+def stream_needs(call: exp.Anonymous, columns) -> dict[str, str]:
+    """The columns of ``STREAM(...)`` every row must hold a value for (the name as the source
+    has it -> what the statement reads it as): the keys, foreign key, ordering and sequence
+    columns the call reading it names, the change type. Empty for a stream no keyed call reads.
+    A JSON record without such a field is a bad record, not a change with a NULL there."""
+    reader = stream_reader(call)
+    if reader is None:
+        return {}
+    _, keyed, name, read = reader
+    wanted: dict[str, str] = {}
+    for argument in dict(keyed.needs).get(name, ()):
+        text = read.literals.get(argument)
+        if text is not None:
+            for column in _columns_named(keyed.name, argument, text):
+                wanted.setdefault(column.lower(), ROLES[argument])
+    if "order_by" not in read.literals:
+        wanted.setdefault(stream_order(call).lower(), ROLES["order_by"])
+    wanted.setdefault(CHANGE_TYPE, "change type")
+    return {c: wanted[c.lower()] for c in columns if c.lower() in wanted}
+
+
+def _columns_named(function: str, argument: str, text) -> list[str]:
+    """The columns an argument names: a list of names, or those an expression reads."""
+    try:
+        return split_columns(function, argument, text)
+    except SqlextError:
+        try:
+            return referenced_columns(parse_expression(function, argument, text, "'id'"))
+        except SqlextError:
+            return []  # the call's own checks refuse it
 
 
 def refuse_table_input(function: str, name: str, argument) -> None:

@@ -96,6 +96,7 @@ class Input:
     source: int | None = None
     folder: Folder | None = None
     upstream: "KeyedOperator | None" = None
+    repeats: bool = False  # a stream of Debezium's events, which a restarted connector sends again
 
 
 # a new state gets a bucket for each this many bytes of its sources' Parquet files

@@ -26,15 +26,17 @@ from sqlext.session import ensure_installed
 from sqlext.storage import folder_bytes
 from sqlext.streaming.bad_records import QUARANTINE
 from sqlext.streaming.bind import (
-    FUNCTION, is_recursion, order_by_streams, reads_no_stream, refuse_recursion, refuse_shape, refuse_table_input,
-    replace_table,
+    FUNCTION, is_recursion, order_by_streams, read_shape, reads_no_stream, refuse_recursion, refuse_shape,
+    refuse_table_input, replace_table,
 )
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER, LAYOUT_FILE
 from sqlext.streaming.recent import Recent
 from sqlext.streaming.record_problems import header_hint
 from sqlext.streaming.registry import build_operator, keyed_call
 from sqlext.streaming.run import arrow_schema, outer_over, spark_schema
-from sqlext.streaming.shapes import change_rows_frame, DELTA_SHAPE, as_change_rows, stream_order, stream_shape
+from sqlext.streaming.shapes import (
+    DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, change_rows_frame, stream_order, stream_shape,
+)
 from sqlext.streaming.sources import Sources
 
 _views = itertools.count(1)
@@ -71,6 +73,8 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     frames = []
     for table in numbered:
         frames.append(sources.read(table.this))
+    # the streams of Debezium's events, whose connectors send events again after a restart
+    repeating = frozenset(i for i, t in enumerate(numbered) if read_shape(t.this) == DEBEZIUM_SHAPE)
     converted = _as_change_rows(spark, root, numbered, frames)
     from sqlext.streaming.inputs import inputs_stream
 
@@ -80,7 +84,7 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     if kept is not None:
         return kept
     pipeline = _pipeline(spark, tree, root, placeholder, numbered, frames, sources, checkpoint, output, output_format,
-                         converted)
+                         converted, repeating)
     compiled = inputs_stream(frames), pipeline
     # under the key as it is now: a first run has just written the checkpoint's layout file
     _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources),
@@ -115,7 +119,7 @@ def _compiled_key(spark, statement: str, checkpoint, output, output_format: str,
 
 
 def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list, sources: "Sources", checkpoint, output,
-              output_format: str, converted):
+              output_format: str, converted, repeating: frozenset = frozenset()):
     """The operators of the statement's calls (and of its aggregate) and its foreachBatch function."""
     from sqlext.streaming.operators.aggregate import is_aggregate
     from sqlext.streaming.engine import Pipeline
@@ -126,7 +130,7 @@ def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list,
     call = root.copy()
     aggregated = is_aggregate(tree) and keyed_call(call).emit(call) == "final"
     _operator(spark, root, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets, feed=aggregated,
-              converted=converted)
+              converted=converted, repeating=repeating)
     replace_table(root, placeholder)
     if aggregated:
         outer = _aggregate(spark, tree, placeholder, checkpoint, operators, buckets)
@@ -136,7 +140,7 @@ def _pipeline(spark, tree, root, placeholder: str, numbered: list, frames: list,
         operators = []
         numbered = [t for t in call.find_all(exp.Table) if _is_stream(t)]
         _operator(spark, call, checkpoint / STATE_FOLDER, numbered, frames, sources, operators, buckets,
-                  converted=converted)
+                  converted=converted, repeating=repeating)
     return Pipeline(operators, tree, placeholder, checkpoint, output, output_format)
 
 
@@ -178,7 +182,8 @@ def _buckets(spark, checkpoint, folders: list) -> int:
 
 
 def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,
-              buckets: int, feed: bool = False, converted: frozenset = frozenset()):
+              buckets: int, feed: bool = False, converted: frozenset = frozenset(),
+              repeating: frozenset = frozenset()):
     """The keyed operator of one call (its inner calls first, appended to ``operators`` before it):
     each table argument a stream the statement reads, or another call's change feed. The
     streams numbered in ``converted`` are read as change rows from another shape, so their
@@ -195,10 +200,11 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
             index = next(i for i, t in enumerate(numbered) if t is inner)
             frame = frames[index]
             inputs[name] = Input(name, arrow_schema(frame.schema), frame.schema, source=index,
-                                 folder=None if index in converted else sources.rows_folder(inner.this))
+                                 folder=None if index in converted else sources.rows_folder(inner.this),
+                                 repeats=index in repeating)
         elif inner is not None and keyed_call(inner) is not None:
             upstream = _operator(spark, inner, folder / "calls" / name, numbered, frames, sources, operators, buckets,
-                                 converted=converted)
+                                 converted=converted, repeating=repeating)
             if upstream.emit != "changes":
                 raise SqlextError(
                     "UNSUPPORTED_STREAM", function=FUNCTION, what=f"{upstream.function} with emit => "

@@ -67,14 +67,54 @@ def json_problem(record: str, schema) -> tuple[str | None, str]:
         at = " character" if reason.endswith(" at") else " at character"
         return None, f"does not parse as JSON ({reason}{at} {position})"
     if not isinstance(value, dict):
-        return None, f"is a JSON {type(value).__name__}, not an object of the columns"
-    found = _json_misfit(value, schema, "")
+        return None, f"is {json_kind(value)}, not an object of the columns"
+    found = json_misfit(value, schema)
     if found is not None:
         return found
     return None, f"does not fit the columns ({columns_text(schema)})"
 
 
-def _json_misfit(value: dict, schema, prefix: str) -> tuple[str, str] | None:
+def json_records(text: str):
+    """The records of a file of JSON lines as Spark's reader reads them: (line number, the
+    line, its value as :func:`json.loads` gives it, or None where it does not parse), a line
+    holding an array of objects giving each of them; blank lines hold none.
+
+    >>> [(n, v) for n, _, v in json_records('{"a": 1}\\n\\n[{"a": 2}, {"a": 3}]\\nnot json\\n')]
+    [(1, {'a': 1}), (3, {'a': 2}), (3, {'a': 3}), (4, None)]
+    """
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            yield number, line, None
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for item in value:
+                yield number, line, item
+        else:
+            yield number, line, value
+
+
+def json_kind(value) -> str:
+    """What a JSON value is, in JSON's words (as :func:`json.loads` gives it).
+
+    >>> [json_kind(v) for v in (None, [1], "a", 1.5, True, {})]
+    ['JSON null', 'a JSON array', 'a JSON string', 'a JSON number', 'JSON true', 'a JSON object']
+    """
+    if value is None:
+        return "JSON null"
+    if isinstance(value, bool):
+        return f"JSON {'true' if value else 'false'}"
+    if isinstance(value, (int, float)):
+        return "a JSON number"
+    return {list: "a JSON array", str: "a JSON string", dict: "a JSON object"}[type(value)]
+
+
+def json_misfit(value: dict, schema, prefix: str = "") -> tuple[str, str] | None:
+    """The first column whose value in a JSON object Spark's reader does not read as its type,
+    with the words for it; None where every value fits."""
     from pyspark.sql.types import StructType
 
     for column in schema.fields:
@@ -84,7 +124,7 @@ def _json_misfit(value: dict, schema, prefix: str) -> tuple[str, str] | None:
         if isinstance(column.dataType, StructType):
             if not isinstance(item, dict):
                 return name, f"has {_json_text(item)} in column {name}, which is not a struct"
-            inner = _json_misfit(item, column.dataType, name + ".")
+            inner = json_misfit(item, column.dataType, name + ".")
             if inner is not None:
                 return inner
             continue

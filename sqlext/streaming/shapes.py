@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from sqlext.functions.arguments import quote
 from sqlext.functions.changes import check_option
-from sqlext.functions.input_formats import FORMATS, change_rows, connect_payload, order_column
+from sqlext.functions.input_formats import ENVELOPE_FIELDS, FORMATS, change_rows, connect_payload, order_column
 from sqlext.language.dialect import stream_argument, stream_options, to_sql, TableArgument
 
 _shape_views = itertools.count(1)
@@ -92,6 +92,26 @@ def as_change_rows(spark, call: exp.Anonymous, frame):
     return rows
 
 
+def outside_envelope(frame):
+    """The fields of a Debezium topic's records that its envelope does not have (a StructType):
+    the top-level columns other than :data:`ENVELOPE_FIELDS` (in Kafka Connect's JSON form, the
+    fields of ``payload`` other than those). A run reads none of them; one a later file brings
+    is a change of the source's columns (a plain row's columns, in a file landed in the topic's
+    folder), which the source's schema evolution decides on."""
+    from pyspark.sql.types import StructType
+
+    def fields(column: str):
+        kind = frame.schema[column].dataType if column in frame.columns else None
+        return [f.name for f in kind.fields] if isinstance(kind, StructType) else None
+
+    found = [f for f in frame.schema.fields if f.name.lower() not in ENVELOPE_FIELDS]
+    payload = connect_payload(DEBEZIUM_SHAPE, frame.columns, fields)
+    if payload is not None:
+        found = [f for f in frame.schema[payload].dataType.fields if f.name.lower() not in ENVELOPE_FIELDS] + \
+            [f for f in found if f.name.lower() not in ("schema", payload.lower())]
+    return StructType(found)
+
+
 def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_by, keyless: bool = False):
     """``frame`` (rows in ``shape``) as sqlext's change rows (the query of
     :mod:`sqlext.functions.input_formats` over it), and the name of their ordering column."""
@@ -109,7 +129,8 @@ def change_rows_frame(spark, function: str, side: str, shape: str, frame, order_
     frame.createOrReplaceTempView(view)
     try:
         rows = change_rows(function, side, shape, exp.Table(this=exp.to_identifier(view)), frame.columns, fields,
-                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString())
+                           order_by, keyless=keyless, types=lambda c: frame.schema[c].dataType.simpleString(),
+                           once=not frame.isStreaming)
         return spark.sql(to_sql(rows.query)), rows.order_by
     finally:
         spark.catalog.dropTempView(view)

@@ -19,14 +19,17 @@ from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.functions.arguments import quote
+from sqlext.functions.input_formats import AFTER, ENVELOPE_FIELDS
 from sqlext.language.dialect import stream_argument, stream_options, to_sql, SparkExt, is_stream
 from sqlext.storage import Folder, resolve, decoded
 from sqlext.streaming.bad_records import CORRUPT, QUARANTINE, check_options, reader_options
+from sqlext.streaming.bind import read_shape, stream_needs
 from sqlext.streaming.checkpoint import SOURCES_FILE, check_source_build, check_source_columns, upstream_build
 from sqlext.streaming.run import arrow_schema, spark_schema
 from sqlext.streaming.schema_evolution import check_modes
 from sqlext.streaming.shapes import (
-    DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope, stream_names, stream_order, stream_shape,
+    DEBEZIUM_SHAPE, DELTA_SHAPE, as_change_rows, debezium_envelope, outside_envelope, stream_names, stream_order,
+    stream_shape,
 )
 from sqlext.streaming.source_files import (
     FILE_COLUMNS_FILE, NANOS_SETTING, NO_FILES, FileColumns, cause_of, check_pandas_index, condition_of, data_files,
@@ -234,6 +237,7 @@ class Sources:
         known = len(self.records)
         frame = self._read(call)
         options = stream_options(call)
+        extra = None  # a Debezium topic's fields outside the envelope
         if stream_shape(call) == DELTA_SHAPE:
             if "order_by" in options:
                 from sqlext.functions.changes import resolve_column
@@ -241,12 +245,17 @@ class Sources:
                 resolve_column("STREAM", to_sql(call), frame.columns, stream_order(call),
                                "Name a column of the stream with order_by => '...'.")
         else:
+            extra = outside_envelope(frame) if stream_shape(call) == DEBEZIUM_SHAPE else None
             frame = as_change_rows(self.spark, call, frame)
         if self.checkpoint is not None:
             names = stream_names(call)
             name = next((n for n in names if n in self.schema_evolution), names[-1])
+            mode = self.schema_evolution.get(name, FAIL)
+            if extra is not None:
+                check_source_columns(self.checkpoint, f"{to_sql(call)} (its fields outside the Debezium envelope)",
+                                     extra, None, mode)
             optional = check_source_columns(self.checkpoint, to_sql(call), frame.schema, self._holders(call),
-                                            self.schema_evolution.get(name, FAIL), self._absent(call))
+                                            mode, self._absent(call))
             for records in self.records[known:]:
                 records.optional = frozenset(c.lower() for c in optional)
         while self._unrecorded:  # only columns that passed the check are kept for the next run
@@ -275,11 +284,14 @@ class Sources:
         if name is not None:
             folder = self.folders[name]
             self._check_build(name, resolve(self.spark, folder))
-            schema = self._declared(name, folder, stream_shape(call) == DEBEZIUM_SHAPE) if name in self.schemas \
+            shape = read_shape(call)
+            schema = self._declared(name, folder, shape == DEBEZIUM_SHAPE) if name in self.schemas \
                 else self._found(name, folder)
             records = SourceRecords(name, self.format_of(name), self.options.get(name, {}), schema,
                                     self.bad_records.get(name, FAIL), index, resolve(self.spark, folder),
-                                    change_rows=stream_shape(call) == DELTA_SHAPE)
+                                    change_rows=shape == DELTA_SHAPE, debezium=shape == DEBEZIUM_SHAPE,
+                                    needs=stream_needs(call, schema.names) if shape == DELTA_SHAPE else {},
+                                    probes=self._probes(name, schema) if shape == DEBEZIUM_SHAPE else ())
             self.records.append(records)
             if name in self._nanos:
                 return self._read_nanos(name, folder, schema, records.reader_options())
@@ -292,6 +304,22 @@ class Sources:
             return frame
         self._check_build(name, self._table_folder(name))
         return self.spark.readStream.table(name)
+
+    def _probes(self, name: str, schema) -> tuple[str, ...]:
+        """For a Debezium topic of JSON files read with declared columns: the row's columns (the
+        fields of ``after``) that its records are read with at the top level too. Spark's reader
+        sees only the fields it is given, so a plain row landed among the events would read as a
+        record of no field, a tombstone; read so, it is no event (a bad record)."""
+        from pyspark.sql.types import StructType
+
+        if name not in self.schemas or self.format_of(name).lower() != "json":
+            return ()
+        after = next((f for f in schema.fields if f.name.lower() == AFTER), None)
+        if after is None or not isinstance(after.dataType, StructType):
+            return ()
+        top = {n.lower() for n in schema.names}
+        return tuple(f.name for f in after.dataType.fields
+                     if f.name.lower() not in top and f.name.lower() not in ENVELOPE_FIELDS and f.name != CORRUPT)
 
     def _check_build(self, name: str, folder: Folder | None) -> None:
         """A source that another sqlext run writes (a chain of statements, of dbt models) must

@@ -124,6 +124,103 @@ def test_a_debezium_snapshot_whose_before_is_always_null_is_read(spark, tmp_path
     assert sorted((r.id, r.name) for r in batch.collect()) == [(1, "Ada"), (2, "Bo")]
 
 
+# a topic read as Debezium events, and a file of plain rows landed in its folder (issue 54, item 2)
+TOPIC_FILTER = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE(STREAM(acc, format => 'debezium')), key => 'id', "
+                "predicate => 'balance >= 0')")
+CREATED = '{"before": null, "after": {"id": 1, "balance": 10}, "op": "c", "ts_ms": 1, "source": {"lsn": 100}}'
+NO_EVENT = "has no op and is no tombstone"
+
+
+def test_json_lines_that_are_no_debezium_events_are_refused_not_read_as_tombstones(spark, tmp_path):
+    topic = tmp_path / "topic"
+    write(topic / "part-1.json", CREATED + "\n")
+    options = dict(sources={"acc": str(topic)}, source_format="json", checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"))
+    run_available_now(spark, TOPIC_FILTER, **options)
+    plain = ['{"id": 3, "balance": 7}', '{"id": 4, "balance": 8}']
+    write(topic / "part-2.json", "\n".join(plain) + "\n")
+    # fields no Debezium envelope has: a change of the source's columns
+    error = refused(lambda: run_available_now(spark, TOPIC_FILTER, **options))
+    assert error.error_class == "STREAM_SCHEMA_CHANGED" and "outside the Debezium envelope" in str(error)
+    assert "id was added" in str(error)
+    # taken as columns, its records are still no events: refused by line, or quarantined
+    evolving = dict(options, schema_evolution={"acc": "add_columns"})
+    error = refused(lambda: run_available_now(spark, TOPIC_FILTER, **evolving))
+    assert error.error_class == "BAD_RECORD" and NO_EVENT in str(error)
+    assert "line 1 of" in str(error) and "part-2.json" in str(error) and plain[0] in str(error)
+    run_available_now(spark, TOPIC_FILTER, bad_records={"acc": "quarantine"}, **evolving)
+    assert rows(spark, tmp_path / "out", "id", "balance") == [(1, 10)]
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
+    assert quarantine[["line", "record"]].values.tolist() == [[1, plain[0]], [2, plain[1]]]
+    assert quarantine["problem"].str.startswith(NO_EVENT).all()
+
+
+def test_with_declared_row_columns_a_record_without_op_is_refused_and_a_null_value_is_a_tombstone(spark, tmp_path):
+    topic = tmp_path / "topic"
+    lines = [CREATED, '{"id": 3, "balance": 7}', "null", '{"before": null, "after": null, "op": null}', "{}",
+             '{"before": null, "after": {"id": 5, "balance": 1}, "op": "x", "ts_ms": 2, "source": {"lsn": 110}}']
+    write(topic / "part-1.json", "\n".join(lines) + "\n")
+    options = dict(sources={"acc": str(topic)}, source_format="json", schemas={"acc": "id BIGINT, balance BIGINT"},
+                   checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    error = refused(lambda: run_available_now(spark, TOPIC_FILTER, **options))
+    assert error.error_class == "BAD_RECORD" and "line 2 of" in str(error) and NO_EVENT in str(error)
+    run_available_now(spark, TOPIC_FILTER, bad_records={"acc": "quarantine"}, **options)
+    assert rows(spark, tmp_path / "out", "id", "balance") == [(1, 10)]
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
+    # a null line, an envelope of nulls and {} (Spark's JSON writer writes a row of NULLs so) are
+    # tombstones; the plain row is no event, and nor is an op Debezium does not write
+    assert quarantine[["line", "column"]].values.tolist() == [[2, None], [6, "op"]]
+    assert "has op = 'x'" in quarantine["problem"][1]
+
+
+def test_a_json_change_without_its_key_field_is_a_bad_record_and_one_of_null_a_null_key(spark, tmp_path, storage):
+    changes = tmp_path / "changes"
+    lines = ['{"id": 1, "balance": 5, "_change_type": "insert", "_commit_version": 1}',
+             '{"id": null, "balance": 6, "_change_type": "insert", "_commit_version": 1}',
+             '{"balance": 7, "_change_type": "insert", "_commit_version": 2}',
+             '{"id": 4, "balance": 8, "_change_type": "insert"}']
+    write(changes / "part-1.json", "\n".join(lines) + "\n")
+    options = dict(sources={"accounts": storage.uri(changes)}, source_format="json",
+                   schemas={"accounts": ACCOUNTS}, checkpoint=storage.uri(tmp_path / "cp"),
+                   output=storage.uri(tmp_path / "out"))
+    error = refused(lambda: run_available_now(spark, FILTER, **options))
+    assert error.error_class == "BAD_RECORD" and "line 3 of" in str(error)
+    assert "has no field id, which the statement reads as its key" in str(error) and lines[2] in str(error)
+    run_available_now(spark, FILTER, bad_records={"accounts": "quarantine"}, **options)
+    got = spark.read.parquet(storage.uri(tmp_path / "out")).select("id", "balance").collect()
+    assert sorted(tuple(r) for r in got if r.id is not None) == [(1, 5)]
+    assert [r.balance for r in got if r.id is None] == [6]  # an explicit null: a NULL key
+    quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
+    assert quarantine[["line", "record", "column"]].values.tolist() == [[3, lines[2], "id"],
+                                                                       [4, lines[3], "_commit_version"]]
+    assert "its ordering column" in quarantine["problem"][1]
+
+
+def test_a_debezium_null_line_is_a_tombstone_in_a_run_as_in_batch(spark, tmp_path):
+    import sqlext
+
+    topic = tmp_path / "topic"
+    lines = ['{"before":null,"after":{"id":1,"v":5},"op":"c","ts_ms":1,"source":{"lsn":100}}',
+             '{"before":{"id":1,"v":5},"after":null,"op":"d","ts_ms":2,"source":{"lsn":200}}', "null"]
+    write(topic / "part-1.json", "\n".join(lines) + "\n")
+    statement = ("SELECT * FROM CHANGELOG_FILTER(input => TABLE({}), key => 'id', predicate => 'v > 0'{})")
+    run_available_now(spark, statement.format("STREAM(t, format => 'debezium')", ""), sources={"t": str(topic)},
+                      source_format="json", checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
+    incremental = rows(spark, tmp_path / "out", "id", "v", "_change_type", "source_lsn")
+    spark.read.json(str(topic)).createOrReplaceTempView("tombstoned_topic")
+    batch = sqlext.sql(spark, statement.format("tombstoned_topic", ", format => 'debezium'")).collect()
+    assert incremental == sorted((r.id, r.v, r._change_type, r.source_lsn) for r in batch) == \
+        [(1, 5, "delete", 200), (1, 5, "insert", 100)]
+    # in a folder of change rows a null line is no change; said in JSON's words
+    write(tmp_path / "changes" / "part-1.json", '{"id": 1, "balance": 5, "_change_type": "insert", '
+                                                '"_commit_version": 1}\nnull\n[1, 2]\n')
+    error = refused(lambda: run_available_now(spark, FILTER, sources={"accounts": str(tmp_path / "changes")},
+                                              source_format="json", schemas={"accounts": ACCOUNTS},
+                                              checkpoint=str(tmp_path / "cp2"), output=str(tmp_path / "out2")))
+    assert "line 2 of" in str(error) and "is JSON null, not an object" in str(error)
+    assert "NoneType" not in str(error)
+
+
 def land(folder, name, data: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(data).to_parquet(folder / name)
@@ -457,3 +554,22 @@ def test_a_statement_that_keeps_no_state_shows_readers_outside_spark_only_commit
     assert main(["stream", str(query), *options]) == 0
     assert sorted(pd.read_parquet(out)["id"]) == [1, 3]
     assert sorted(r["id"] for r in spark.read.parquet(str(out)).collect()) == [1, 3]
+
+
+def test_a_missing_field_is_told_from_a_null_in_every_type_that_has_a_value_to_spare(spark, tmp_path):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_string
+
+    from sqlext.streaming.bad_records import SourceRecords
+
+    schema = _parse_datatype_string("s STRING, b TINYINT, i INT, l BIGINT, f FLOAT, d DOUBLE, m DECIMAL(7,2), "
+                                    "day DATE, at TIMESTAMP, local TIMESTAMP_NTZ, yes BOOLEAN")
+    given = {"s": "x", "b": 1, "i": 2, "l": 3, "f": 1.5, "d": 2.5, "m": 3.25, "day": "2026-01-02",
+             "at": "2026-01-02T03:04:05Z", "local": "2026-01-02T03:04:05", "yes": True}
+    write(tmp_path / "a.json", "\n".join(json.dumps(r) for r in ({c: None for c in given}, given, {})) + "\n")
+    records = SourceRecords("t", "json", {}, schema, needs={c: "key" for c in given})
+    assert set(records.marks) == set(given) - {"yes"}  # BOOLEAN has no value to spare
+    faults = records.faults()
+    rows = records.read_files(spark, [str(tmp_path / "a.json")]) \
+        .select(*[condition.alias(column) for condition, column, _ in faults]).collect()
+    assert [sorted(c for c in row.asDict() if row[c]) for row in rows] == [[], [], sorted(records.marks)]

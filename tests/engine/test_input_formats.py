@@ -97,7 +97,8 @@ def test_each_shape_maps_to_change_rows_named_for_its_order():
     rows = change_rows("F", "input", "debezium", table("t"), ["before", "after", "op", "ts_ms", "source"], fields, None)
     assert rows.columns == ("id", "v", "_change_type", "source_lsn") and rows.order_by == "source_lsn"
     sql = to_sql(rows.query)
-    assert "WHERE NOT __sx_env.`op` IS NULL" in sql and "'u' THEN 'update_postimage'" in sql
+    assert "WHERE NOT (__sx_env.`before` IS NULL AND __sx_env.`after` IS NULL AND __sx_env.`op` IS NULL)" in sql
+    assert "'u' THEN 'update_postimage'" in sql
     # an update with its before row is a pre/post pair; a keyless reader marks one without it
     assert "THEN 'update_preimage'" in sql and "update without before" not in sql
     keyless = change_rows("F", "input", "debezium", table("t"), ["before", "after", "op", "source"], fields, None,
@@ -234,16 +235,32 @@ def test_random_histories_give_the_delta_rows_in_each_shape(spark, events, shape
     assert multiset(as_delta(got, shape)) == multiset(want)
 
 
-def test_debezium_ties_and_unknown_ops_are_the_change_row_errors(spark):
+def test_debezium_ties_truncates_and_records_that_are_no_events_are_refused(spark):
     schema = debezium_schema([("id", "BIGINT"), ("v", "BIGINT")])
     src = {"lsn": 7, "txId": 1, "db": "d", "table": "t"}
     tie = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src},
                         {"before": {"id": 1, "v": 1}, "after": {"id": 1, "v": 2}, "op": "u", "source": src}], schema)
     assert re.search(r"\[AMBIGUOUS_ORDER\].*id=1.*source_lsn = 7",
                      str(_data_error(spark, filter_sql(tie, extra=", format => 'debezium'"))))
-    truncate = _view(spark, [{"op": "t", "source": src}], schema)
-    assert _data_error(spark, filter_sql(truncate, extra=", format => 'debezium'")).error_class == \
-        "UNKNOWN_CHANGE_TYPE"
+    # a truncate names the op field and what it means for the table, not _change_type
+    truncate = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src},
+                             {"op": "t", "source": {**src, "lsn": 8}}], schema)
+    error = _data_error(spark, filter_sql(truncate, extra=", format => 'debezium'"))
+    assert error.error_class == "NOT_A_CHANGE_EVENT" and "truncate (op = 't')" in str(error)
+    assert "empties the table" in str(error) and "_change_type" not in str(error)
+    unknown = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "m", "source": src}], schema)
+    assert "has op = 'm', which is no operation Debezium writes" in \
+        str(_data_error(spark, filter_sql(unknown, extra=", format => 'debezium'")))
+    # in batch too: a row without op that is no tombstone (a plain row among the events) is refused,
+    # a record whose value is null (a tombstone) is left out
+    plain = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src}, {}, {"id": 2, "v": 3}],
+                  schema + ", id BIGINT, v BIGINT")
+    error = _data_error(spark, filter_sql(plain, extra=", format => 'debezium'"))
+    assert error.error_class == "NOT_A_CHANGE_EVENT" and "has no op and is no tombstone" in str(error)
+    assert '{"id":2,"v":3}' in str(error)
+    tombstones = _view(spark, [{"after": {"id": 1, "v": 1}, "op": "c", "source": src}, {}, {"source": src}], schema)
+    assert [(r["id"], r["_change_type"]) for r in _rows(spark, filter_sql(tombstones, extra=", format => "
+                                                                         "'debezium'"))] == [(1, "insert")]
 
 
 def test_a_mysql_envelope_orders_by_a_named_field(spark):
@@ -473,6 +490,72 @@ def test_fk_join_refuses_a_debezium_position_below_what_either_input_reached(spa
     with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*rid=2.*source_lsn = 15.*not above 20.*both inputs"):
         current.run(sql)
     assert len(current.output()) == 1
+
+
+def test_events_a_restarted_connector_sends_again_are_one_change(spark, shaped_feeds):
+    """Debezium delivers at least once: a connector that restarts sends the events since its
+    last recorded position again, each at its position with its content. Such a copy is the
+    change it repeats, in one input as in a later run (where the state holds its key's last
+    applied change to compare it with); the same position with other content is refused. (On
+    the executors; the driver runs the same kernel, as the filter's test below does.)"""
+    path = "spark"
+    left = feed([(20, "k", {"fk": 1, "note": "n"}), (30, "k", {"fk": 1, "note": "m"})], "cdf", "id")
+    right = feed([(10, 1, {"name": "foo"})], "cdf", "rid")
+    orders, customers = in_shape("debezium", left, LEFT_DATA), in_shape("debezium", right, RIGHT_DATA)
+    sql = join_sql("STREAM(orders)", "STREAM(customers)", "inner", "changes", ", format => 'debezium'")
+
+    def batch(shaped_orders, shaped_customers):
+        views = [_view(spark, [r for _, r in rows], schema) for rows, schema in
+                 ((shaped_orders, orders[1]), (shaped_customers, customers[1]))]
+        return multiset(_rows(spark, join_sql(*views, "inner", "changes", ", format => 'debezium'")))
+
+    once = batch(orders[0], customers[0])
+    assert batch(orders[0] * 2, customers[0] * 2) == once
+    current = shaped_feeds({"orders": orders, "customers": customers})
+    current.release(0, 20, {"orders": orders[0] * 2, "customers": customers[0] * 2})  # twice in one run
+    got = current.run(sql, path)
+    current.release(0, 20)  # and again in a later run: the keys' last applied changes
+    got += current.run(sql, path)
+    current.release(20, 30)
+    got += current.run(sql, path)
+    assert multiset(got) == once
+    # at a key's applied position, other content is two changes at one position
+    other = [(v, {**r, "after": {**r["after"], "note": "x"}}) for v, r in orders[0] if v == 30]
+    current.release(20, 30, {"orders": other, "customers": []})
+    with pytest.raises(SqlextError, match=r"\[AMBIGUOUS_ORDER\].*id='k'.*source_lsn = 30"):
+        current.run(sql, path)
+    max((current.root / "orders").glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns).unlink()  # moved out
+    # a copy of a change older than its key's last: the state keeps the last alone, so it is late
+    current.release(0, 20, {"orders": orders[0], "customers": []})
+    with pytest.raises(SqlextError, match=r"\[LATE_CHANGE\].*id='k'.*source_lsn = 20"):
+        current.run(sql, path)
+    assert multiset(current.output()) == once
+
+
+def test_a_filter_reads_a_debezium_event_sent_again_once(spark, tmp_path):
+    events = ['{"before": null, "after": {"id": 1, "name": "a", "v": 5, "ts": 1}, "op": "c", "source": {"lsn": 100}}',
+              '{"before": {"id": 1, "name": "a", "v": 5, "ts": 1}, "after": {"id": 1, "name": "b", "v": 6, "ts": 2}, '
+              '"op": "u", "ts_ms": 7, "source": {"lsn": 110}}']
+    again = events[1].replace('"ts_ms": 7', '"ts_ms": 9')  # sent again later: ts_ms is the connector's clock
+    topic = tmp_path / "topic"
+    topic.mkdir()
+    (topic / "part-1.json").write_text("\n".join(events + events) + "\n")
+    options = dict(sources={"changes": str(topic)}, source_format="json", checkpoint=str(tmp_path / "cp"),
+                   output=str(tmp_path / "out"))
+    sql = filter_sql("STREAM(changes, format => 'debezium')")
+    run_available_now(spark, sql, **options)
+    (topic / "part-2.json").write_text(again + "\n")
+    run_available_now(spark, sql, **options)
+    got = sorted((r.v, r._change_type, r.source_lsn) for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert got == [(5, "insert", 100), (5, "update_preimage", 110), (6, "update_postimage", 110)]
+    batch = spark.read.json(str(topic))
+    batch.createOrReplaceTempView("resent_topic")
+    assert sorted((r.v, r._change_type, r.source_lsn) for r in
+                  _rows_of(spark, filter_sql("resent_topic", extra=", format => 'debezium'"))) == got
+
+
+def _rows_of(spark, sql):
+    return sqlext.sql(spark, sql).collect()
 
 
 def test_the_registered_table_function_refuses_a_shape_it_cannot_map(spark):

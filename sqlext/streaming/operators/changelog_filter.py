@@ -71,6 +71,7 @@ class FilterOperator(KeyedOperator):
         analysis over no rows); ``feed``: its table feeds an aggregate, so it runs as its change feed."""
         source = spark.createDataFrame([], inputs["input"].spark_schema)
         spec = filter_spec(literals, source.columns)
+        spec = replace(spec, shape=replace(spec.shape, repeats=inputs["input"].repeats))
         check_order_type(spec.shape, source.schema[spec.shape.order_by].dataType.simpleString())
         checked_predicate(source, spec)
         return cls(replace(spec, emit="changes") if feed else spec, table, folder, inputs["input"], buckets)

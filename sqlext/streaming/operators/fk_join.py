@@ -116,6 +116,8 @@ class FkJoinOperator(KeyedOperator):
 
         empty = {name: spark.createDataFrame([], source.spark_schema) for name, source in inputs.items()}
         spec = fk_join_spec(literals, empty["left"].columns, empty["right"].columns)
+        spec = replace(spec, left=replace(spec.left, repeats=inputs["left"].repeats),
+                       right=replace(spec.right, repeats=inputs["right"].repeats))
         for side, shape in (("left", spec.left), ("right", spec.right)):
             check_order_type(shape, empty[side].schema[shape.order_by].dataType.simpleString())
         foreign_field = empty["left"].select(F.expr(spec.foreign_key).alias(FOREIGN_KEY)).schema.fields[0]

@@ -70,6 +70,9 @@ DEBEZIUM_TYPES = {"c": INSERT, "r": INSERT, "u": POSTIMAGE, "d": DELETE}
 TRUNCATE = "t"
 # the top-level fields of Debezium's envelope: a tombstone may carry them, but no other field
 ENVELOPE_FIELDS = (BEFORE, AFTER, OP, SOURCE, "ts_ms", "ts_us", "ts_ns", "transaction")
+# the fields Kafka Connect's JSON converter with schemas wraps each event in
+PAYLOAD = "payload"
+CONNECT_WRAPPER = ("schema", PAYLOAD)
 # what is wrong with a record of a topic that is no event, in a message's words
 NO_OP = ("has no op and is no tombstone (a record whose value is null: no field, or an envelope whose op, "
          "before and after are null), so it is no Debezium event")
@@ -175,9 +178,9 @@ def connect_payload(shape: str, columns: Sequence[str], fields: Callable[[str], 
     with schemas (each event ``{"schema": ..., "payload": {"before": ..., "op": ...}}``, what a
     JSON converter with ``schemas.enable`` writes): ``payload``; None for any other input."""
     names = {c.lower(): c for c in columns}
-    if shape != DEBEZIUM or OP in names or "payload" not in names:
+    if shape != DEBEZIUM or OP in names or PAYLOAD not in names:
         return None
-    return names["payload"] if any(f.lower() == OP for f in fields(names["payload"]) or []) else None
+    return names[PAYLOAD] if any(f.lower() == OP for f in fields(names[PAYLOAD]) or []) else None
 
 
 def payload_rows(source: exp.Expression, payload: str) -> exp.Select:

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from sqlext.errors import NANOS_FIX, SqlextError
 from sqlext.functions.arguments import quote
-from sqlext.functions.input_formats import AFTER, ENVELOPE_FIELDS
+from sqlext.functions.input_formats import AFTER, CONNECT_WRAPPER, ENVELOPE_FIELDS
 from sqlext.language.dialect import stream_argument, stream_options, to_sql, SparkExt, is_stream
 from sqlext.storage import Folder, resolve, decoded
 from sqlext.streaming.bad_records import CORRUPT, QUARANTINE, check_options, reader_options
@@ -307,9 +307,12 @@ class Sources:
 
     def _probes(self, name: str, schema) -> tuple[str, ...]:
         """For a Debezium topic of JSON files read with declared columns: the row's columns (the
-        fields of ``after``) that its records are read with at the top level too. Spark's reader
-        sees only the fields it is given, so a plain row landed among the events would read as a
-        record of no field, a tombstone; read so, it is no event (a bad record)."""
+        fields of ``after``) and the fields Kafka Connect's JSON converter wraps an event in
+        (``schema``, ``payload``), that its records are read with at the top level too. Spark's
+        reader sees only the fields it is given, so a plain row, or an event in Connect's wrapper,
+        landed among the events would read as a record of no field, a tombstone; read so, it is no
+        event (a bad record). A record holding none of these fields and no envelope field (say
+        ``{"note": 1}``) still reads as one: with no columns declared, every field is seen."""
         from pyspark.sql.types import StructType
 
         if name not in self.schemas or self.format_of(name).lower() != "json":
@@ -318,8 +321,11 @@ class Sources:
         if after is None or not isinstance(after.dataType, StructType):
             return ()
         top = {n.lower() for n in schema.names}
-        return tuple(f.name for f in after.dataType.fields
-                     if f.name.lower() not in top and f.name.lower() not in ENVELOPE_FIELDS and f.name != CORRUPT)
+        probes: dict[str, str] = {}
+        for name in [f.name for f in after.dataType.fields] + list(CONNECT_WRAPPER):
+            if name.lower() not in top and name.lower() not in ENVELOPE_FIELDS and name != CORRUPT:
+                probes.setdefault(name.lower(), name)
+        return tuple(probes.values())
 
     def _check_build(self, name: str, folder: Folder | None) -> None:
         """A source that another sqlext run writes (a chain of statements, of dbt models) must

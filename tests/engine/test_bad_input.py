@@ -158,7 +158,9 @@ def test_json_lines_that_are_no_debezium_events_are_refused_not_read_as_tombston
 def test_with_declared_row_columns_a_record_without_op_is_refused_and_a_null_value_is_a_tombstone(spark, tmp_path):
     topic = tmp_path / "topic"
     lines = [CREATED, '{"id": 3, "balance": 7}', "null", '{"before": null, "after": null, "op": null}', "{}",
-             '{"before": null, "after": {"id": 5, "balance": 1}, "op": "x", "ts_ms": 2, "source": {"lsn": 110}}']
+             '{"before": null, "after": {"id": 5, "balance": 1}, "op": "x", "ts_ms": 2, "source": {"lsn": 110}}',
+             # Kafka Connect's JSON with schemas: with the row's columns declared, its envelope is not read
+             '{"schema": {"type": "struct"}, "payload": ' + CREATED + '}']
     write(topic / "part-1.json", "\n".join(lines) + "\n")
     options = dict(sources={"acc": str(topic)}, source_format="json", schemas={"acc": "id BIGINT, balance BIGINT"},
                    checkpoint=str(tmp_path / "cp"), output=str(tmp_path / "out"))
@@ -168,8 +170,9 @@ def test_with_declared_row_columns_a_record_without_op_is_refused_and_a_null_val
     assert rows(spark, tmp_path / "out", "id", "balance") == [(1, 10)]
     quarantine = pd.read_parquet(tmp_path / "cp" / "quarantine")
     # a null line, an envelope of nulls and {} (Spark's JSON writer writes a row of NULLs so) are
-    # tombstones; the plain row is no event, and nor is an op Debezium does not write
-    assert quarantine[["line", "column"]].values.tolist() == [[2, None], [6, "op"]]
+    # tombstones; the plain row is no event, nor is an op Debezium does not write, nor an event in
+    # Connect's wrapper
+    assert quarantine[["line", "column"]].values.tolist() == [[2, None], [6, "op"], [7, None]]
     assert "has op = 'x'" in quarantine["problem"][1]
 
 

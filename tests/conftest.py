@@ -14,11 +14,13 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from jvm_classes import QUIET, archive_path, build_archive, end_group
 from profiles import PROFILE
 from storage_forms import STORAGE_CONF, STORAGE_FORMS, Storage
 
@@ -189,10 +191,39 @@ def pytest_configure(config):
     reports (the run itself, or the controller of the run's workers), for every worker to share;
     and what the working folder holds before the tests (they must leave nothing there)."""
     if not hasattr(config, "workerinput"):
+        _share_classes(config)
         folder = Path(tempfile.mkdtemp(prefix="sqlext-spark-starts-"))
         os.environ["SQLEXT_TESTS_SPARK_STARTS"] = str(folder / "starts")
         config.stash[_starts_folder_key] = folder
         config.stash[_cwd_key] = set(os.listdir(os.getcwd()))
+
+
+def _share_classes(config) -> None:
+    """The class archive every JVM the tests start maps Spark's classes from (tests/jvm_classes.py),
+    made once per venv, in the background while the tests start (the process that reports makes
+    it); where the JVM options are the suite's own. Not in a run without Spark."""
+    if os.environ["SPARK_SUBMIT_OPTS"] != JVM_OPTIONS or "not spark" in (config.option.markexpr or "") \
+            or config.option.collectonly:
+        return
+    archive = archive_path(JVM_OPTIONS)
+    os.environ[CLASS_ARCHIVE] = str(archive)
+    if not archive.exists():
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+        threading.Thread(target=build_archive, args=(archive, JVM_OPTIONS, env, _archive_groups), daemon=True).start()
+
+
+CLASS_ARCHIVE = "SQLEXT_TESTS_CLASS_ARCHIVE"
+_archive_groups: list[int] = []  # the process making the archive, ended with the run
+
+
+@pytest.fixture(autouse=True)
+def _shared_classes():
+    """From the moment the class archive is there, the JVMs this process starts (and its
+    children's) use it; the session's JVM, if it started before, goes on without."""
+    archive = os.environ.get(CLASS_ARCHIVE)
+    if archive and os.environ["SPARK_SUBMIT_OPTS"] == JVM_OPTIONS and os.path.exists(archive):
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} {QUIET}"
+    yield
 
 
 def pytest_collection_finish(session):
@@ -218,6 +249,8 @@ _starts_key = pytest.StashKey[list]()
 
 def pytest_sessionfinish(session):
     shutil.rmtree(session.config.stash.get(_home_key, ""), ignore_errors=True)
+    for group in _archive_groups:
+        end_group(group)
     folder = session.config.stash.get(_starts_folder_key, None)
     if folder is None:  # a worker: its controller reports
         return

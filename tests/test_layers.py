@@ -1,7 +1,9 @@
 """The package's layers, read from the code's imports (function-local ones included): each
 module imports only modules of its own layer or of layers below it, the two folders side by
 side (``rewrites``: text in, text out; ``udfs``: what runs inside Spark) do not import each
-other, and no modules import each other in a cycle. ``sqlext.rewrite`` works without pyspark.
+other, and no modules import each other in a cycle. ``rewrites`` holds rules and the pipeline
+only, and the incremental engine imports nothing from it. ``sqlext.rewrite`` works without
+pyspark.
 
 Layers, bottom to top:
 
@@ -92,6 +94,32 @@ def test_no_module_imports_a_layer_above_it_or_its_sibling():
             if target_rank > rank or (target_rank == rank == SIDE_BY_SIDE and target_name != name):
                 wrong.append(f"{module} ({name}) imports {target} ({target_name})")
     assert wrong == []
+
+
+def test_the_engine_imports_nothing_from_the_rules():
+    """The incremental engine (``sqlext.streaming``) reads statements with what lies below the
+    rules (``sqlext.analysis``, ``sqlext.language``, ``sqlext.functions``), never with a module
+    of ``sqlext.rewrites``: the rules are free to change how they rewrite without the engine
+    noticing. The layers allow the import (the engine is a surface); this forbids it. Only the
+    engine's own imports are read: it runs statements through ``sqlext.runner``, a surface that
+    rewrites them, as every caller does."""
+    wrong = [f"{module} imports {target}" for module, targets in sorted(graph().items())
+             if module == "sqlext.streaming" or module.startswith("sqlext.streaming.")
+             for target in sorted(targets) if target == "sqlext.rewrites" or target.startswith("sqlext.rewrites.")]
+    assert wrong == []
+
+
+def test_every_module_of_rewrites_is_a_rule_or_the_pipeline():
+    """``rewrites/`` holds the pipeline and the rules, one module each: every other module there
+    defines a rule the pipeline runs (a function of :func:`sqlext.rewrites.pipeline.rules`
+    whose ``__module__`` it is), and every rule the pipeline runs is defined there. A helper the
+    rules share belongs below them (``sqlext.analysis``, ``sqlext.functions``, ``sqlext.language``)."""
+    from sqlext.rewrites.pipeline import rules
+
+    folder = {module for module in modules() if module.startswith("sqlext.rewrites.")} - {"sqlext.rewrites.pipeline"}
+    defined = {rule.__module__ for rule in rules()}
+    assert sorted(folder - defined) == [], "modules of rewrites/ that define no rule the pipeline runs"
+    assert sorted(defined - folder) == [], "rules the pipeline runs that are not defined in rewrites/"
 
 
 def test_nothing_in_sqlext_imports_the_dbt_adapter():

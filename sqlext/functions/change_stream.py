@@ -10,7 +10,7 @@ errors (NULL or tied ordering values, unknown change types, NULL sequence values
 It sits with the change-row vocabulary it spells out as SQL (:mod:`sqlext.functions.changes`)
 and the input shapes mapped to change rows (:mod:`sqlext.functions.input_formats`), below the
 rules that expand the functions' calls (``rewrites/fk_join.py``, ``rewrites/changelog_filter.py``):
-it is no rule itself, only the start every expansion shares.
+it is no rule itself, only the start those expansions share.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ the pairs of the join of ``a`` and ``b`` on the pair's own conditions, so the ch
 the original's, one for one.
 
 >>> from sqlext.language.dialect import parse_one, to_sql
->>> from sqlext.rewrites.relations import MappingRelations
+>>> from sqlext.analysis.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 5")
 >>> print(to_sql(band_self_join_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))))
 SELECT a.id, b.id FROM (SELECT `id`, `k`, `ts`, COLLECT_LIST(STRUCT(`id` AS `id`)) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS __sx_band FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a LATERAL VIEW INLINE(a.__sx_band) b AS `id`
@@ -37,13 +37,13 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.language.dialect import to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.relations import Relations, standalone_query
 from sqlext.language.sqltree import col, halias, helper, ident
-from sqlext.rewrites.self_join_edits import (
+from sqlext.analysis.self_join_edits import (
     add_where, alias_identifier, and_all, expand_chain_stars, expand_stars, replace_pair,
 )
-from sqlext.rewrites.self_join_match import match_self_join
+from sqlext.analysis.self_join_match import match_self_join
 
 RULE = "band_self_join_to_window"
 BAND = helper("band")

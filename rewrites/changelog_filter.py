@@ -11,10 +11,10 @@ raises it). The data errors of the change-row rules (ordering ties, NULL orderin
 unknown change types) are raised by ``raise_error`` in the same pass, before any row is
 forwarded.
 
-The rule needs the input's columns; with no :class:`sqlext.rewrites.relations.Relations` that knows
+The rule needs the input's columns; with no :class:`sqlext.analysis.relations.Relations` that knows
 them it leaves the call unchanged (Spark then runs the registered table function).
 
->>> from sqlext.rewrites.relations import MappingRelations
+>>> from sqlext.analysis.relations import MappingRelations
 >>> from sqlext.language.dialect import parse_one, to_sql
 >>> tree = parse_one("SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v > 0')")
 >>> out = changelog_filter_to_sql(tree, relations=MappingRelations({"t": ["id", "v", "_commit_version"]}))
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.change_stream import checked_changes, minimal_changes, present, struct, window
+from sqlext.functions.change_stream import checked_changes, minimal_changes, present, struct, window
 from sqlext.language.dialect import to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations, table_inputs
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.relations import Relations, table_inputs
 from sqlext.language.sqltree import alias, halias, case, col, fragment, hcol, paren, select_from, string
 from sqlext.functions.arguments import find_calls, read_call, replace_call
 from sqlext.functions.changelog_filter import ARGUMENTS, FUNCTION, TABLES, FilterSpec, filter_spec, not_boolean

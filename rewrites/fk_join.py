@@ -2,7 +2,7 @@
 
 How the plan reproduces the sequential replay of :mod:`sqlext.functions.fk_join`:
 
-* Each input becomes a checked change stream (:mod:`sqlext.rewrites.change_stream`); one window pass
+* Each input becomes a checked change stream (:mod:`sqlext.functions.change_stream`); one window pass
   per input gives each change the key's next change and the row before it.
 * Each right change opens an *interval* of its key's row, ``[version, next version)``,
   carrying the row and the row before it; a virtual interval before the key's first change
@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlext.rewrites.change_stream import checked_changes, minimal_changes_from_parts, window
+from sqlext.functions.change_stream import checked_changes, minimal_changes_from_parts, window
 from sqlext.language.dialect import to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations, table_inputs
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.relations import Relations, table_inputs
 from sqlext.language.sqltree import (
     alias, and_, broadcast_hint, case, col, fragment, halias, hcol, helper, htable, lateral_explode, or_, paren,
     select_from, string, subquery, with_ctes,

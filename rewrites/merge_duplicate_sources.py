@@ -22,8 +22,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.language.dialect import to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.self_join_match import has_non_deterministic
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.self_join_match import has_non_deterministic
 from sqlext.language.sqltree import helper
 
 RULE = "merge_duplicate_sources"

@@ -21,8 +21,8 @@ from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
 from sqlext.rewrites.merge_duplicate_sources import merge_duplicate_sources
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from sqlext.language.dialect import SparkExt, is_stream, parse_one, to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import MappingRelations, Relations, Scope
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.relations import MappingRelations, Relations, Scope
 from sqlext.language.sqltree import fresh
 from sqlext.functions import catalogue
 from sqlext.functions.arguments import find_calls, read_call

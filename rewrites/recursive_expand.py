@@ -33,7 +33,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.language.dialect import TableArgument, to_sql
-from sqlext.rewrites.notes import Notes
+from sqlext.analysis.notes import Notes
 from sqlext.language.sqltree import identifier_list
 from sqlext.errors import SqlextError
 

@@ -30,7 +30,7 @@ over the pairs. A condition joining ``b`` to another relation would make that mu
 depend on ``b``, which one partial per row cannot carry: the band form takes such a query.
 
 >>> from sqlext.language.dialect import parse_one, to_sql
->>> from sqlext.rewrites.relations import MappingRelations
+>>> from sqlext.analysis.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, SUM(b.v) AS total FROM e a JOIN e b ON a.k = b.k AND b.ts <= a.ts GROUP BY a.id")
 >>> print(to_sql(self_join_aggregate_to_window(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int", "v": "int"}}))))
 SELECT a.id, SUM(a.__sx_agg_1) AS total FROM (SELECT `id`, `k`, `ts`, `v`, SUM(`v`) OVER (PARTITION BY `k` ORDER BY `ts` RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __sx_agg_1 FROM e WHERE NOT `k` IS NULL AND NOT `ts` IS NULL) AS a GROUP BY a.id
@@ -41,11 +41,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.language.dialect import INTEGRAL, to_sql
-from sqlext.rewrites.notes import Notes
-from sqlext.rewrites.relations import Relations, standalone_query
+from sqlext.analysis.notes import Notes
+from sqlext.analysis.relations import Relations, standalone_query
 from sqlext.language.sqltree import halias, helper
-from sqlext.rewrites.self_join_edits import add_where, alias_identifier, and_all, replace_pair
-from sqlext.rewrites.self_join_match import SelfJoin, match_self_join
+from sqlext.analysis.self_join_edits import add_where, alias_identifier, and_all, replace_pair
+from sqlext.analysis.self_join_match import SelfJoin, match_self_join
 
 RULE = "self_join_aggregate_to_window"
 PAIRS = helper("pairs")

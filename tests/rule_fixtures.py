@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from fixture_files import FixtureFile
 from sqlext.rewrites.pipeline import rewrite_statement
-from sqlext.rewrites.relations import MappingRelations
+from sqlext.analysis.relations import MappingRelations
 
 
 def schema(file: FixtureFile) -> dict[str, dict[str, str]]:

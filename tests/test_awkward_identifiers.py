@@ -349,7 +349,7 @@ def test_a_failing_rule_raises_in_strict_mode_and_is_noted_otherwise(monkeypatch
 def test_classed_errors_are_raised_in_both_modes():
     bad = "SELECT * FROM CHANGELOG_FILTER(input => TABLE(t), key => 'id', predicate => 'v >', emit => 'x')"
     schema = {"t": ["id", "v", "_commit_version"]}
-    from sqlext.rewrites.relations import MappingRelations
+    from sqlext.analysis.relations import MappingRelations
 
     for strict in (True, False):
         with pytest.raises(SqlextError):

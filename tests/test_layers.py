@@ -1,16 +1,20 @@
 """The package's layers, read from the code's imports (function-local ones included): each
-module imports only modules of its own layer or of layers below it, the two middle layers
-(``rewrites``: text in, text out; ``udfs``: what runs inside Spark) do not import each other,
-and no modules import each other in a cycle. ``sqlext.rewrite`` works without pyspark.
+module imports only modules of its own layer or of layers below it, the two folders side by
+side (``rewrites``: text in, text out; ``udfs``: what runs inside Spark) do not import each
+other, and no modules import each other in a cycle. ``rewrites`` holds rules and the pipeline
+only, and the incremental engine imports nothing from it. ``sqlext.rewrite`` works without
+pyspark.
 
 Layers, bottom to top:
 
 0. errors and the SQL sqlext reads and writes (its dialect, the builders of generated SQL
    trees): ``sqlext.errors`` and the folder ``sqlext.language``;
 1. the function catalogue: ``sqlext.functions`` (arguments, their checks, change rows);
-2. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
-3. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
-   model runner and benchmarks (everything else under ``sqlext``).
+2. what the rules and the engine read off a statement: ``sqlext.analysis`` (relations and
+   scopes, the self-join's match, band and edits, the rules' notes);
+3. ``sqlext.rewrites`` and ``sqlext.udfs``, side by side;
+4. the surfaces: the public API, the statement runner, session wiring, CLI, notebook magic,
+   model runner, incremental runs and benchmarks (everything else under ``sqlext``).
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # where each installed package's files live (pyproject.toml maps the folders the same way)
 FOLDERS = {"sqlext": ROOT / "sqlext", "sqlext.rewrites": ROOT / "rewrites", "sqlext.udfs": ROOT / "udfs"}
 # each layer is folders (packages), and a module's layer is the folder it lives in
-LAYERS = (("sqlext.errors", 0), ("sqlext.language", 0), ("sqlext.functions", 1), ("sqlext.rewrites", 2),
-          ("sqlext.udfs", 2))
+LAYERS = (("sqlext.errors", 0), ("sqlext.language", 0), ("sqlext.functions", 1), ("sqlext.analysis", 2),
+          ("sqlext.rewrites", 3), ("sqlext.udfs", 3))
+SIDE_BY_SIDE = 3  # the layer whose folders do not import each other
 
 
 def layer(module: str) -> tuple[int, str]:
     for prefix, rank in LAYERS:
         if module == prefix or module.startswith(prefix + "."):
             return rank, "base" if rank == 0 else prefix
-    return 3, "surfaces"
+    return 4, "surfaces"
 
 
 def modules() -> dict[str, Path]:
@@ -74,8 +79,10 @@ def graph() -> dict[str, set[str]]:
 def test_the_layout_is_what_the_test_reads():
     found = graph()
     assert {"sqlext", "sqlext.api", "sqlext.runner", "sqlext.errors", "sqlext.rewrites.pipeline",
-            "sqlext.udfs.recursive_expand", "sqlext.functions.arguments"} <= set(found)
+            "sqlext.udfs.recursive_expand", "sqlext.functions.arguments", "sqlext.analysis.self_join_match",
+            "sqlext.streaming.operators.self_join"} <= set(found)
     assert "sqlext.language.dialect" in found["sqlext.rewrites.pipeline"]
+    assert "sqlext.analysis.self_join_match" in found["sqlext.streaming.operators.self_join"]
 
 
 def test_no_module_imports_a_layer_above_it_or_its_sibling():
@@ -84,9 +91,35 @@ def test_no_module_imports_a_layer_above_it_or_its_sibling():
         rank, name = layer(module)
         for target in sorted(targets):
             target_rank, target_name = layer(target)
-            if target_rank > rank or (target_rank == rank == 2 and target_name != name):
+            if target_rank > rank or (target_rank == rank == SIDE_BY_SIDE and target_name != name):
                 wrong.append(f"{module} ({name}) imports {target} ({target_name})")
     assert wrong == []
+
+
+def test_the_engine_imports_nothing_from_the_rules():
+    """The incremental engine (``sqlext.streaming``) reads statements with what lies below the
+    rules (``sqlext.analysis``, ``sqlext.language``, ``sqlext.functions``), never with a module
+    of ``sqlext.rewrites``: the rules are free to change how they rewrite without the engine
+    noticing. The layers allow the import (the engine is a surface); this forbids it. Only the
+    engine's own imports are read: it runs statements through ``sqlext.runner``, a surface that
+    rewrites them, as every caller does."""
+    wrong = [f"{module} imports {target}" for module, targets in sorted(graph().items())
+             if module == "sqlext.streaming" or module.startswith("sqlext.streaming.")
+             for target in sorted(targets) if target == "sqlext.rewrites" or target.startswith("sqlext.rewrites.")]
+    assert wrong == []
+
+
+def test_every_module_of_rewrites_is_a_rule_or_the_pipeline():
+    """``rewrites/`` holds the pipeline and the rules, one module each: every other module there
+    defines a rule the pipeline runs (a function of :func:`sqlext.rewrites.pipeline.rules`
+    whose ``__module__`` it is), and every rule the pipeline runs is defined there. A helper the
+    rules share belongs below them (``sqlext.analysis``, ``sqlext.functions``, ``sqlext.language``)."""
+    from sqlext.rewrites.pipeline import rules
+
+    folder = {module for module in modules() if module.startswith("sqlext.rewrites.")} - {"sqlext.rewrites.pipeline"}
+    defined = {rule.__module__ for rule in rules()}
+    assert sorted(folder - defined) == [], "modules of rewrites/ that define no rule the pipeline runs"
+    assert sorted(defined - folder) == [], "rules the pipeline runs that are not defined in rewrites/"
 
 
 def test_nothing_in_sqlext_imports_the_dbt_adapter():

@@ -14,7 +14,7 @@ from profiles import examples
 
 import sqlext
 from sqlext.rewrites.pipeline import rewrite_statement
-from sqlext.rewrites.relations import MappingRelations
+from sqlext.analysis.relations import MappingRelations
 from fixture_files import load
 from rows import multiset
 from self_join_fixtures import EVENTS, SCHEMA

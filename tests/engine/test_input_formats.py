@@ -136,7 +136,7 @@ def test_an_iceberg_snapshot_id_is_no_order():
 def test_without_spark_an_envelope_of_unknown_fields_is_left_to_spark_and_iceberg_expands():
     from sqlext.rewrites.changelog_filter import changelog_filter_to_sql
     from sqlext.language.dialect import parse_one
-    from sqlext.rewrites.relations import MappingRelations
+    from sqlext.analysis.relations import MappingRelations
 
     relations = MappingRelations({"env": ["before", "after", "op", "source"],
                                   "ice": ["id", "v", "_change_type", "_change_ordinal", "_commit_snapshot_id"]})

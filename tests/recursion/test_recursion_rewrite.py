@@ -6,7 +6,7 @@ import pytest
 import sqlext
 from fixture_files import REGENERATE, load
 from sqlext.language.dialect import parse_one, to_sql
-from sqlext.rewrites.notes import Notes
+from sqlext.analysis.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
 from sqlext.rewrites.recursive_expand import recursive_cte_to_expand
 

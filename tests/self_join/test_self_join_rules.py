@@ -6,9 +6,9 @@ import pytest
 import sqlext
 from sqlext.rewrites.band_self_join_to_window import band_self_join_to_window
 from sqlext.language.dialect import parse_one, to_sql
-from sqlext.rewrites.notes import Notes
+from sqlext.analysis.notes import Notes
 from sqlext.rewrites.pipeline import rewrite_statement
-from sqlext.rewrites.relations import MappingRelations
+from sqlext.analysis.relations import MappingRelations
 from sqlext.rewrites.self_join_aggregate_to_window import self_join_aggregate_to_window
 from fixture_files import REGENERATE
 from self_join_fixtures import SCHEMA, read_fixtures

@@ -36,7 +36,7 @@ from sqlext.functions.arguments import quote
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY
 from sqlext.errors import SqlextError
 from sqlext.language.dialect import is_stream, to_sql
-from sqlext.rewrites.self_join_match import match_self_join
+from sqlext.analysis.self_join_match import match_self_join
 from sqlext.runner import run_statement
 from sqlext.session import SparkRelations
 from sqlext.streaming.arrow_sql import arrow_expression, evaluate

@@ -6,6 +6,11 @@ and any extra columns the caller asks for, drops ``update_preimage`` rows and th
 key's ``delete`` and ``insert`` at one ordering value (the delete comes first), raises the data
 errors (NULL or tied ordering values, unknown change types, NULL sequence values) with
 ``raise_error``, and with ``sequence_by`` drops stale changes.
+
+It sits with the change-row vocabulary it spells out as SQL (:mod:`sqlext.functions.changes`)
+and the input shapes mapped to change rows (:mod:`sqlext.functions.input_formats`), below the
+rules that expand the functions' calls (``rewrites/fk_join.py``, ``rewrites/changelog_filter.py``):
+it is no rule itself, only the start those expansions share.
 """
 
 from __future__ import annotations

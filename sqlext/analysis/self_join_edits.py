@@ -1,5 +1,5 @@
 """The edits both self-join rules make to the ``SELECT`` around a matched pair
-(:func:`~sqlext.rewrites.self_join_match.match_self_join`): the pair's FROM items replaced by
+(:func:`~sqlext.analysis.self_join_match.match_self_join`): the pair's FROM items replaced by
 the rewrite and its conditions taken out of ON and WHERE, conditions added to WHERE, and stars
 spelled out so the rewrite's helper columns never show."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlext.language.dialect import conjuncts
-from sqlext.rewrites.self_join_match import SelfJoin
+from sqlext.analysis.self_join_match import SelfJoin
 
 
 def qualified_columns(alias: str, columns: list[str]) -> list[exp.Column]:

@@ -1,4 +1,4 @@
-"""What rules may learn about the relations a statement reads.
+"""What rules (and the engine, reading a self-join) may learn about the relations a statement reads.
 
 Rules never guess a schema: they ask a :class:`Relations` object and leave a call unchanged
 when it answers ``None``. Two kinds exist: :class:`MappingRelations` over a schema given as a

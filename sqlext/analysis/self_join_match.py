@@ -1,7 +1,8 @@
-"""Recognising an inner join of one relation with itself, for the self-join rules.
+"""Recognising an inner join of one relation with itself, for the self-join rules and the engine.
 
 Both rules (:mod:`sqlext.rewrites.self_join_aggregate_to_window`, :mod:`sqlext.rewrites.band_self_join_to_window`)
-start from the same reading of a ``SELECT``: two FROM items that are the same relation (the
+and the incremental self-join (:mod:`sqlext.streaming.operators.self_join`) start from the same
+reading of a ``SELECT``: two FROM items that are the same relation (the
 same table, view or CTE: :mod:`sqlext.rewrites.merge_duplicate_sources` has already turned identical
 subqueries into one CTE), joined on equal key columns, optionally within a band of one
 ordering column::
@@ -11,7 +12,7 @@ ordering column::
 For an inner join the ON and WHERE conditions are one conjunction, so both are read. Each
 conjunct is sorted into: key equalities (``a.k = b.k``, ``a.k <=> b.k``), bounds of ``b.ts``
 relative to ``a.ts`` (``b.ts <= a.ts + c``, ``BETWEEN``, either side written first), conditions
-on one side only, and the rest. The band (:mod:`sqlext.rewrites.self_join_band`) becomes a
+on one side only, and the rest. The band (:mod:`sqlext.analysis.self_join_band`) becomes a
 window frame over ``PARTITION BY keys ORDER BY ts``: ``RANGE BETWEEN <lower> AND <upper>`` holds
 exactly the rows ``b`` with ``a.ts + lower <= b.ts <= a.ts + upper`` for the current row ``a``.
 
@@ -19,7 +20,7 @@ What a window does not do and a join does is dropping NULL keys and NULL times (
 ``<=`` are never true on NULL); :meth:`SelfJoin.not_null_condition` adds that back.
 
 >>> from sqlext.language.dialect import parse_one
->>> from sqlext.rewrites.relations import MappingRelations
+>>> from sqlext.analysis.relations import MappingRelations
 >>> q = parse_one("SELECT a.id, b.id FROM e a JOIN e b ON a.k = b.k AND b.ts BETWEEN a.ts - 5 AND a.ts + 2")
 >>> join = match_self_join(q, MappingRelations({"e": {"id": "int", "k": "int", "ts": "int"}}))
 >>> join.keys, join.band.frame_sql()
@@ -34,8 +35,8 @@ from sqlglot import exp
 
 from sqlext.language.dialect import conjuncts, to_sql
 from sqlext.language.sqltree import and_ as and_tree, col, over
-from sqlext.rewrites.relations import Relations, Scope, standalone_query
-from sqlext.rewrites.self_join_band import Band, Bound, band_bounds, tightest_band
+from sqlext.analysis.relations import Relations, Scope, standalone_query
+from sqlext.analysis.self_join_band import Band, Bound, band_bounds, tightest_band
 
 # Spark functions whose value changes from one evaluation to the next: a rewrite that changes
 # how often or in which order they run changes the rows.

@@ -13,14 +13,17 @@ first, each one's output feeding the next:
 * on the driver, over whole increments, when the increment is small (collecting it costs less
   than planning and scheduling Spark jobs) and the states fit the driver's memory;
 * on the executors otherwise: each operator's increment is routed to the buckets of its states
-  (each row to the bucket of its key, or, for a row every bucket must see, such as a right
-  change of an FK_JOIN, to all of them), and each bucket is a task that runs the same step over
+  (each row to the bucket of its key, or, for a row every bucket must see, to all of them; an
+  FK_JOIN sends none so: it runs as three operators, KIP-213's subscribe, answer and join
+  steps, whose requests and answers each go to one bucket), and each bucket is a task that runs the same step over
   its rows and its bucket of the states, reads the layers it needs from the store itself
   (``pyarrow.fs``, cached in the Python worker between batches as on the driver), and writes its
   output rows and state layers without committing them. One Spark job runs an operator's tasks.
   Where an operator's inputs are files (a folder of Parquet files, or the parts an upstream
   operator's tasks wrote) and its step needs no Spark to read them, the tasks read the files
-  themselves: one stage, no shuffle. Otherwise Spark routes the rows (an Arrow function of the
+  themselves: one stage, no shuffle. An upstream operator whose rows go to other buckets than
+  their own (:attr:`KeyedOperator.split`) writes one file per bucket of its reader, and each
+  reader's task reads only its own: an exchange without Spark's shuffle. Otherwise Spark routes the rows (an Arrow function of the
   key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition:
   :mod:`sqlext.streaming.executors`).
 
@@ -459,6 +462,10 @@ class Pipeline(StatefulRun):
         facts, pending = {}, []
         for chain in self._chains(root, batch_id):
             first = chain[0]
+            if first.files is not None and self._idle(chain, parts):
+                for stage in chain:  # no rows in: no rows out and no state written, so no job
+                    parts[id(stage.operator)], facts[id(stage.operator)] = [], {}
+                continue
             if first.files is not None:  # tasks read the files, and run the chain's operators in turn
                 for stage in chain:
                     stage.files.update({name: parts[id(source.upstream)]
@@ -493,13 +500,26 @@ class Pipeline(StatefulRun):
         root.delete()
         return facts
 
+    def _idle(self, chain: list["Stage"], parts: dict) -> bool:
+        """Whether a chain's tasks would take in no rows: every file it reads holds none (by
+        their footers), and the upstream operators it reads wrote none (an FK_JOIN's subscribe
+        step in a run of right changes alone). Its step over no rows forwards and writes nothing."""
+        for stage in chain:
+            for name, source in stage.operator.inputs.items():
+                if name == stage.carried:
+                    continue
+                files = parts[id(source.upstream)] if source.upstream is not None else stage.files.get(name)
+                if files is None or any(f.parquet_rows() for f in files):
+                    return False
+        return True
+
     def _chains(self, root: Folder, batch_id: int) -> list[list["Stage"]]:
         """The operators in the statement's order, in runs that one Spark job computes: where an
         operator reads its input from the one before it, and bucket b's task of the one before
         forwards all the rows bucket b's task of this one needs of that input (both send a row
         to the bucket of the same key columns, as the same types, among as many buckets), the
-        same task runs both, handing the rows over in memory: no files written and read back,
-        no job of its own. Each operator of a run reads its other inputs' files itself; its
+        same task runs both, handing the rows over in memory: no files written and read back
+        (unless another operator reads them too), no job of its own. Each operator of a run reads its other inputs' files itself; its
         tasks write under ``root``."""
         chains: list[list[Stage]] = []
         for number, operator in enumerate(self.operators):
@@ -507,12 +527,14 @@ class Pipeline(StatefulRun):
             files = self._task_files(operator, batch_id)
             last = chains[-1][-1] if chains else None
             carried = None if last is None or last.files is None or files is None \
-                or self._readers(last.operator) != 1 else carried_input(last.operator, operator)
+                else carried_input(last.operator, operator)
             where = {name: self._where(operator, name) for name, source in operator.inputs.items()
                      if source.upstream is None}
             stage = Stage(operator, folder, files, carried, where=where)
             if carried is not None:
-                last.kept = False  # its rows go on in memory
+                # its rows go on in memory, and are written only for another reader (an
+                # FK_JOIN's join step reads the left input its subscribe step was handed)
+                last.kept = self._readers(last.operator) > 1
                 chains[-1].append(stage)
             else:
                 chains.append([stage])

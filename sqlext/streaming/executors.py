@@ -125,7 +125,7 @@ def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: 
                 steps: dict[str, float], kept: bool = True) -> tuple[dict, pa.Table | None]:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the state layers written, not committed, and the forwarded rows written (or, not
-    ``kept``, returned for the next operator). Returns what the driver needs to commit them
+    ``kept``, only returned for the next operator). Returns what the driver needs to commit them
     (with ``steps``, the task's step times), and the forwarded rows."""
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
@@ -150,8 +150,7 @@ def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: 
         written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
     steps["the task"] = time.perf_counter() - started
     return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps),
-            "taken": taken}, \
-        None if kept else forwarded
+            "taken": taken}, forwarded
 
 
 def _summary_row(summary: dict) -> pa.RecordBatch:

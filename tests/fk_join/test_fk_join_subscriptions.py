@@ -173,3 +173,4 @@ def test_a_checkpoint_without_subscriptions_gets_them_from_its_left_state(spark,
         current.release(8, 10)
         out += current.run(join_sql("left", "changes"))
     assert multiset(out) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
+

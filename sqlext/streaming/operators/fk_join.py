@@ -484,6 +484,7 @@ class FkJoinOperator(_Stage):
         meet: the rows they forward and the changed keys' last left rows."""
         spec = self.spec
         left_rows, answers = rows
+        answers = self._one_copy(answers)
         right_rows = _side(answers.filter(pc.is_valid(answers[CHANGE])), CHANGE)
         met_right = _side(answers.filter(pc.is_valid(answers[STATE_ROW])), STATE_ROW)
         with step("look up the state"):
@@ -493,6 +494,22 @@ class FkJoinOperator(_Stage):
                                                met_right, self.highest, self.output_arrow)
         return Step(None if spec.emit == "final" else out, {"left": left_last},
                     {"newest": instant(_highest_of(left_rows, spec.left.order_by))})
+
+    def _one_copy(self, answers: pa.Table) -> pa.Table:
+        """The answers, one copy of each right key's: a step that sees the answers of several
+        buckets (on the driver, the whole increment's) keeps those sent to the lowest of them."""
+        if answers.num_rows == 0 or len(pc.unique(answers[TO])) == 1:
+            return answers
+        rk = self.spec.right_key
+        keys = pc.coalesce(pc.struct_field(answers[STATE_ROW], rk).cast(self.right_key_type),
+                           pc.struct_field(answers[CHANGE], rk).cast(self.right_key_type))
+        keyed = pa.table([keys, answers[TO]], names=[FOREIGN_KEY, TO])
+        lowest = keyed.group_by([FOREIGN_KEY], use_threads=False).aggregate([(TO, "min")])
+        chosen = pa.table([lowest[FOREIGN_KEY], lowest[f"{TO}_min"], pa.array(np.ones(lowest.num_rows, bool))],
+                          names=[FOREIGN_KEY, TO, "__sx_kept"])
+        numbered = keyed.append_column("__sx_row", pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
+        kept = numbered.join(chosen, keys=[FOREIGN_KEY, TO], join_type="inner", use_threads=False)["__sx_row"]
+        return answers.take(pa.array(np.sort(kept.to_numpy())))
 
     def _met(self, left_view, left_rows: pa.Table, right_rows: pa.Table):
         """The left state rows the bucket's changes can meet: the changed left keys' and those

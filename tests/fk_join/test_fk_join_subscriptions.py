@@ -174,3 +174,17 @@ def test_a_checkpoint_without_subscriptions_gets_them_from_its_left_state(spark,
         out += current.run(join_sql("left", "changes"))
     assert multiset(out) == multiset(fk_join(spark, events, "cdf", "left", "changes"))
 
+
+
+def test_the_batch_bound_counts_each_right_change_once(spark, feeds):
+    """8 buckets and a bound of as many rows as the batch holds: the batch runs in one part, a
+    right change counted once, in the bucket it goes to, not once for each bucket."""
+    events = [(v, "right", v, R("x")) for v in range(1, 11)]
+    events += [(10 + i, "left", f"k{i}", L(1 + i % 10)) for i in range(1, 11)]
+    with settings_of(spark, buckets=8, max_rows=20):
+        current = feeds("upsert", events)
+        current.path = "spark"
+        current.release(0, 20)
+        out = current.run(join_sql())
+        assert current.last_batch.parts == 1
+    assert multiset(out) == multiset(fk_join(spark, events, "upsert", "inner", "changes"))

@@ -15,17 +15,18 @@ first, each one's output feeding the next:
 * on the executors otherwise: each operator's increment is routed to the buckets of its states
   (each row to the bucket of its key, or, for a row every bucket must see, to all of them; an
   FK_JOIN sends none so: it runs as three operators, KIP-213's subscribe, answer and join
-  steps, whose requests and answers each go to one bucket), and each bucket is a task that runs the same step over
-  its rows and its bucket of the states, reads the layers it needs from the store itself
-  (``pyarrow.fs``, cached in the Python worker between batches as on the driver), and writes its
-  output rows and state layers without committing them. One Spark job runs an operator's tasks.
-  Where an operator's inputs are files (a folder of Parquet files, or the parts an upstream
-  operator's tasks wrote) and its step needs no Spark to read them, the tasks read the files
-  themselves: one stage, no shuffle. An upstream operator whose rows go to other buckets than
-  their own (:attr:`KeyedOperator.split`) writes one file per bucket of its reader, and each
-  reader's task reads only its own: an exchange without Spark's shuffle. Otherwise Spark routes the rows (an Arrow function of the
-  key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition:
-  :mod:`sqlext.streaming.executors`).
+  steps, whose requests and answers each go to one bucket), and each bucket is a task that
+  runs the same step over its rows and its bucket of the states, reads the layers it needs
+  from the store itself (``pyarrow.fs``, cached in the Python worker between batches as on the
+  driver), and writes its output rows and state layers without committing them. One Spark job
+  runs an operator's tasks. Where an operator's inputs are files (a folder of Parquet files,
+  or the parts an upstream operator's tasks wrote) and its step needs no Spark to read them,
+  the tasks read the files themselves: one stage, no shuffle. An upstream operator whose rows
+  go to other buckets than their own (:attr:`KeyedOperator.split`) writes one file per bucket
+  of its reader, and each reader's task reads only its own: an exchange without Spark's
+  shuffle. A job whose tasks would take in no rows is not run. Otherwise Spark routes the rows
+  (an Arrow function of the key columns tags each row's bucket, a shuffle by it, one
+  ``mapInArrow`` task per partition: :mod:`sqlext.streaming.executors`).
 
 Either way nothing is visible until the driver commits every operator's layers and the output
 at the end of the batch, so a batch that fails anywhere (a late change in one bucket) writes
@@ -519,8 +520,8 @@ class Pipeline(StatefulRun):
         forwards all the rows bucket b's task of this one needs of that input (both send a row
         to the bucket of the same key columns, as the same types, among as many buckets), the
         same task runs both, handing the rows over in memory: no files written and read back
-        (unless another operator reads them too), no job of its own. Each operator of a run reads its other inputs' files itself; its
-        tasks write under ``root``."""
+        (unless another operator reads them too), no job of its own. Each operator of a run
+        reads its other inputs' files itself; its tasks write under ``root``."""
         chains: list[list[Stage]] = []
         for number, operator in enumerate(self.operators):
             folder = root / str(number)

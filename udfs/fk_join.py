@@ -60,6 +60,33 @@ def join_increment(spec: FkJoinSpec, foreign_key: str, present_column: str, left
                           output_schema).run()
 
 
+def checked_last(spec: FkJoinSpec, side: str, foreign_key: str, present_column: str, changes: pa.Table,
+                 state: pa.Table, highest):
+    """One input's changes checked as :func:`join_increment` checks them (the change-row rules,
+    repeats, ties, ``[LATE_CHANGE]``, stale ``sequence_by`` changes left out) and what they leave:
+    the changed keys' new state rows (what :func:`join_increment` gives for that input) and every
+    key's row after them, among the keys of ``state`` (the rows earlier runs left for the changed
+    keys) and of the changes. A key's last row depends only on its own rows, so an incremental
+    run can compute it where the key's state lives, apart from the join: the left's to know the
+    foreign key each left key points at after the increment (its subscription), the right's to
+    keep the right state in the bucket of its key, whichever left rows subscribe to it."""
+    shape = spec.left if side == "left" else spec.right
+    increment = _JoinIncrement(spec, foreign_key, present_column, None, None, None, None, highest, None)
+    kept, _ = increment._checked(shape, changes, state)
+    if shape.sequence_by is None:
+        increment._late(shape, kept)
+    else:
+        kept = increment._fresh(shape, kept, state)
+    extra = (foreign_key,) if side == "left" else ()
+    lines = pa.concat_tables([state, increment._as_state(kept, shape, state.schema, leaves_row(shape, kept), *extra)])
+    if lines.num_rows == 0:
+        return lines, lines
+    codes, versions = row_codes([lines[k] for k in shape.key]), ranks(lines[shape.order_by])
+    last = Timeline(codes, versions, int(versions.max()) + 2).last_of_each_key()
+    new = np.arange(lines.num_rows) >= state.num_rows
+    return lines.filter(pa.array(last & new)), lines.filter(pa.array(last))
+
+
 def _differ(a: pa.Table, b: pa.Table, columns) -> np.ndarray:
     """:func:`sqlext.udfs.column_wise.differ` over columns that may be nested."""
     nested = [c for c in columns if pa.types.is_nested(a.schema.field(c).type)]

@@ -370,7 +370,7 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
         native, native_state = [], []
         if workload.native_stream is not None:
             workload.native_stream(spark, **native_options).awaitTermination()
-        incremental, batch, floor, jobs, steps, tasks, peaks = [], [], [], [], [], [], []
+        incremental, batch, floor, jobs, steps, tasks, peaks, taken = [], [], [], [], [], [], [], []
         laid_out = _buckets_of(f"{directory}/checkpoint")
         if rescale is not None:
             spark.conf.set(BUCKETS_SETTING, str(rescale))
@@ -385,6 +385,7 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
             jobs.append(len(jobs_of(spark, query)))
             tasks.append(_widest_stage(spark, query))
             steps.append(_steps(query))
+            taken.append(_taken(query))
             if workload.native_stream is not None:
                 settle(spark)
                 started = time.perf_counter()
@@ -451,6 +452,9 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
                   f"{seconds:.2f} s in {parts} part(s) (bound {_bound(spark)}); peak memory of a Python worker "
                   f"{peak.worker:,.0f} MB, of the driver {peak.driver:,.0f} MB; the batch statement over everything "
                   f"{batch_seconds:.2f} s (batch/catch-up {batch_seconds / seconds:.2f}x)")
+        print("  rows the tasks took in per change applied, per incremental run: "
+              + ", ".join(f"{rows:,}/{changes:,} = {rows / changes:.2f}" if changes else "no changes"
+                          for rows, changes in taken))
         print(f"  Spark jobs per incremental run: {', '.join(str(j) for j in jobs)}; computed on: "
               f"{spark.conf.get('spark.sqlext.streaming.path', 'auto')} ({'executors' if steps and 'on the executors' in steps[-1] else 'driver'} in the last run)")
         print(f"  the state's buckets: {laid_out} after the first run, {_buckets_of(f'{directory}/checkpoint')} "
@@ -478,7 +482,7 @@ def _bench_workload(spark, workload: Workload, runs: int, percent: float, uri: b
               flush=True)
         return {"initial": initial, "first_batch": first_batch, "incremental": incremental, "batch": batch,
                 "floor": floor, "rows": out_rows,
-                "jobs": jobs, "steps": steps, "native": native, "native_state": native_state}
+                "jobs": jobs, "steps": steps, "taken": taken, "native": native, "native_state": native_state}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -517,6 +521,13 @@ def _bound(spark) -> str:
     from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
 
     return spark.conf.get(MAX_ROWS_SETTING, "") or "the default, a row per 3 KB of the task memory a bucket"
+
+
+def _taken(query) -> tuple[int, int]:
+    """The rows a run's last micro-batch's tasks took in, and the changes it applied (see
+    :attr:`~sqlext.streaming.run.BatchReport.taken_per_change`)."""
+    last = query.last_batch
+    return (0, 0) if last is None else (last.taken, last.changes)
 
 
 def _steps(query) -> dict[str, float]:

@@ -4,7 +4,8 @@ A run takes what arrived since the last one as one of Spark's micro-batches; aft
 that can be a week of changes, and a step over all of it would need memory in proportion. Where
 a batch holds more rows than ``spark.sqlext.streaming.maxBatchRows`` (by default
 :data:`ROWS_PER_BUCKET` a bucket of the states, so that each task's share stays about that
-size; a row every task sees, an FK_JOIN's right change, counts once per bucket), the engine
+size; a row counts once for each task it goes to: once, for a row routed by its key, as
+every change of an FK_JOIN is), the engine
 applies it in parts, one after the other, each a step of its own with its output and state
 committed before the next begins:
 

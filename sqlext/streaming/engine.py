@@ -13,16 +13,20 @@ first, each one's output feeding the next:
 * on the driver, over whole increments, when the increment is small (collecting it costs less
   than planning and scheduling Spark jobs) and the states fit the driver's memory;
 * on the executors otherwise: each operator's increment is routed to the buckets of its states
-  (each row to the bucket of its key, or, for a row every bucket must see, such as a right
-  change of an FK_JOIN, to all of them), and each bucket is a task that runs the same step over
-  its rows and its bucket of the states, reads the layers it needs from the store itself
-  (``pyarrow.fs``, cached in the Python worker between batches as on the driver), and writes its
-  output rows and state layers without committing them. One Spark job runs an operator's tasks.
-  Where an operator's inputs are files (a folder of Parquet files, or the parts an upstream
-  operator's tasks wrote) and its step needs no Spark to read them, the tasks read the files
-  themselves: one stage, no shuffle. Otherwise Spark routes the rows (an Arrow function of the
-  key columns tags each row's bucket, a shuffle by it, one ``mapInArrow`` task per partition:
-  :mod:`sqlext.streaming.executors`).
+  (each row to the bucket of its key, or, for a row every bucket must see, to all of them; an
+  FK_JOIN sends none so: it runs as three operators, KIP-213's subscribe, answer and join
+  steps, whose requests and answers each go to one bucket), and each bucket is a task that
+  runs the same step over its rows and its bucket of the states, reads the layers it needs
+  from the store itself (``pyarrow.fs``, cached in the Python worker between batches as on the
+  driver), and writes its output rows and state layers without committing them. One Spark job
+  runs an operator's tasks. Where an operator's inputs are files (a folder of Parquet files,
+  or the parts an upstream operator's tasks wrote) and its step needs no Spark to read them,
+  the tasks read the files themselves: one stage, no shuffle. An upstream operator whose rows
+  go to other buckets than their own (:attr:`KeyedOperator.split`) writes one file per bucket
+  of its reader, and each reader's task reads only its own: an exchange without Spark's
+  shuffle. A job whose tasks would take in no rows is not run. Otherwise Spark routes the rows
+  (an Arrow function of the key columns tags each row's bucket, a shuffle by it, one
+  ``mapInArrow`` task per partition: :mod:`sqlext.streaming.executors`).
 
 Either way nothing is visible until the driver commits every operator's layers and the output
 at the end of the batch, so a batch that fails anywhere (a late change in one bucket) writes
@@ -119,6 +123,13 @@ class KeyedOperator:
     order_by: str  # the ordering column of the rows it forwards
     # its reader needs only the net effect of each batch's changes (see :meth:`forwarded`)
     net: bool = False
+    # the operators of the call's own that run before it, in order, and compute some of its
+    # inputs from the statement's streams (an FK_JOIN's subscribe and answer stages)
+    stages: tuple = ()
+    # where a bucket's task writes its forwarded rows as one file per bucket of the reader (an
+    # exchange: each reader's task reads its own files), the reader's bucket of each row:
+    # ``split(out) -> np.ndarray``; None where a reader's tasks read every file
+    split = None
 
     def __init__(self, folder: Folder, call: exp.Table):
         self.folder, self.call = folder, call
@@ -159,6 +170,14 @@ class KeyedOperator:
 
     def step(self, rows, views: dict[str, StateView], batch_id: int) -> Step:
         raise NotImplementedError
+
+    def taken(self, rows) -> dict[str, int]:
+        """The rows of each input that ``rows`` (of the operator's form) hold: what a task took
+        in, for the run's report (:attr:`~sqlext.streaming.run.BatchReport.taken`)."""
+        from sqlext.streaming.executors import row_count
+
+        name = next(iter(self.inputs)) if len(self.inputs) == 1 else "rows"
+        return {name: row_count(rows)}
 
     def input_order(self, name: str) -> str | None:
         """The column that orders the rows of input ``name`` (where it is a stream the statement
@@ -255,6 +274,7 @@ class Pipeline(StatefulRun):
             operator.net = root.emit == "final"
         self.emit, self.output_arrow = root.emit, root.output_arrow
         self._spark_batch, self._files, self._window = None, {}, Window()
+        self._part_sources: dict[int, int] = {}
 
     # -- one micro-batch
 
@@ -282,11 +302,14 @@ class Pipeline(StatefulRun):
             operator.begin(batch_id)
         driver = self.on_driver(batch, batch_id)
         self.last.placement = "driver" if driver else "executors"
+        self._part_sources = {}  # each stream's changes in this part (the operators reading it take them alike)
         if driver:
             facts = self._run_on_driver(spark, batch, batch_id)
         else:
             with step("on the executors"):
                 facts = self._run_on_executors(spark, batch, batch_id)
+        for source, rows in self._part_sources.items():
+            self.last.sources[source] = self.last.sources.get(source, 0) + rows
         for operator in self.operators:
             operator.finish(batch_id, facts.get(id(operator), {}))
         if self.emit == "final":
@@ -299,15 +322,17 @@ class Pipeline(StatefulRun):
 
     def _parts(self, spark, batch, batch_id: int) -> Parts:
         """How Spark's batch ``batch_id`` is applied (:func:`~sqlext.streaming.batch_parts.plan_parts`)."""
-        buckets = max([asked_buckets(spark) or 1] + [s.buckets for op in self.operators for s in op.states.values()])
+        buckets = max([asked_buckets(spark) or 1] + [s.buckets for s in self._states()])
         with step("plan the batch's parts"):
             return plan_parts(spark, batch, batch_id, self.state, self._streams(), buckets,
                               lambda: self.sink.committed_through(spark))
 
     def _streams(self) -> list[Stream]:
         """The statement's streams (each once) as the batch bound sees them; empty where an
-        operator does not name an input's ordering column. A row every bucket sees (an FK_JOIN's
-        right change) is held by every task: one copy a bucket."""
+        operator does not name an input's ordering column. A row an operator sends to one bucket
+        is held once; one it sends to every bucket (an input it does not route by a state's key)
+        is held by every task: one copy a bucket. (An FK_JOIN routes each change to one bucket:
+        its right changes go to the buckets of their own keys.)"""
         found = {}
         for operator in self.operators:
             for name, source in operator.inputs.items():
@@ -321,12 +346,34 @@ class Pipeline(StatefulRun):
                                                   self._source_files(source, self._spark_batch))
         return [found[k] for k in sorted(found)]
 
+    def _states(self) -> list[KeyedState]:
+        """Every state of the statement's operators, each once (the stages of one call share some)."""
+        found = {}
+        for operator in self.operators:
+            for state in operator.states.values():
+                found.setdefault(id(state), state)
+        return list(found.values())
+
+    def _count_taken(self, operator: KeyedOperator, taken: list[dict], copies: bool) -> None:
+        """Add the rows an operator's tasks (or its one step on the driver) took in to the
+        report: all of them to :attr:`~sqlext.streaming.run.BatchReport.taken`, and the changes
+        of each stream the statement reads, once, to ``changes`` (on the executors, a row sent
+        to every bucket is taken in once a bucket: ``copies``)."""
+        report = self.last
+        for name in {name for found in taken for name in found}:
+            rows = sum(found.get(name, 0) for found in taken)
+            report.taken += rows
+            source = operator.inputs.get(name)
+            if source is not None and source.upstream is None:
+                spread = operator.buckets if copies and operator.routed_by(name) is None else 1
+                self._part_sources[source.source] = max(self._part_sources.get(source.source, 0), rows // spread)
+
     def _rescale(self, spark, batch_id: int) -> None:
         """The states laid out in the bucket count the run asks for
         (``spark.sqlext.streaming.stateBuckets``) where it is another than theirs, before the batch
         reads them (:mod:`sqlext.streaming.rescale`)."""
         asked = asked_buckets(spark)
-        states = [state for operator in self.operators for state in operator.states.values()]
+        states = self._states()
         if asked is None or all(state.buckets == asked for state in states):
             return
         place = {"driver": True, "spark": False}.get(spark.conf.get(PATH_SETTING, "auto").lower())
@@ -339,12 +386,12 @@ class Pipeline(StatefulRun):
         if not self._executors_can():
             return True
         return on_driver(batch, state_bytes=lambda: sum(state.before(batch_id).stored_bytes()
-                                                        for op in self.operators for state in op.states.values()))
+                                                        for state in self._states()))
 
     def _executors_can(self) -> bool:
         """Whether the executors reach every folder the tasks read and write (not only through
         the driver's JVM)."""
-        folders = [self.output, self.state] + [s.folder for op in self.operators for s in op.states.values()]
+        folders = [self.output, self.state] + [s.folder for s in self._states()]
         return not any(isinstance(f.io, HadoopIO) for f in folders)
 
     def _source_files(self, source: Input, batch_id: int) -> list | None:
@@ -371,6 +418,7 @@ class Pipeline(StatefulRun):
                 with step("collect the increment"):
                     rows = self._driver_rows(spark, batch, batch_id, operator, outputs)
                 views = {name: state.before(batch_id) for name, state in operator.states.items()}
+                self._count_taken(operator, [operator.taken(rows)], copies=False)
                 result = operator.step(rows, views, batch_id)
                 outputs[id(operator)] = operator.forwarded(result.out)
                 facts[id(operator)] = result.facts
@@ -415,6 +463,10 @@ class Pipeline(StatefulRun):
         facts, pending = {}, []
         for chain in self._chains(root, batch_id):
             first = chain[0]
+            if first.files is not None and self._idle(chain, parts):
+                for stage in chain:  # no rows in: no rows out and no state written, so no job
+                    parts[id(stage.operator)], facts[id(stage.operator)] = [], {}
+                continue
             if first.files is not None:  # tasks read the files, and run the chain's operators in turn
                 for stage in chain:
                     stage.files.update({name: parts[id(source.upstream)]
@@ -435,7 +487,9 @@ class Pipeline(StatefulRun):
                     steps["task: " + name] = max(steps.get("task: " + name, 0.0), seconds)
             for number, stage in enumerate(chain):
                 operator, mine = stage.operator, [s for s in done if s.get("stage", 0) == number]
-                parts[id(operator)] = [stage.pending / s["out"] for s in mine if s["out"]]
+                parts[id(operator)] = [stage.pending / name for s in mine if s["out"]
+                                       for name in ([s["out"]] if isinstance(s["out"], str) else s["out"])]
+                self._count_taken(operator, [s["taken"] for s in mine], copies=True)
                 facts[id(operator)] = _combined([s["facts"] for s in mine])
                 pending += [(operator.states[name], layers) for s in mine for name, layers in s["pending"].items()]
         if self.emit != "final":
@@ -447,26 +501,41 @@ class Pipeline(StatefulRun):
         root.delete()
         return facts
 
+    def _idle(self, chain: list["Stage"], parts: dict) -> bool:
+        """Whether a chain's tasks would take in no rows: every file it reads holds none (by
+        their footers), and the upstream operators it reads wrote none (an FK_JOIN's subscribe
+        step in a run of right changes alone). Its step over no rows forwards and writes nothing."""
+        for stage in chain:
+            for name, source in stage.operator.inputs.items():
+                if name == stage.carried:
+                    continue
+                files = parts[id(source.upstream)] if source.upstream is not None else stage.files.get(name)
+                if files is None or any(f.parquet_rows() for f in files):
+                    return False
+        return True
+
     def _chains(self, root: Folder, batch_id: int) -> list[list["Stage"]]:
         """The operators in the statement's order, in runs that one Spark job computes: where an
         operator reads its input from the one before it, and bucket b's task of the one before
         forwards all the rows bucket b's task of this one needs of that input (both send a row
         to the bucket of the same key columns, as the same types, among as many buckets), the
-        same task runs both, handing the rows over in memory: no files written and read back,
-        no job of its own. Each operator of a run reads its other inputs' files itself; its
-        tasks write under ``root``."""
+        same task runs both, handing the rows over in memory: no files written and read back
+        (unless another operator reads them too), no job of its own. Each operator of a run
+        reads its other inputs' files itself; its tasks write under ``root``."""
         chains: list[list[Stage]] = []
         for number, operator in enumerate(self.operators):
             folder = root / str(number)
             files = self._task_files(operator, batch_id)
             last = chains[-1][-1] if chains else None
             carried = None if last is None or last.files is None or files is None \
-                or self._readers(last.operator) != 1 else carried_input(last.operator, operator)
+                else carried_input(last.operator, operator)
             where = {name: self._where(operator, name) for name, source in operator.inputs.items()
                      if source.upstream is None}
             stage = Stage(operator, folder, files, carried, where=where)
             if carried is not None:
-                last.kept = False  # its rows go on in memory
+                # its rows go on in memory, and are written only for another reader (an
+                # FK_JOIN's join step reads the left input its subscribe step was handed)
+                last.kept = self._readers(last.operator) > 1
                 chains[-1].append(stage)
             else:
                 chains.append([stage])

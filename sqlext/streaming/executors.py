@@ -25,6 +25,15 @@ from sqlext.streaming.task_memory import task_memory
 
 BUCKET = "__sx_bucket"
 EVERY = -1  # a row every bucket's task must see
+TO_BUCKET = "-to-"  # in the name of a part an upstream task wrote for one bucket of its reader
+
+
+def for_bucket(files: list, bucket: int) -> list:
+    """The parts of ``files`` bucket ``bucket``'s task reads: those written for it (an
+    operator that splits its output, :attr:`~sqlext.streaming.engine.KeyedOperator.split`) and
+    those written for every bucket."""
+    mine = f"{TO_BUCKET}{bucket:05d}.parquet"
+    return [f for f in files if TO_BUCKET not in f.name or f.name.endswith(mine)]
 
 
 def routed(operator, frame, batch_id: int, pending: Folder, summary_schema, cache_bytes: int):
@@ -116,23 +125,32 @@ def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: 
                 steps: dict[str, float], kept: bool = True) -> tuple[dict, pa.Table | None]:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the state layers written, not committed, and the forwarded rows written (or, not
-    ``kept``, returned for the next operator). Returns what the driver needs to commit them
+    ``kept``, only returned for the next operator). Returns what the driver needs to commit them
     (with ``steps``, the task's step times), and the forwarded rows."""
     views = {name: state.before(batch_id, only=None if name in op.shared else bucket)
              for name, state in op.states.items()}
+    taken = op.taken(rows)
     result = op.step(rows, views, batch_id)
     forwarded = op.forwarded(result.out)  # a key's rows are all in its bucket
     out = None
     if kept and forwarded is not None and forwarded.num_rows:
-        out = f"part-{bucket:05d}.parquet"
-        (pending / out).write_parquet(forwarded)
+        if op.split is None:
+            out = f"part-{bucket:05d}.parquet"
+            (pending / out).write_parquet(forwarded)
+        else:  # a file per bucket of the reader, each read by that bucket's task alone
+            target = op.split(forwarded)
+            out = []
+            for reader in np.unique(target).tolist():
+                name = f"part-{bucket:05d}{TO_BUCKET}{int(reader):05d}.parquet"
+                (pending / name).write_parquet(forwarded.filter(pa.array(target == reader)))
+                out.append(name)
     written = {}
     for name, delta in result.deltas.items():
         view = views[name] if name not in op.shared else views[name].owned(bucket)
         written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
     steps["the task"] = time.perf_counter() - started
-    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps)}, \
-        None if kept else forwarded
+    return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps),
+            "taken": taken}, forwarded
 
 
 def _summary_row(summary: dict) -> pa.RecordBatch:
@@ -194,7 +212,8 @@ class FileTasks:
         empty = {name: op.inputs[name].schema.empty_table() for name in op.inputs}
         parts = [op.of_bucket(op.rows_from(None, {**empty, name: chunk}), bucket)
                  for name, files in stage.files.items()
-                 for chunk in parquet_slices(files, op.inputs[name].schema, where=(stage.where or {}).get(name))]
+                 for chunk in parquet_slices(for_bucket(files, bucket), op.inputs[name].schema,
+                                             where=(stage.where or {}).get(name))]
         if stage.carried is not None:
             schema = op.inputs[stage.carried].schema
             table = schema.empty_table() if carried is None else \
@@ -211,9 +230,12 @@ class FileTasks:
         return concatenated(parts)
 
 
-def _count(rows) -> int:
+def row_count(rows) -> int:
     """The rows of an operator's form (an Arrow table, or a tuple of them)."""
-    return sum(_count(part) for part in rows) if isinstance(rows, tuple) else rows.num_rows
+    return sum(row_count(part) for part in rows) if isinstance(rows, tuple) else rows.num_rows
+
+
+_count = row_count
 
 
 def concatenated(parts: list):

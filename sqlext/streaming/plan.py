@@ -219,6 +219,7 @@ def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sou
         operator = build_operator(keyed, spark, table.copy(), call.literals, inputs, folder, buckets, feed)
     except SqlextError as error:
         raise _headerless(error, inputs, sources) from None
+    operators.extend(operator.stages)  # the operators that compute its inputs from its streams
     operators.append(operator)
     return operator
 

@@ -50,6 +50,20 @@ class BatchReport:
     placement: str | None = None
     steps: dict[str, float] = field(default_factory=dict)
     parts: int = 1  # the parts the batch was applied in (see sqlext.streaming.batch_parts)
+    taken: int = 0  # the rows every operator's tasks (or steps, on the driver) took in, summed
+    sources: dict[int, int] = field(default_factory=dict)  # each stream's changes in the batch, by its place
+
+    @property
+    def changes(self) -> int:
+        """The changes of the statement's streams the batch applied, each once."""
+        return sum(self.sources.values())
+
+    @property
+    def taken_per_change(self) -> float | None:
+        """The rows the tasks took in for each change applied (1 where each operator takes each
+        change once; with an operator that sends a change to every bucket, up to the bucket
+        count): what a run's work grows with beside its changes. None for a batch of no changes."""
+        return self.taken / self.changes if self.changes else None
 
 
 # the step times of the micro-batch, or the task, that this thread runs (see timed)

@@ -142,6 +142,7 @@ def pytest_collection_modifyitems(items):
 HEAVIEST_FILES = (
     "tests/fk_join/test_streaming_fk_join.py",
     "tests/dbt_adapter/test_dbt.py",
+    "tests/fk_join/test_fk_join_subscriptions.py",
     "tests/recursion/test_streaming_recursion.py",
     "tests/dbt_adapter/test_dbt_chain.py",
     "tests/engine/test_cluster.py",

@@ -41,8 +41,9 @@ def settings_of(spark, **values):
 
 
 @pytest.mark.parametrize("buckets, join_type, emit, foreign_key", [
+    # each bucket count, each join and emit, and both ways the rows reach the tasks, each case
+    # once (an 8-bucket run on two cores costs about 20 s)
     (1, "inner", "records", "fk"), (3, "left", "changes", "fk"), (8, "inner", "records", "fk"),
-    (8, "left", "changes", "fk"), (3, "inner", "records", "coalesce(fk, fk)"),
     (8, "left", "changes", "coalesce(fk, fk)")])
 def test_kip_213_event_table_on_the_executors_in_any_bucket_count(spark, feeds, buckets, join_type, emit,
                                                                    foreign_key):

@@ -220,7 +220,7 @@ class FileTasks:
                 pa.Table.from_arrays([carried[f.name].cast(f.type) for f in schema], schema=schema)
             rows = op.rows_from(None, {**empty, stage.carried: table})
             mine = op.of_bucket(rows, bucket)
-            if _count(mine) != _count(rows):  # the chain's rule broken: never leave rows out
+            if row_count(mine) != row_count(rows):  # the chain's rule broken: never leave rows out
                 raise SqlextError("INTERNAL_ERROR", function=op.function,
                                   reason=f"bucket {bucket}'s task was handed rows of another bucket by the function "
                                          "before it (nothing of the run was committed)")
@@ -234,8 +234,6 @@ def row_count(rows) -> int:
     """The rows of an operator's form (an Arrow table, or a tuple of them)."""
     return sum(row_count(part) for part in rows) if isinstance(rows, tuple) else rows.num_rows
 
-
-_count = row_count
 
 
 def concatenated(parts: list):

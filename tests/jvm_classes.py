@@ -69,7 +69,9 @@ def build_archive(archive: Path, java_options: str, env: dict[str, str], groups:
     (:func:`end_group`)."""
     examples = Path(__file__).resolve().parents[1] / "sql_examples"
     work = Path(tempfile.mkdtemp(prefix="sqlext-test-classes-"))
-    partial = work / "classes.jsa"
+    # written beside the archive, so that the rename is one step on one file system (a temporary
+    # folder may be another, where a rename fails)
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     options = f"{java_options} -XX:ArchiveClassesAtExit={partial} {QUIET}"
     child = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(examples), str(work)],
                              env={**env, "SPARK_SUBMIT_OPTS": options}, stdout=subprocess.DEVNULL,
@@ -86,6 +88,7 @@ def build_archive(archive: Path, java_options: str, env: dict[str, str], groups:
     made = ended and child.returncode == 0 and partial.exists()
     if made:
         partial.replace(archive)
+    partial.unlink(missing_ok=True)
     shutil.rmtree(work, ignore_errors=True)
     return made
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from profiles import examples
 
 from feeds import NULL_V, compact, computed_on, rows_for, run_filter, schema_for
+from landing import land, read_rows
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now, stream, streaming_frame
@@ -42,12 +43,8 @@ class Feed:
         self.path = "auto"  # where a run computes: the driver, Spark, or by size
 
     def add(self, events):
-        from pyspark.sql.types import _parse_datatype_string
-
         # no events land as an empty file: an empty micro-batch, which changes nothing
-        rows = rows_for(self.shape, events)
-        self.spark.createDataFrame(rows, schema=_parse_datatype_string(schema_for(self.shape))) \
-            .coalesce(1).write.mode("append").parquet(self.uri(self.source))
+        land(self.source, rows_for(self.shape, events), schema_for(self.shape))
 
     def uri(self, path: Path) -> str:
         return self.storage.uri(path)
@@ -70,8 +67,10 @@ class Feed:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
             run_available_now(self.spark, sql, **self.options())
-        rows = [r.asDict() for r in self.output_frame().collect()] \
-            if any(self.output.glob("*.parquet")) or (self.output / "_spark_metadata").exists() else []
+        if (self.output / "_spark_metadata").exists():  # Spark's own sink: its log says which files count
+            rows = [r.asDict() for r in self.output_frame().collect()]
+        else:
+            rows = read_rows(self.output)
         new, self.seen = added(rows, self.seen), rows
         return new
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from profiles import examples
 
 from feeds import computed_on
+from landing import land, read_rows
 from rows import added, multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
@@ -49,14 +50,13 @@ class Feeds:
         self.seen: list[dict] = []
         self.path = "auto"  # where a run computes: the driver, Spark, or by size
         for name, schema in self.schemas.items():  # both folders hold their columns from the start
-            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(root / name))
+            land(root / name, [], schema)
 
     def release(self, after, upto) -> None:
         for name, rows in self.rows.items():
             chosen = [r for r in rows if after < r["_commit_version"] <= upto]
             if chosen:
-                self.spark.createDataFrame(chosen, self.schemas[name]).coalesce(1) \
-                    .write.mode("append").parquet(self.uri(self.root / name))
+                land(self.root / name, chosen, self.schemas[name])
 
     def uri(self, path: Path) -> str:
         return self.storage.uri(path)
@@ -73,8 +73,7 @@ class Feeds:
         """One incremental run; the rows it added to the output."""
         with computed_on(self.spark, self.path):
             self.last_batch = run_available_now(self.spark, sql, **self.options()).last_batch
-        rows = [r.asDict() for r in self.output_frame().collect()] \
-            if any(self.output.glob("*.parquet")) else []
+        rows = read_rows(self.output)
         new, self.seen = added(rows, self.seen), rows
         return new
 
@@ -270,14 +269,12 @@ def test_sequence_by_increments_concatenate_to_the_batch_output(spark, tmp_path_
     for bound in bounds:
         for name, side in sides.items():
             chosen = [r for r in side if done < r["_commit_version"] <= bound]
-            spark.createDataFrame(chosen, schemas[name]).coalesce(1).write.mode("append") \
-                .parquet(storage.uri(root / name))
+            land(root / name, chosen, schemas[name])
         with computed_on(spark, path):
             run_available_now(spark, sql, checkpoint=storage.uri(root / "cp"), output=storage.uri(root / "out"),
                               sources={name: storage.uri(root / name) for name in sides})
         done = bound
-    out = [r.asDict() for r in spark.read.parquet(storage.uri(root / "out")).collect()] \
-        if any((root / "out").glob("*.parquet")) else []
+    out = read_rows(root / "out")
     for name, side in sides.items():
         spark.createDataFrame(side, schemas[name]).createOrReplaceTempView(name + "_all")
     try:

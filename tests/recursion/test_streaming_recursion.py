@@ -9,6 +9,7 @@ Every run is a real ``availableNow`` query over a folder of edge files, so the d
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -21,6 +22,7 @@ from profiles import examples
 
 import sqlext
 from feeds import computed_on
+from landing import land, read_rows, rows_by_file
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import batch_form, run_available_now
@@ -52,8 +54,7 @@ class Edges:
 
     def add(self, edges):
         if edges:
-            self.spark.createDataFrame(edges, "src int, dst int").coalesce(1).write.mode("append") \
-                .parquet(self.uri(self.source))
+            land(self.source, edges, "src int, dst int")
             self.all += edges
 
     def uri(self, path: Path) -> str:
@@ -73,9 +74,7 @@ class Edges:
         return self.spark.read.parquet(self.uri(self.output))
 
     def written(self):
-        if not any(self.output.glob("*.parquet")):
-            return multiset([])
-        return multiset([r.asDict() for r in self.output_frame().collect()])
+        return multiset(read_rows(self.output))
 
     def present(self):
         """The edges as they stand after every landing so far."""
@@ -246,26 +245,21 @@ def test_what_cannot_run_incrementally_is_a_classed_error(spark, edges, sql):
         current.run(sql)
 
 
-def _batch_rows(spark, folder: Path, uri=str) -> list[dict]:
+def _batch_rows(folder: Path) -> list[dict]:
     """The rows of a folder of batch files (``<kind>-<batch>-*``), each with the kind
-    (``__kind``: ``batch`` or ``base``) and the batch (``__batch``) of the file holding it;
-    Spark reads each file by ``uri(path)``."""
-    from pyspark.sql import functions as F
-
-    files = [uri(p) for kind in ("batch", "base") for p in folder.glob(f"{kind}-*")]
-    if not files:
-        return []
-    name = r"^(batch|base)-(\d+)-"
-    frame = spark.read.parquet(*files) \
-        .withColumn("__kind", F.regexp_extract("_metadata.file_name", name, 1)) \
-        .withColumn("__batch", F.regexp_extract("_metadata.file_name", name, 2).cast("int"))
-    return [r.asDict() for r in frame.collect()]
+    (``__kind``: ``batch`` or ``base``) and the batch (``__batch``) of the file holding it."""
+    found = []
+    for name, rows in rows_by_file(folder).items():
+        named = re.match(r"^(batch|base)-(\d+)-", name)
+        if named:
+            found += [{**row, "__kind": named[1], "__batch": int(named[2])} for row in rows]
+    return found
 
 
-def _by_batch(spark, folder: Path, uri=str):
+def _by_batch(folder: Path):
     """The rows of a folder of batch files, each with the kind and batch of its file, as a
     multiset."""
-    return multiset(_batch_rows(spark, folder, uri))
+    return multiset(_batch_rows(folder))
 
 
 class ChangedEdges(Edges):
@@ -274,14 +268,13 @@ class ChangedEdges(Edges):
 
     def change(self, rows):
         if rows:
-            self.spark.createDataFrame(rows, "src int, dst int, _change_type string, _commit_version bigint") \
-                .coalesce(1).write.mode("append").parquet(self.uri(self.source))
+            land(self.source, rows, "src int, dst int, _change_type string, _commit_version bigint")
             self.all += rows
 
     def applied(self):
         """The output's changes applied batch by batch, in order: the rows they leave (a
         multiset). After every batch, no row has been deleted more often than inserted."""
-        rows = _batch_rows(self.spark, self.output, self.uri)
+        rows = _batch_rows(self.output)
         result = multiset([])
         for batch in sorted({r["__batch"] for r in rows}):
             for r in (dict(r) for r in rows if r["__batch"] == batch):
@@ -565,13 +558,13 @@ def _state_and_output(current):
     """Each state's layers (``base-N``, ``delta-N``) with their rows, and the output's rows with
     the kind (``batch`` or ``base``) and batch of the file holding each, as multisets."""
     state = current.checkpoint / "sqlext-state"
-    files = {name: _layers(current.spark, state / name, current.uri) for name in ("result", "edges")}
-    files["output"] = _by_batch(current.spark, current.output, current.uri)
+    files = {name: _layers(state / name) for name in ("result", "edges")}
+    files["output"] = _by_batch(current.output)
     return files
 
 
-def _layers(spark, folder: Path, uri=str) -> dict:
-    return {layer.name: multiset([r.asDict() for r in spark.read.parquet(uri(layer)).collect()])
+def _layers(folder: Path) -> dict:
+    return {layer.name: multiset(read_rows(layer))
             for layer in sorted(folder.glob("*-*")) if layer.is_dir() and layer.name.split("-")[0] in ("base", "delta")}
 
 
@@ -710,8 +703,7 @@ class ShapedEdges(ChangedEdges):
         self.all += rows
         delta = [{"src": s, "dst": d, "_change_type": k, "_commit_version": v} for s, d, k, v in rows]
         shaped, schema = in_shape(self.shape, delta, [("src", "int"), ("dst", "int")])
-        self.spark.createDataFrame([row for _, row in shaped], schema).coalesce(1).write.mode("append") \
-            .parquet(self.uri(self.source))
+        land(self.source, [row for _, row in shaped], schema)
 
     def run(self, sql):
         with computed_on(self.spark, self.path):
@@ -723,7 +715,7 @@ class ShapedEdges(ChangedEdges):
         from change_shapes import as_delta
 
         return multiset(as_delta([{k: v for k, v in r.items() if k != "__kind"}
-                                  for r in _batch_rows(self.spark, self.output, self.uri)], self.shape))
+                                  for r in _batch_rows(self.output)], self.shape))
 
 
 @pytest.fixture
@@ -748,7 +740,7 @@ def test_edges_in_another_shape_give_the_delta_shapes_rows_run_by_run(spark, cha
         other.change(increment)
         other.run(SHAPED_PAIRS.format(shape=shape))
         assert other.outputs() == multiset([{k: v for k, v in r.items() if k != "__kind"}
-                                            for r in _batch_rows(spark, delta.output, delta.uri)])
+                                            for r in _batch_rows(delta.output)])
     assert other.applied() == delta.batch(PAIRS)
 
 

@@ -42,7 +42,9 @@ def land(folder, rows, schema) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     hidden = folder / f".{name}.landing"
-    pq.write_table(table, hidden, compression="snappy")
+    # timestamps as Spark's writer stores them by default (INT96), so that a run meets the
+    # files it met when the tests landed them through Spark
+    pq.write_table(table, hidden, compression="snappy", use_deprecated_int96_timestamps=True)
     os.replace(hidden, folder / name)
     return folder / name
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import sqlext
 from feeds import computed_on
+from landing import land, read_rows
 from rows import multiset
 from sqlext.streaming import batch_form, run_available_now
 
@@ -82,7 +83,7 @@ class Chain:
         self.spark, self.root, self.storage, self.path = spark, root, storage, path
         self.landed = {name: [] for name in SCHEMAS}
         for name, schema in SCHEMAS.items():  # every folder holds its columns from the start
-            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(name))
+            land(root / name, [], schema)
 
     def uri(self, name: str) -> str:
         return self.storage.uri(self.root / name)
@@ -91,8 +92,7 @@ class Chain:
         for name, table_rows in rows.items():
             chosen = [r for r in table_rows if after < r["_commit_version"] <= upto]
             if chosen:
-                self.spark.createDataFrame(chosen, SCHEMAS[name]).coalesce(1).write.mode("append") \
-                    .parquet(self.uri(name))
+                land(self.root / name, chosen, SCHEMAS[name])
                 self.landed[name] += chosen
 
     def runs(self, rows: dict, last: int, cuts: list[int], sql: str):
@@ -112,9 +112,7 @@ class Chain:
                                      sources={name: self.uri(name) for name in SCHEMAS})
 
     def output(self):
-        if not any((self.root / "out").glob("*.parquet")):
-            return multiset([])
-        return multiset([r.asDict() for r in self.spark.read.parquet(self.uri("out")).collect()])
+        return multiset(read_rows(self.root / "out"))
 
     def batch(self, sql: str):
         views = []

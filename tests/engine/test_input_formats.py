@@ -20,6 +20,7 @@ from profiles import examples
 import sqlext
 from change_shapes import ORDER, ORDER_IN, SHAPES, as_delta, debezium_schema, in_shape, quoted
 from feeds import cdf_rows, compact, computed_on
+from landing import land, read_rows
 from rows import added, multiset
 from sqlext.functions.input_formats import change_rows
 from sqlext.errors import SqlextError, find_in
@@ -311,7 +312,7 @@ class ShapedFeeds:
         self.tables = {name: (rows, _parse_datatype_string(schema)) for name, (rows, schema) in tables.items()}
         self.seen: list[dict] = []
         for name, (_, schema) in self.tables.items():
-            spark.createDataFrame([], schema).coalesce(1).write.mode("append").parquet(self.uri(root / name))
+            land(root / name, [], schema)
 
     def uri(self, path: Path) -> str:
         return self.storage.uri(path)
@@ -320,14 +321,10 @@ class ShapedFeeds:
         for name, (shaped, schema) in self.tables.items():
             chosen = [r for version, r in (rows or {}).get(name, shaped) if after < version <= upto]
             if chosen:
-                self.spark.createDataFrame(chosen, schema).coalesce(1).write.mode("append") \
-                    .parquet(self.uri(self.root / name))
+                land(self.root / name, chosen, schema)
 
     def output(self) -> list[dict]:
-        out = self.root / "out"
-        if not any(out.glob("*.parquet")):
-            return []
-        return [r.asDict() for r in self.spark.read.parquet(self.uri(out)).collect()]
+        return read_rows(self.root / "out")
 
     def run(self, sql: str, path: str = "auto") -> list[dict]:
         """One incremental run; the rows it added to the output."""

@@ -14,6 +14,7 @@ from profiles import examples
 
 import sqlext
 from feeds import computed_on
+from landing import land, read_rows
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import jobs_of, run_available_now
@@ -35,7 +36,7 @@ class Events:
         return self.storage.uri(self.root / name)
 
     def land(self, rows) -> None:
-        self.spark.createDataFrame(rows, self.schema).coalesce(1).write.mode("append").parquet(self.uri("ev"))
+        land(self.root / "ev", rows, self.schema)
         self.all += rows
 
     def run(self, sql):
@@ -47,9 +48,7 @@ class Events:
         return self.spark.read.parquet(self.uri("out"))
 
     def written(self):
-        out = self.root / "out"
-        return multiset([r.asDict() for r in self.output_frame().collect()]) \
-            if any(out.glob("*.parquet")) else multiset([])
+        return multiset(read_rows(self.root / "out"))
 
     def batch(self, sql):
         self.spark.createDataFrame(self.all, self.schema).createOrReplaceTempView("ev_all")
@@ -195,8 +194,7 @@ def folded(rows):
 
 
 def _feed(events):
-    out = events.root / "out"
-    return [r.asDict() for r in events.output_frame().collect()] if any(out.glob("*.parquet")) else []
+    return read_rows(events.root / "out")
 
 
 @settings(max_examples=examples(5, 50), deadline=None, suppress_health_check=list(HealthCheck))

@@ -24,6 +24,7 @@ from profiles import examples
 
 import sqlext
 from change_shapes import debezium_rows
+from landing import read_rows
 from rows import multiset
 from sqlext.errors import SqlextError
 from sqlext.streaming import run_available_now
@@ -261,8 +262,7 @@ class Folders:
         return found
 
     def output(self):
-        held = self.out.exists() and any(not p.name.startswith(("_", ".")) for p in self.out.iterdir())
-        return multiset(self.spark.read.parquet(str(self.out)).collect()) if held else multiset([])
+        return multiset(tuple(row.values()) for row in read_rows(self.out))
 
     def batch(self, changes) -> object:
         """The batch statement over ``changes`` (and the same right input)."""

@@ -54,7 +54,7 @@ _storage_counts: dict[str, int] = {}
 
 def pytest_generate_tests(metafunc):
     """A test that takes ``storage`` runs with its folders named in one of the forms, the forms
-    taken in turn through a file's tests (viewfs first), so every file meets each of them; under
+    taken in turn through a file's tests (plain first), so every file meets each of them; under
     the nightly profile every such test runs in all three. A test marked
     ``@pytest.mark.storage("viewfs")`` runs in the forms it names (all three under nightly) and
     leaves the turn to the next test."""

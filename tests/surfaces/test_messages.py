@@ -120,6 +120,7 @@ def test_numeric_date_and_timestamp_ordering_columns_still_run(run, view, kind, 
                                               (1, 7, "update_postimage")]
 
 
+@pytest.mark.storage("viewfs")  # the folders named as on a remote store
 def test_a_string_ordering_column_is_refused_incrementally_and_nothing_is_written(spark, tmp_path, storage):
     from sqlext.streaming import run_available_now
 

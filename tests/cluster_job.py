@@ -13,6 +13,7 @@ and WORK_DIR/events/, the driver's event log, where the test reads what the seco
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -68,10 +69,14 @@ def main(master: str, work: Path) -> None:
     import sqlext
     from sqlext.bench.changes import FK_SQLEXT, make_fk_inputs
     from sqlext.bench.common import fingerprint
-    from sqlext.local_spark import local_builder, quiet_query_context_logs
+    from sqlext.local_spark import embedded_settings, local_builder, quiet_query_context_logs
 
     (work / "events").mkdir()
+    # the executors take the JVM options the driver was given (the tests': SPARK_SUBMIT_OPTS)
+    executor_options = " ".join([embedded_settings()["spark.executor.extraJavaOptions"],
+                                 os.environ.get("SPARK_SUBMIT_OPTS", "")])
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \
+        .config("spark.executor.extraJavaOptions", executor_options) \
         .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4") \
         .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(work / "events")) \
         .config("spark.eventLog.compress", "false").config("spark.eventLog.rolling.enabled", "false") \

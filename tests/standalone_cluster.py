@@ -1,5 +1,7 @@
 """A real Spark standalone cluster on this machine: one master and two workers, each its own
-JVM process, started with the ``spark-class`` script that ships with PySpark."""
+JVM process, started with the ``spark-class`` script that ships with PySpark. The daemons take
+the JVM options they are given (the tests': the quick JIT and the class archive, which maps
+their classes too: their class path is the driver's)."""
 
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ def _wait_for_port(port: int, seconds: float) -> None:
 
 
 class Cluster:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, java_options: str = ""):
         self.directory = directory
+        self.java_options = java_options
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.master: subprocess.Popen | None = None
@@ -44,7 +47,7 @@ class Cluster:
 
     def _start(self, name: str, *arguments: str) -> subprocess.Popen:
         env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
-                   PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1")
+                   PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1", SPARK_DAEMON_JAVA_OPTS=self.java_options)
         log = open(self.directory / f"{name}.log", "w")
         # each daemon leads its own process group, so that killing a worker also kills the
         # executor it started (a lost machine, not a lost daemon)
@@ -98,8 +101,8 @@ class Cluster:
 
 
 @contextmanager
-def standalone_cluster(directory: Path, workers: int = 2):
-    cluster = Cluster(directory)
+def standalone_cluster(directory: Path, workers: int = 2, java_options: str = ""):
+    cluster = Cluster(directory, java_options)
     try:
         yield cluster.start(workers)
     finally:

@@ -73,15 +73,16 @@ def _what_the_run_lost(events: list[dict], executor: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster_result(tmp_path_factory):
+def cluster_result(tmp_path_factory, jvm_options):
     work = tmp_path_factory.mktemp("cluster")
-    with standalone_cluster(work) as cluster:
+    with standalone_cluster(work, java_options=jvm_options) as cluster:
         done = threading.Event()
         killer = threading.Thread(target=_kill_the_held_worker, args=(cluster, work, done), daemon=True)
         killer.start()
         job = subprocess.run(
             [sys.executable, str(TESTS / "cluster_job.py"), cluster.url, str(work)],
-            capture_output=True, text=True, timeout=900, env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+            capture_output=True, text=True, timeout=900,
+            env=dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_SUBMIT_OPTS=jvm_options),
         )
         done.set()
         killer.join()

@@ -3,8 +3,8 @@ process holds one Spark driver, and the test process already holds the local one
 
     python tests/cluster_job.py MASTER_URL WORK_DIR
 
-Writes WORK_DIR/result.json: the examples rendered as in their golden files, each self-join
-fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
+Writes WORK_DIR/result.json: the recursion's examples rendered as in their golden files, each
+self-join fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
 function (executors run it) and through the native rewrite, and incrementally in two
 streaming runs, and an FK_JOIN run twice, the second time while the test kills a worker;
 and WORK_DIR/events/, the driver's event log, where the test reads what the second run lost.
@@ -30,6 +30,16 @@ from rows import portable  # noqa: E402 - found through the path set above
 # leaves a file in GATE naming its executor's folder and waits; the test kills the worker
 # that runs that executor and then writes LOST. The run's jobs carry the group RUN_GROUP.
 GATE, LOST, RUN_GROUP = "gate", "worker-lost.json", "fk-join-while-a-worker-is-lost"
+
+
+# The examples whose executors run sqlext's own work: the recursions' (the walk's Arrow function
+# over the seeds, the levels' local checkpoints). Every example runs locally against its golden
+# output (test_examples_golden.py); the others' executors run Spark's own operators only, and
+# their functions' rewrites run on the cluster below all the same (CHANGELOG_FILTER's beside its
+# table function and as the batch of its incremental runs, FK_JOIN's in the lost-worker runs
+# and as the batch of its incremental runs, the self-joins' in the fixtures); those of input
+# shapes (debezium, iceberg) only add a mapping in SQL before the same functions.
+EXAMPLES_ON_EXECUTORS = ("org_chart.sql", "recursion.sql")
 
 
 def held_until_a_worker_is_lost(work: Path):
@@ -91,10 +101,8 @@ def main(master: str, work: Path) -> None:
 
     from test_examples_golden import EXAMPLES, render
 
-    # the examples of the functions and rewrites; those of input shapes (debezium, iceberg) only add
-    # a mapping in SQL before the same functions, and run locally against their golden output
-    shapes = ("debezium.sql", "iceberg.sql")
-    result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES if e.name not in shapes}
+    result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES
+                          if e.name in EXAMPLES_ON_EXECUTORS}
 
     from self_join_fixtures import cluster_cases, register_fixture_relations
     from sqlext.rewrites.pipeline import rewrite_statement

@@ -1,10 +1,10 @@
 """On a real standalone cluster (a master and two workers, each its own JVM, started from
-PySpark's own scripts), sqlext gives the rows it gives in local mode: the examples, the
-self-join rewrites, CHANGELOG_FILTER's table function run by executors, incremental runs of
-CHANGELOG_FILTER, FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed
-while it runs one of the run's tasks (Spark re-runs the lost work; never wrong or partial
-rows). The kill waits for that task, not for a time, so the test does not depend on how fast
-the machine is.
+PySpark's own scripts), sqlext gives the rows it gives in local mode: the recursion's examples
+(their executors run sqlext's walk and local checkpoints), the self-join rewrites,
+CHANGELOG_FILTER's table function run by executors, incremental runs of CHANGELOG_FILTER,
+FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed while it runs one of
+the run's tasks (Spark re-runs the lost work; never wrong or partial rows). The kill waits for
+that task, not for a time, so the test does not depend on how fast the machine is.
 
 The cluster starts once for the module and its job costs minutes (about 5 on two busy
 cores); the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_job import GATE, LOST, RUN_GROUP
+from cluster_job import EXAMPLES_ON_EXECUTORS, GATE, LOST, RUN_GROUP
 from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.cluster
@@ -100,7 +100,7 @@ def test_the_job_ran_on_two_executors(cluster_result):
 
 def test_examples_match_their_golden_output(cluster_result):
     golden = TESTS / "golden"
-    assert cluster_result["examples"]
+    assert sorted(cluster_result["examples"]) == sorted(EXAMPLES_ON_EXECUTORS)
     for name, text in cluster_result["examples"].items():
         assert text == (golden / f"{name}.out").read_text(), name
 

@@ -31,7 +31,7 @@ def _wait_for_port(port: int, seconds: float) -> None:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
-        time.sleep(0.2)
+        time.sleep(0.05)  # the workers start once the master listens
     raise TimeoutError(f"nothing listens on port {port} after {seconds} s")
 
 
@@ -54,7 +54,10 @@ class Cluster:
         return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *arguments], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def start(self, workers: int = 2) -> "Cluster":
+    def start(self, workers: int = 2, wait: bool = True) -> "Cluster":
+        """Start the master, wait for it to listen, and start the workers; with ``wait``, wait for
+        them to register (else :meth:`wait_for_workers` does: a driver may start meanwhile, and
+        the master gives it executors as the workers register)."""
         self.master = self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                   "--port", str(self.port), "--webui-port", str(free_port()))
         _wait_for_port(self.port, 60)
@@ -65,10 +68,12 @@ class Cluster:
             self.workers.append(self._start(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
                 "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", str(free_port())))
-        self._wait_for_workers(workers, 60)
+        if wait:
+            self.wait_for_workers()
         return self
 
-    def _wait_for_workers(self, count: int, seconds: float) -> None:
+    def wait_for_workers(self, seconds: float = 60) -> None:
+        count = len(self.workers)
         deadline = time.monotonic() + seconds
         log = self.directory / "master.log"
         while time.monotonic() < deadline:
@@ -101,9 +106,9 @@ class Cluster:
 
 
 @contextmanager
-def standalone_cluster(directory: Path, workers: int = 2, java_options: str = ""):
+def standalone_cluster(directory: Path, workers: int = 2, java_options: str = "", wait: bool = True):
     cluster = Cluster(directory, java_options)
     try:
-        yield cluster.start(workers)
+        yield cluster.start(workers, wait)
     finally:
         cluster.stop()

@@ -75,18 +75,26 @@ def _what_the_run_lost(events: list[dict], executor: str) -> dict:
 @pytest.fixture(scope="module")
 def cluster_result(tmp_path_factory, jvm_options):
     work = tmp_path_factory.mktemp("cluster")
-    with standalone_cluster(work, java_options=jvm_options) as cluster:
+    with standalone_cluster(work, java_options=jvm_options, wait=False) as cluster:
         done = threading.Event()
         killer = threading.Thread(target=_kill_the_held_worker, args=(cluster, work, done), daemon=True)
         killer.start()
-        job = subprocess.run(
+        # the driver starts while the workers register (the job waits for its two executors)
+        job = subprocess.Popen(
             [sys.executable, str(TESTS / "cluster_job.py"), cluster.url, str(work)],
-            capture_output=True, text=True, timeout=900,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_SUBMIT_OPTS=jvm_options),
         )
-        done.set()
-        killer.join()
-        assert job.returncode == 0, job.stderr[-4000:]
+        try:
+            cluster.wait_for_workers()
+            _, stderr = job.communicate(timeout=900)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+            done.set()
+            killer.join()
+        assert job.returncode == 0, stderr[-4000:]
     result = json.loads((work / "result.json").read_text())
     result["lost"] = json.loads((work / LOST).read_text())
     if "executor" in result["lost"]:

@@ -85,8 +85,12 @@ def main(master: str, work: Path) -> None:
     # the executors take the JVM options the driver was given (the tests': SPARK_SUBMIT_OPTS)
     executor_options = " ".join([embedded_settings()["spark.executor.extraJavaOptions"],
                                  os.environ.get("SPARK_SUBMIT_OPTS", "")])
+    # a block an executor fetches from the one the kill took (a broadcast's piece, a shuffle's
+    # output) is fetched again after this wait, and then Spark finds that executor dead and
+    # fetches it elsewhere: Spark's 5 s is for a network's passing faults, and one run in four
+    # waited it out here
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \
-        .config("spark.executor.extraJavaOptions", executor_options) \
+        .config("spark.executor.extraJavaOptions", executor_options).config("spark.shuffle.io.retryWait", "1s") \
         .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4") \
         .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(work / "events")) \
         .config("spark.eventLog.compress", "false").config("spark.eventLog.rolling.enabled", "false") \

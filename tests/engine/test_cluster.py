@@ -6,8 +6,8 @@ FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed while it
 the run's tasks (Spark re-runs the lost work; never wrong or partial rows). The kill waits for
 that task, not for a time, so the test does not depend on how fast the machine is.
 
-The cluster starts once for the module and its job costs minutes (about 5 on two busy
-cores); the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
+The cluster starts once for the module and its job costs about a minute on two busy cores;
+the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
 
 import json
 import os

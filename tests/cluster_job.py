@@ -3,8 +3,8 @@ process holds one Spark driver, and the test process already holds the local one
 
     python tests/cluster_job.py MASTER_URL WORK_DIR
 
-Writes WORK_DIR/result.json: the examples rendered as in their golden files, each self-join
-fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
+Writes WORK_DIR/result.json: the recursion's examples rendered as in their golden files, each
+self-join fixture's rows as written and as rewritten, CHANGELOG_FILTER through its Python table
 function (executors run it) and through the native rewrite, and incrementally in two
 streaming runs, and an FK_JOIN run twice, the second time while the test kills a worker;
 and WORK_DIR/events/, the driver's event log, where the test reads what the second run lost.
@@ -13,6 +13,7 @@ and WORK_DIR/events/, the driver's event log, where the test reads what the seco
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,6 +30,16 @@ from rows import portable  # noqa: E402 - found through the path set above
 # leaves a file in GATE naming its executor's folder and waits; the test kills the worker
 # that runs that executor and then writes LOST. The run's jobs carry the group RUN_GROUP.
 GATE, LOST, RUN_GROUP = "gate", "worker-lost.json", "fk-join-while-a-worker-is-lost"
+
+
+# The examples whose executors run sqlext's own work: the recursions' (the walk's Arrow function
+# over the seeds, the levels' local checkpoints). Every example runs locally against its golden
+# output (test_examples_golden.py); the others' executors run Spark's own operators only, and
+# their functions' rewrites run on the cluster below all the same (CHANGELOG_FILTER's beside its
+# table function and as the batch of its incremental runs, FK_JOIN's in the lost-worker runs
+# and as the batch of its incremental runs, the self-joins' in the fixtures); those of input
+# shapes (debezium, iceberg) only add a mapping in SQL before the same functions.
+EXAMPLES_ON_EXECUTORS = ("org_chart.sql", "recursion.sql")
 
 
 def held_until_a_worker_is_lost(work: Path):
@@ -68,10 +79,18 @@ def main(master: str, work: Path) -> None:
     import sqlext
     from sqlext.bench.changes import FK_SQLEXT, make_fk_inputs
     from sqlext.bench.common import fingerprint
-    from sqlext.local_spark import local_builder, quiet_query_context_logs
+    from sqlext.local_spark import embedded_settings, local_builder, quiet_query_context_logs
 
     (work / "events").mkdir()
+    # the executors take the JVM options the driver was given (the tests': SPARK_SUBMIT_OPTS)
+    executor_options = " ".join([embedded_settings()["spark.executor.extraJavaOptions"],
+                                 os.environ.get("SPARK_SUBMIT_OPTS", "")])
+    # a block an executor fetches from the one the kill took (a broadcast's piece, a shuffle's
+    # output) is fetched again after this wait, and then Spark finds that executor dead and
+    # fetches it elsewhere: Spark's 5 s is for a network's passing faults, and one run in four
+    # waited it out here
     spark = local_builder("sqlext-cluster-test", shuffle_partitions=4, master=master) \
+        .config("spark.executor.extraJavaOptions", executor_options).config("spark.shuffle.io.retryWait", "1s") \
         .config("spark.executor.memory", "768m").config("spark.task.maxFailures", "4") \
         .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(work / "events")) \
         .config("spark.eventLog.compress", "false").config("spark.eventLog.rolling.enabled", "false") \
@@ -81,15 +100,13 @@ def main(master: str, work: Path) -> None:
     sqlext.install(spark)
     deadline = time.monotonic() + 90
     while executors(spark) < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     result: dict = {"executors": executors(spark), "application": spark.sparkContext.applicationId}
 
     from test_examples_golden import EXAMPLES, render
 
-    # the examples of the functions and rewrites; those of input shapes (debezium, iceberg) only add
-    # a mapping in SQL before the same functions, and run locally against their golden output
-    shapes = ("debezium.sql", "iceberg.sql")
-    result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES if e.name not in shapes}
+    result["examples"] = {e.name: render(spark, e.read_text()) for e in EXAMPLES
+                          if e.name in EXAMPLES_ON_EXECUTORS}
 
     from self_join_fixtures import cluster_cases, register_fixture_relations
     from sqlext.rewrites.pipeline import rewrite_statement
@@ -168,7 +185,9 @@ def main(master: str, work: Path) -> None:
         {"edges": (edges, [(1, 2), (2, 3), (5, 6)])}, {"edges": (edges, [(3, 4), (4, 1), (6, 7)])}])
 
     directory = tempfile.mkdtemp(prefix="sqlext-cluster-", dir=work)
-    make_fk_inputs(spark, 400_000, 40_000, directory)
+    # small inputs: the kill waits for a task of the run, not for a time, so the run need not
+    # last (its plan is the same: windows over shuffles, the customers' side broadcast)
+    make_fk_inputs(spark, 40_000, 4_000, directory)
     query = FK_SQLEXT.format(emit="changes")
     result["fk_first"] = list(fingerprint(spark, sqlext.sql(spark, query)))
     # the second run reads the customers through the gate, so a worker is lost while it runs

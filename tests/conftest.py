@@ -217,14 +217,28 @@ CLASS_ARCHIVE = "SQLEXT_TESTS_CLASS_ARCHIVE"
 _archive_groups: list[int] = []  # the process making the archive, ended with the run
 
 
-@pytest.fixture(autouse=True)
-def _shared_classes():
+def _use_shared_classes() -> str:
     """From the moment the class archive is there, the JVMs this process starts (and its
-    children's) use it; the session's JVM, if it started before, goes on without."""
+    children's) use it; the session's JVM, if it started before, goes on without. Returns the
+    options the JVMs this process starts now take."""
     archive = os.environ.get(CLASS_ARCHIVE)
     if archive and os.environ["SPARK_SUBMIT_OPTS"] == JVM_OPTIONS and os.path.exists(archive):
         os.environ["SPARK_SUBMIT_OPTS"] = f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} {QUIET}"
+    return os.environ["SPARK_SUBMIT_OPTS"]
+
+
+@pytest.fixture(autouse=True)
+def _shared_classes():
+    _use_shared_classes()
     yield
+
+
+@pytest.fixture(scope="module")
+def jvm_options() -> str:
+    """The options of the JVMs a module's fixture starts (a standalone cluster's daemons and
+    executors): the suite's, with the class archive if it is there when the fixture starts
+    (module fixtures start before the autouse one above)."""
+    return _use_shared_classes()
 
 
 def pytest_collection_finish(session):

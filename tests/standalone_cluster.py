@@ -1,5 +1,7 @@
 """A real Spark standalone cluster on this machine: one master and two workers, each its own
-JVM process, started with the ``spark-class`` script that ships with PySpark."""
+JVM process, started with the ``spark-class`` script that ships with PySpark. The daemons take
+the JVM options they are given (the tests': the quick JIT and the class archive, which maps
+their classes too: their class path is the driver's)."""
 
 from __future__ import annotations
 
@@ -29,13 +31,14 @@ def _wait_for_port(port: int, seconds: float) -> None:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
-        time.sleep(0.2)
+        time.sleep(0.05)  # the workers start once the master listens
     raise TimeoutError(f"nothing listens on port {port} after {seconds} s")
 
 
 class Cluster:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, java_options: str = ""):
         self.directory = directory
+        self.java_options = java_options
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.master: subprocess.Popen | None = None
@@ -44,14 +47,17 @@ class Cluster:
 
     def _start(self, name: str, *arguments: str) -> subprocess.Popen:
         env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
-                   PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1")
+                   PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1", SPARK_DAEMON_JAVA_OPTS=self.java_options)
         log = open(self.directory / f"{name}.log", "w")
         # each daemon leads its own process group, so that killing a worker also kills the
         # executor it started (a lost machine, not a lost daemon)
         return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *arguments], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def start(self, workers: int = 2) -> "Cluster":
+    def start(self, workers: int = 2, wait: bool = True) -> "Cluster":
+        """Start the master, wait for it to listen, and start the workers; with ``wait``, wait for
+        them to register (else :meth:`wait_for_workers` does: a driver may start meanwhile, and
+        the master gives it executors as the workers register)."""
         self.master = self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                   "--port", str(self.port), "--webui-port", str(free_port()))
         _wait_for_port(self.port, 60)
@@ -62,10 +68,12 @@ class Cluster:
             self.workers.append(self._start(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
                 "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", str(free_port())))
-        self._wait_for_workers(workers, 60)
+        if wait:
+            self.wait_for_workers()
         return self
 
-    def _wait_for_workers(self, count: int, seconds: float) -> None:
+    def wait_for_workers(self, seconds: float = 60) -> None:
+        count = len(self.workers)
         deadline = time.monotonic() + seconds
         log = self.directory / "master.log"
         while time.monotonic() < deadline:
@@ -98,9 +106,9 @@ class Cluster:
 
 
 @contextmanager
-def standalone_cluster(directory: Path, workers: int = 2):
-    cluster = Cluster(directory)
+def standalone_cluster(directory: Path, workers: int = 2, java_options: str = "", wait: bool = True):
+    cluster = Cluster(directory, java_options)
     try:
-        yield cluster.start(workers)
+        yield cluster.start(workers, wait)
     finally:
         cluster.stop()

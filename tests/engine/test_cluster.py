@@ -1,13 +1,13 @@
 """On a real standalone cluster (a master and two workers, each its own JVM, started from
-PySpark's own scripts), sqlext gives the rows it gives in local mode: the examples, the
-self-join rewrites, CHANGELOG_FILTER's table function run by executors, incremental runs of
-CHANGELOG_FILTER, FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed
-while it runs one of the run's tasks (Spark re-runs the lost work; never wrong or partial
-rows). The kill waits for that task, not for a time, so the test does not depend on how fast
-the machine is.
+PySpark's own scripts), sqlext gives the rows it gives in local mode: the recursion's examples
+(their executors run sqlext's walk and local checkpoints), the self-join rewrites,
+CHANGELOG_FILTER's table function run by executors, incremental runs of CHANGELOG_FILTER,
+FK_JOIN and a recursion, and an FK_JOIN during which a worker is killed while it runs one of
+the run's tasks (Spark re-runs the lost work; never wrong or partial rows). The kill waits for
+that task, not for a time, so the test does not depend on how fast the machine is.
 
-The cluster starts once for the module and its job costs minutes (about 5 on two busy
-cores); the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
+The cluster starts once for the module and its job costs about a minute on two busy cores;
+the tests are marked ``cluster`` (run by default, skipped with ``-m "not cluster"``)."""
 
 import json
 import os
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_job import GATE, LOST, RUN_GROUP
+from cluster_job import EXAMPLES_ON_EXECUTORS, GATE, LOST, RUN_GROUP
 from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.cluster
@@ -73,19 +73,28 @@ def _what_the_run_lost(events: list[dict], executor: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster_result(tmp_path_factory):
+def cluster_result(tmp_path_factory, jvm_options):
     work = tmp_path_factory.mktemp("cluster")
-    with standalone_cluster(work) as cluster:
+    with standalone_cluster(work, java_options=jvm_options, wait=False) as cluster:
         done = threading.Event()
         killer = threading.Thread(target=_kill_the_held_worker, args=(cluster, work, done), daemon=True)
         killer.start()
-        job = subprocess.run(
+        # the driver starts while the workers register (the job waits for its two executors)
+        job = subprocess.Popen(
             [sys.executable, str(TESTS / "cluster_job.py"), cluster.url, str(work)],
-            capture_output=True, text=True, timeout=900, env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_SUBMIT_OPTS=jvm_options),
         )
-        done.set()
-        killer.join()
-        assert job.returncode == 0, job.stderr[-4000:]
+        try:
+            cluster.wait_for_workers()
+            _, stderr = job.communicate(timeout=900)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+            done.set()
+            killer.join()
+        assert job.returncode == 0, stderr[-4000:]
     result = json.loads((work / "result.json").read_text())
     result["lost"] = json.loads((work / LOST).read_text())
     if "executor" in result["lost"]:
@@ -99,7 +108,7 @@ def test_the_job_ran_on_two_executors(cluster_result):
 
 def test_examples_match_their_golden_output(cluster_result):
     golden = TESTS / "golden"
-    assert cluster_result["examples"]
+    assert sorted(cluster_result["examples"]) == sorted(EXAMPLES_ON_EXECUTORS)
     for name, text in cluster_result["examples"].items():
         assert text == (golden / f"{name}.out").read_text(), name
 

@@ -171,36 +171,6 @@ def test_the_marts_hold_the_expected_rows(built):
         (1, "kevin parker's favorite"), (2, 'a \\ backslash and "double" quotes'), (3, None)])
 
 
-def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_works(built):
-    """premium_customers_changes filters its change feed with is_incremental() before
-    CHANGELOG_FILTER: on an incremental run that would turn updates into inserts, so the run
-    is refused with a classed error. An incremental model without sqlext functions runs
-    incrementally as usual, and --full-refresh rebuilds the refused one."""
-    project, first, _ = built
-    assert first.returncode == 0
-    # (the same run builds a model whose FK_JOIN call lacks an argument, to see a sqlext error
-    # of a statement reach dbt as its classed message; the full refresh runs after it in the
-    # same process)
-    done, (results, refreshed) = dbt_in_one_process(
-        project,
-        ["build", "--select", "premium_customers_changes", "payments_incremental",
-         "fk_join_without_right_key", "--vars", "{with_broken_models: true}"],
-        ["build", "--full-refresh", "--select", "premium_customers_changes"])
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    models = by_type(results, "model")
-    assert models == {"premium_customers_changes": "error", "payments_incremental": "success",
-                      "fk_join_without_right_key": "error"}, done.stdout[-4000:]
-    messages = {r["unique_id"].split(".")[2]: r["message"] for r in results["results"]}
-    error = messages["premium_customers_changes"]
-    assert "[INCREMENTAL_MODEL_UNSUPPORTED] sqlext dbt: model premium_customers_changes" in error
-    assert "CHANGELOG_FILTER" in error and "[INCREMENTAL_MODEL_UNSUPPORTED]" in done.stdout
-    assert "[MISSING_ARGUMENT] FK_JOIN: the argument right_key is required" in messages["fk_join_without_right_key"]
-
-    assert by_type(refreshed, "model") == {"premium_customers_changes": "success"}, done.stdout[-4000:]
-    assert set(by_type(refreshed, "test").values()) == {"pass"}
-    assert sum(table_rows(project, "premium_customers_changes", ["customer_id"]).values()) == 5
-
-
 FEED_COLUMNS = ["id", "name", "tier", "_change_type", "_commit_version"]
 
 
@@ -217,7 +187,72 @@ def feed_file(folder: Path, name: str, rows: list[tuple]) -> Path:
     return path
 
 
-def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_run(built, tmp_path):
+# The runs after the build, in one dbt process (one Spark: its start is most of what a dbt
+# command costs here), with changes of raw.customers_feed landing between them. The runs of
+# gold_customers_feed (and its data tests) are the feed's, run by run; the refused incremental
+# run of premium_customers_changes rides on the first of them and its full refresh on theirs
+# (those models read neither the feed nor each other). The first run also builds a model whose
+# FK_JOIN call lacks an argument, to see a sqlext error of a statement reach dbt as its classed
+# message; every command enables it (only the first selects it), as dbt parses the whole
+# project again, not just what changed, when the variables do.
+FEED = ["gold_customers_feed+"]
+REFUSED = ["premium_customers_changes", "payments_incremental", "fk_join_without_right_key"]
+BROKEN = ["--vars", "{with_broken_models: true}"]
+LATER_COMMANDS = [
+    ["build", "--select", *FEED, *REFUSED, *BROKEN],                # 0: after version 3
+    ["build", "--select", *FEED, *BROKEN],                          # 1: after version 4
+    ["build", "--select", *FEED, *BROKEN],                          # 2: nothing new
+    ["build", "--full-refresh", "--select", *FEED, "premium_customers_changes", *BROKEN],  # 3
+    ["run", "--select", "gold_customers_feed", *BROKEN],            # 4: after a late change
+]
+FEED_RUNS, FEED_REFRESH, LATE = [0, 1, 2, 3], 3, 4
+
+
+@pytest.fixture(scope="module")
+def later_runs(built, tmp_path_factory):
+    """The built project after LATER_COMMANDS, run in one dbt process with the landings made
+    between them; the process, each command's run results, and the rows gold_customers_feed
+    held after the build, before them."""
+    project, first, _ = built
+    assert first.returncode == 0
+    before = table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"])
+    staging = tmp_path_factory.mktemp("feed")
+    landing = project / ".spark" / "warehouse" / "shop_raw.db" / "customers_feed"
+    version_3 = feed_file(staging, "changes-3.parquet", [
+        (1, "Ada", "gold", "update_preimage", 3), (1, "Ada", "silver", "update_postimage", 3)])
+    version_4 = feed_file(staging, "changes-4.parquet", [(3, "Cy", "gold", "delete", 4)])
+    late = feed_file(staging, "changes-late.parquet", [(1, "Ada", "gold", "update_postimage", 2)])
+    done, runs = dbt_in_one_process(project, *LATER_COMMANDS,
+                                    landings={0: [(version_3, landing)], 1: [(version_4, landing)],
+                                              LATE: [(late, landing)]})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return project, done, runs, before
+
+
+def test_an_incremental_run_over_changelog_filter_is_refused_and_a_full_refresh_works(later_runs):
+    """premium_customers_changes filters its change feed with is_incremental() before
+    CHANGELOG_FILTER: on an incremental run that would turn updates into inserts, so the run
+    is refused with a classed error. An incremental model without sqlext functions runs
+    incrementally as usual, and --full-refresh rebuilds the refused one."""
+    project, done, runs, _ = later_runs
+    results, refreshed = runs[0], runs[FEED_REFRESH]
+    models = by_type(results, "model")
+    assert models == {"premium_customers_changes": "error", "payments_incremental": "success",
+                      "fk_join_without_right_key": "error", "gold_customers_feed": "success"}, done.stdout[-4000:]
+    messages = {r["unique_id"].split(".")[2]: r["message"] for r in results["results"]}
+    error = messages["premium_customers_changes"]
+    assert "[INCREMENTAL_MODEL_UNSUPPORTED] sqlext dbt: model premium_customers_changes" in error
+    assert "CHANGELOG_FILTER" in error and "[INCREMENTAL_MODEL_UNSUPPORTED]" in done.stdout
+    assert "[MISSING_ARGUMENT] FK_JOIN: the argument right_key is required" in messages["fk_join_without_right_key"]
+
+    assert by_type(refreshed, "model") == {"premium_customers_changes": "success", "gold_customers_feed": "success"}, \
+        done.stdout[-4000:]
+    tests = by_type(refreshed, "test")
+    assert set(tests.values()) == {"pass"} and "premium_customers_changes_expected" in tests, tests
+    assert sum(table_rows(project, "premium_customers_changes", ["customer_id"]).values()) == 5
+
+
+def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_run(later_runs):
     """gold_customers_feed reads STREAM(raw.customers_feed): each dbt run processes only the
     changes that landed since the last run, and the model's table always equals the batch
     CHANGELOG_FILTER over the whole feed (the singular data test checks it after every run).
@@ -226,28 +261,17 @@ def test_an_incremental_model_over_streams_keeps_a_correct_change_feed_run_by_ru
     a full refresh rebuilds the same rows from the whole feed. A change landing late (a version
     the runs already passed) then fails the run with its classed error alone: no py4j
     traceback of the failed micro-batch before it, and the table is left as it was."""
-    project, first, results = built
-    assert first.returncode == 0
-    assert table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"]) == Counter([
-        (1, "insert", 1), (3, "insert", 1), (2, "insert", 2)])
-    landing = project / ".spark" / "warehouse" / "shop_raw.db" / "customers_feed"
-    version_3 = feed_file(tmp_path, "changes-3.parquet", [
-        (1, "Ada", "gold", "update_preimage", 3), (1, "Ada", "silver", "update_postimage", 3)])
-    version_4 = feed_file(tmp_path, "changes-4.parquet", [(3, "Cy", "gold", "delete", 4)])
-    late = feed_file(tmp_path, "changes-late.parquet", [(1, "Ada", "gold", "update_postimage", 2)])
-    select = ["build", "--select", "gold_customers_feed+"]
-    done, runs = dbt_in_one_process(project, select, select, select, ["build", "--full-refresh", *select[1:]],
-                                    ["run", "--select", "gold_customers_feed"],
-                                    landings={0: [(version_3, landing)], 1: [(version_4, landing)],
-                                              4: [(late, landing)]})
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    *runs, late_run = runs
+    project, done, runs, before = later_runs
+    assert before == Counter([(1, "insert", 1), (3, "insert", 1), (2, "insert", 2)])
+    late_run = runs[LATE]
     assert by_type(late_run, "model") == {"gold_customers_feed": "error"}, done.stdout[-4000:]
     [message] = [r["message"] for r in late_run["results"] if r["unique_id"].endswith(".gold_customers_feed")]
     assert "[LATE_CHANGE]" in message, message
     assert "py4j" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
-    for run in runs:
-        assert by_type(run, "model") == {"gold_customers_feed": "success"}, done.stdout[-4000:]
-        assert by_type(run, "test")["gold_customers_feed_equals_batch"] == "pass"
+    for index in FEED_RUNS:
+        models = by_type(runs[index], "model")
+        assert models.pop("gold_customers_feed") == "success", (index, done.stdout[-4000:])
+        assert set(models) <= set(REFUSED), models  # the other models of a run the feed shares
+        assert by_type(runs[index], "test")["gold_customers_feed_equals_batch"] == "pass", index
     assert table_rows(project, "gold_customers_feed", ["id", "_change_type", "_commit_version"]) == Counter([
         (1, "insert", 1), (3, "insert", 1), (2, "insert", 2), (1, "delete", 3), (3, "delete", 4)])

@@ -10,23 +10,23 @@ sources, and write their output, through Spark and sqlext."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import Row
 
 
 def arrow_columns(schema) -> pa.Schema:
     """The Arrow form of Spark columns (a ``StructType`` or a DDL string such as
-    ``"id BIGINT, v STRING"``), as Spark's Parquet reader reads them back."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    ``"id BIGINT, v STRING"``), as sqlext itself reads them (timestamps in UTC)."""
     from pyspark.sql.types import StructType, _parse_datatype_string
 
-    struct = schema if isinstance(schema, StructType) else _parse_datatype_string(schema)
-    return to_arrow_schema(struct, timezone="UTC")
+    from sqlext.streaming.run import arrow_schema
+
+    return arrow_schema(schema if isinstance(schema, StructType) else _parse_datatype_string(schema))
 
 
 def land(folder, rows, schema) -> Path:
@@ -69,8 +69,9 @@ def _arrow_value(value, kind: pa.DataType):
 
 
 def read_rows(folder) -> list[dict]:
-    """The rows of the Parquet files in the local ``folder`` (files whose names start with ``_``
-    or ``.`` left out, as Spark leaves them out), each a dict of its columns, with the values
+    """The rows of the files in the local ``folder``, each read as Parquet (files whose names
+    start with ``_`` or ``.`` left out, as Spark leaves them out; a file of another kind fails
+    the read, as it fails Spark's), each a dict of its columns, with the values
     PySpark's ``collect`` gives: a timestamp as a naive local time, a struct as a ``Row``, a map
     as a dict, binary as ``bytearray``. An empty list where the folder holds no rows or no files."""
     return [row for rows in rows_by_file(folder).values() for row in rows]
@@ -82,8 +83,7 @@ def rows_by_file(folder) -> dict[str, list[dict]]:
     if not folder.is_dir():
         return {}
     found = {}
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".parquet"
-                       and not p.name.startswith(("_", "."))):
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", "."))):
         table = pq.read_table(path)
         found[path.name] = [{field.name: _spark_value(row[field.name], field.type) for field in table.schema}
                             for row in table.to_pylist()]
@@ -91,8 +91,6 @@ def rows_by_file(folder) -> dict[str, list[dict]]:
 
 
 def _spark_value(value, kind: pa.DataType):
-    from pyspark.sql import Row
-
     if value is None:
         return None
     if pa.types.is_timestamp(kind):

@@ -63,7 +63,19 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     if not calls and is_self_join(tree):
         source = sources.read(streams[0].this)
         shape = SelfJoinShape(spark, tree, source.schema)
-        return source, SelfJoinRun(shape, f"__sx_result_{next(_views)}", checkpoint, output, output_format,
+        placeholder = f"__sx_result_{next(_views)}"
+        if shape.pairing is not None:  # the engine's operator
+            from sqlext.streaming.engine import Input, Pipeline
+            from sqlext.streaming.inputs import inputs_stream
+            from sqlext.streaming.operators.self_join import SelfJoinOperator
+
+            events = Input("events", arrow_schema(source.schema), source.schema, source=0,
+                           folder=sources.rows_folder(streams[0].this))
+            operator = SelfJoinOperator(shape, checkpoint / STATE_FOLDER, events,
+                                        _buckets(spark, checkpoint, [sources.parquet_folder(streams[0].this)]))
+            return inputs_stream([source]), Pipeline([operator], operator.outer(placeholder), placeholder, checkpoint,
+                                                     output, output_format)
+        return source, SelfJoinRun(shape, placeholder, checkpoint, output, output_format,
                                    source.schema, sources.rows_folder(streams[0].this))
     root = refuse_shape(calls, streams)
     order_by_streams(root)

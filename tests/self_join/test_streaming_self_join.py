@@ -17,6 +17,10 @@ from feeds import computed_on
 from landing import land, read_rows
 from rows import multiset
 from sqlext.errors import SqlextError
+from sqlext.storage import local
+from sqlext.streaming.batch_parts import MAX_ROWS_SETTING
+from sqlext.streaming.engine import BUCKETS_SETTING
+from sqlext.streaming.state import KeyedState
 from sqlext.streaming import jobs_of, run_available_now
 
 BAND = ("SELECT a.id AS a_id, b.id AS b_id, a.k, b.v - a.v AS dv FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
@@ -92,6 +96,47 @@ def test_runs_concatenate_to_the_batch_self_join(spark, tmp_path_factory, storag
     assert events.written() == (events.batch(sql) if events.all else multiset([]))
 
 
+def _events_state(events: Events) -> KeyedState:
+    return KeyedState(local(str(events.root / "cp" / "sqlext-state" / "events")), [])
+
+
+@pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY], ids=["paired-in-spark", "paired-on-the-driver"])
+@settings(max_examples=examples(4, 40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(runs=event_runs().filter(lambda runs: len([r for r in runs if r]) >= 3), path=st.sampled_from(["driver", "spark"]))
+def test_runs_between_rescales_give_the_batch_self_join(spark, tmp_path_factory, storage, sql, runs, path):
+    """Runs at 2 buckets, then 8, then 3: after every run the output is the batch self-join over
+    what has landed, and the events' state is laid out in the last run's count."""
+    events = Events(spark, tmp_path_factory.mktemp("rescaled"), storage, path=path)
+    runs = [r for r in runs if r]
+    try:
+        for buckets, run in zip([2, 8, 3], [runs[0], runs[1], [e for r in runs[2:] for e in r]]):
+            spark.conf.set(BUCKETS_SETTING, str(buckets))
+            events.land(run)
+            events.run(sql)
+            assert events.written() == events.batch(sql), buckets
+    finally:
+        spark.conf.unset(BUCKETS_SETTING)
+    assert _events_state(events).buckets == 3
+
+
+@pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY], ids=["paired-in-spark", "paired-on-the-driver"])
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_catch_up_over_the_bound_pairs_in_parts(spark, tmp_path, storage, sql, path):
+    """A run over many events with a bound of a few rows is applied in parts cut at times (a
+    later part's events are never late for an earlier one's), and gives the batch self-join."""
+    events = Events(spark, tmp_path, storage, path=path)
+    events.land([(i, i % 3, i, i % 4) for i in range(0, 12)])
+    events.run(sql)
+    events.land([(i, i % 3, i - i % 2, i % 4) for i in range(12, 60)])
+    spark.conf.set(MAX_ROWS_SETTING, "10")
+    try:
+        query = events.run(sql)
+    finally:
+        spark.conf.unset(MAX_ROWS_SETTING)
+    assert query.last_batch.parts > 1
+    assert events.written() == events.batch(sql)
+
+
 def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
     from sqlext.language.dialect import parse_one
     from sqlext.streaming.operators.self_join import SelfJoinShape
@@ -127,15 +172,21 @@ def test_awkward_names_pair_on_the_driver_as_in_batch(spark, tmp_path, storage):
 
 def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, storage):
     """After many runs the state holds the events of the last two band widths, once each (not
-    once per side)."""
+    once per side), each in the bucket of its key."""
     events = Events(spark, tmp_path, storage)
     for first in range(0, 200, 20):
         events.land([(i, i % 3, i, 1) for i in range(first, first + 20)])
         query = events.run(BAND)
     assert events.written() == events.batch(BAND)
-    state = sorted(p for p in (tmp_path / "cp" / "sqlext-state" / "events").glob("base-*"))
-    kept = spark.read.parquet(storage.uri(state[-1])).select("id").collect()
-    assert sorted(r.id for r in kept) == list(range(199 - 6, 200))  # ts >= newest - 2 * width (3)
+    buckets = sorted((tmp_path / "cp" / "sqlext-state" / "events").glob("bucket-*"))
+    assert len(buckets) == 2  # the session's cores
+    kept = {}
+    for bucket in buckets:
+        newest = max(bucket.glob("base-*"), key=lambda p: int(p.name.split("-")[1]))
+        kept[bucket.name] = [(r.id, r.k) for r in spark.read.parquet(storage.uri(newest)).select("id", "k").collect()]
+    assert sorted(i for rows in kept.values() for i, _ in rows) == list(range(199 - 6, 200))  # ts >= newest - 2 * width (3)
+    first, second = ({k for _, k in rows} for rows in kept.values())
+    assert first and second and not first & second  # a key's events in one bucket
     assert len(jobs_of(spark, query)) <= 8
 
 

@@ -41,6 +41,7 @@ from sqlext.runner import run_statement
 from sqlext.session import SparkRelations
 from sqlext.streaming.arrow_sql import arrow_expression, evaluate
 from sqlext.streaming.checkpoint import check_columns
+from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import (StatefulRun, adaptive, arrow_frame, arrow_schema, instant, on_driver, spark_columns,
                                   step)
 from sqlext.streaming.operators.self_join_aggregate import TAG, GroupedPairs, is_grouped
@@ -111,6 +112,14 @@ class SelfJoinShape:
         self.kind = band.lower.offset.kind or band.upper.offset.kind
         self.width = max(abs(band.lower.offset.value), abs(band.upper.offset.value))
         self.arrow = None if self.grouped is not None else ArrowPairs.of(join, arrow_schema(schema), self)
+        # how the engine's operator pairs this statement's events (None: the run of its own
+        # below does): its rows made over Arrow data, or the pairs its keys and band allow,
+        # which the statement then reads (:meth:`over_pairs`)
+        self.pairing = self.arrow
+        if self.grouped is None and self.arrow is None:
+            self.pairing = BandPairs.of(join, arrow_schema(schema))
+            if self.pairing is not None and self.over_pairs("__sx_pairs") is None:
+                self.pairing = None
 
     def _analyse_grouped(self, spark, named: exp.Select) -> None:
         """The aggregate's parts and their columns, from Spark's analysis of the statement over
@@ -142,6 +151,32 @@ class SelfJoinShape:
             item.replace(replacement)
         return tree
 
+    def over_pairs(self, name: str) -> exp.Select | None:
+        """The statement over the table ``name`` of the pairs :class:`BandPairs` finds (a row
+        a pair, each side's columns under its own names): every condition of its ON and WHERE
+        clauses, and its select list, as written, each column of a side read from that side's
+        column of the pair, each item named as Spark names it over the stream. None where a
+        part of it does not read so (a column without its side, ``*``, a clause besides the
+        select list, the join and WHERE)."""
+        tree, pairing, pair = self.tree, self.pairing, "__sx_pair"
+        if any(value for key, value in tree.args.items() if key not in ("expressions", "from_", "joins", "where")):
+            return None
+        join = tree.args["joins"][0]
+        if join.args.get("using") or join.side or join.kind not in ("", "INNER"):
+            return None
+        conditions = [tree.args["joins"][0].args.get("on"), (tree.args.get("where") or exp.Where()).this]
+        try:
+            items = [exp.alias_(pairing.pair_column(item.unalias(), pair), field.name, quoted=True)
+                     for item, field in zip(tree.expressions, self.output.fields)]
+            where = [pairing.pair_column(c, pair) for c in conditions if c is not None]
+        except _NotArrow:
+            return None
+        statement = exp.select(*items).from_(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(
+            this=exp.to_identifier(pair))))
+        for condition in where:
+            statement = statement.where(exp.paren(condition, copy=False), copy=False)
+        return statement
+
     def distance(self, value):
         """``value`` times the band's width, in the time column's units."""
         if self.kind == "interval":
@@ -151,40 +186,29 @@ class SelfJoinShape:
 
 
 class _NotArrow(Exception):
-    """A part of the statement that :class:`ArrowPairs` does not compute as Spark does."""
+    """A part of the statement that :class:`BandPairs` or :class:`ArrowPairs` does not compute
+    as Spark does."""
 
 
-class ArrowPairs:
-    """A run's pairs made over Arrow data on the driver, without a Spark job.
+class BandPairs:
+    """The pairs of events a self-join's equal keys and band allow, found over Arrow data.
 
-    The events (the run's and the kept earlier ones) get one integer code per key; the band's
+    The events (a run's and the kept earlier ones) get one integer code per key; the band's
     column is an integer (an integer column, or a timestamp's microseconds), so the partners of
     an event are the events of its code whose value lies within the band around its own: a
     binary search in the events sorted once by code and value
-    (:func:`~sqlext.udfs.column_wise.pairs_within`). The statement's other conditions and its
-    select list then run over the pairs through :mod:`~sqlext.streaming.arrow_sql`, each side's
-    columns under names of their own. Only a statement all of whose parts compute here as Spark
-    computes them is taken (:meth:`of`); a run whose pairs would be too many, or whose band
-    arithmetic would overflow the column's type (Spark raises there), pairs in Spark instead."""
+    (:func:`~sqlext.udfs.column_wise.pairs_within`). Only keys whose equality Arrow decides as
+    Spark does (integers, text, booleans, dates, timestamps: not floating point, where NaN and
+    -0.0 compare otherwise) and a band on an integer or timestamp column are taken (:meth:`of`).
+    A pair's columns are the first side's under ``__sx_l<i>`` and the second's under
+    ``__sx_r<i>`` (``i`` the column's place in the stream), so that the statement's conditions
+    and select list read them by one name each (:meth:`pair_column`)."""
 
-    LIMIT = 20_000_000  # the most pairs a run makes on the driver
-
-    def __init__(self, join, schema: pa.Schema, shape: "SelfJoinShape"):
+    def __init__(self, join, schema: pa.Schema):
         self.schema = schema
-        sides = {join.left: "l", join.right: "r"}
+        self.sides = {join.left: "l", join.right: "r"}
         self.pair_schema = pa.schema([pa.field(f"__sx_{side}{i}", f.type) for side in ("l", "r")
                                       for i, f in enumerate(schema)])
-
-        def named(node: exp.Expression) -> exp.Expression:
-            def rename(n):
-                if not isinstance(n, exp.Column):
-                    return n
-                side = sides.get(n.table.lower()) if n.table else None
-                if side is None or isinstance(n.this, exp.Star) or n.args.get("db"):
-                    raise _NotArrow(to_sql(n))
-                return exp.column(f"__sx_{side}{self._position(n.name)}")
-            return node.copy().transform(rename)
-
         band = join.band
         if not band.exact:
             raise _NotArrow("a strict band edge on a continuous column")
@@ -212,25 +236,8 @@ class ArrowPairs:
                     or pa.types.is_date32(key_type) or pa.types.is_timestamp(key_type)):
                 raise _NotArrow(f"a key of type {key_type}")  # floats: NaN and -0.0 compare as Spark's
             self.keys.append((position, null_safe))
-        self.condition = None  # the statement's other conditions, all of them
-        for condition in join.left_only + join.right_only + join.rest:
-            translated = arrow_expression(named(condition), self.pair_schema, boolean=True)
-            if translated is None:
-                raise _NotArrow(to_sql(condition))
-            self.condition = translated if self.condition is None else self.condition & translated
-        self.output = arrow_schema(shape.output)
-        self.columns = {}
-        for item, field in zip(shape.tree.expressions, self.output):
-            inner = item.this if isinstance(item, exp.Alias) else item
-            translated = None if isinstance(inner, exp.Star) else arrow_expression(named(inner), self.pair_schema)
-            if translated is None or field.name in self.columns:
-                raise _NotArrow(to_sql(item))
-            self.columns[field.name] = translated
-        if len(self.columns) != len(self.output):
-            raise _NotArrow("the select list")
-        given = evaluate(self.pair_schema.empty_table(), self.columns).schema
-        if [f.type for f in given] != [f.type for f in self.output]:
-            raise _NotArrow("a select list whose types Spark gives otherwise")
+        if not self.keys:
+            raise _NotArrow("no equal keys")
 
     def _position(self, name: str) -> int:
         names = self.schema.names
@@ -240,19 +247,39 @@ class ArrowPairs:
             raise _NotArrow(name)
         return found[0]
 
+    @property
+    def key_columns(self) -> list[str]:
+        """The stream's columns the keys compare, in the order the statement gives them."""
+        return [self.schema.names[position] for position, _ in self.keys]
+
+    def pair_column(self, node: exp.Expression, table: str | None = None) -> exp.Expression:
+        """``node`` (a condition or a select item) over a pair's columns: each column of a side
+        renamed to that side's name of it (qualified by ``table`` where given)."""
+        def rename(n):
+            if not isinstance(n, exp.Column):
+                return n
+            side = self.sides.get(n.table.lower()) if n.table else None
+            if side is None or isinstance(n.this, exp.Star) or n.args.get("db"):
+                raise _NotArrow(to_sql(n))
+            return exp.column(f"__sx_{side}{self._position(n.name)}", table=table)
+        if any(isinstance(n, exp.Star) for n in node.find_all(exp.Star)):
+            raise _NotArrow(to_sql(node))
+        return node.copy().transform(rename)
+
     @classmethod
-    def of(cls, join, schema: pa.Schema, shape: "SelfJoinShape") -> "ArrowPairs | None":
-        """The pairing of this statement over Arrow data, or None where a part of it is not
+    def of(cls, join, schema: pa.Schema, *more) -> "BandPairs | None":
+        """This statement's pairing over Arrow data, or None where a part of it is not
         computed here as Spark computes it."""
         try:
-            return cls(join, schema, shape)
+            return cls(join, schema, *more)
         except _NotArrow:
             return None
 
-    def pairs(self, new: pa.Table, old: pa.Table | None) -> pa.Table | None:
-        """The statement's rows over the pairs of the ``new`` events (as the first side) with
-        every event, and of the ``old`` ones with the new (as the second side); None where the
-        run should pair in Spark (too many pairs, or band arithmetic beyond the column's type)."""
+    def found(self, new: pa.Table, old: pa.Table | None, limit: int | None = None) -> pa.Table | None:
+        """The pairs of the ``new`` events (as the first side) with every event, and of the
+        ``old`` ones with the new (as the second side), in :attr:`pair_schema`: each pair
+        once. None where they would be more than ``limit``, or the band's arithmetic would
+        overflow the column's type (Spark raises there)."""
         events = new if old is None else pa.concat_tables([new, old.cast(new.schema)])
         arrays = [events.column(i) for i in range(events.num_columns)]
         valid = pc.is_valid(arrays[self.band])
@@ -272,15 +299,151 @@ class ArrowPairs:
         left, right = [], []
         for first, second in ((fresh, everyone), (earlier, fresh)):
             found = pairs_within(code[first], values[first] + self.lower - 1, values[first] + self.upper,
-                                 code[second], values[second], self.LIMIT - sum(len(x) for x in left))
+                                 code[second], values[second],
+                                 None if limit is None else limit - sum(len(x) for x in left))
             if found is None:
                 return None
             left.append(first[found[0]])
             right.append(second[found[1]])
         left, right = np.concatenate(left), np.concatenate(right)
-        pairs = pa.Table.from_arrays(take(events, left).columns + take(events, right).columns,
-                                     schema=self.pair_schema)
+        return pa.Table.from_arrays(take(events, left).columns + take(events, right).columns,
+                                    schema=self.pair_schema)
+
+
+class ArrowPairs(BandPairs):
+    """A run's rows made over Arrow data, without a Spark job: the pairs :class:`BandPairs`
+    finds, then the statement's other conditions and its select list over them through
+    :mod:`~sqlext.streaming.arrow_sql`. Only a statement all of whose parts compute here as
+    Spark computes them is taken (:meth:`of`)."""
+
+    def __init__(self, join, schema: pa.Schema, shape: "SelfJoinShape"):
+        super().__init__(join, schema)
+        self.condition = None  # the statement's other conditions, all of them
+        for condition in join.left_only + join.right_only + join.rest:
+            translated = arrow_expression(self.pair_column(condition), self.pair_schema, boolean=True)
+            if translated is None:
+                raise _NotArrow(to_sql(condition))
+            self.condition = translated if self.condition is None else self.condition & translated
+        self.output = arrow_schema(shape.output)
+        self.columns = {}
+        for item, field in zip(shape.tree.expressions, self.output):
+            inner = item.this if isinstance(item, exp.Alias) else item
+            translated = None if isinstance(inner, exp.Star) else arrow_expression(self.pair_column(inner),
+                                                                                   self.pair_schema)
+            if translated is None or field.name in self.columns:
+                raise _NotArrow(to_sql(item))
+            self.columns[field.name] = translated
+        if len(self.columns) != len(self.output):
+            raise _NotArrow("the select list")
+        given = evaluate(self.pair_schema.empty_table(), self.columns).schema
+        if [f.type for f in given] != [f.type for f in self.output]:
+            raise _NotArrow("a select list whose types Spark gives otherwise")
+
+    def rows(self, pairs: pa.Table) -> pa.Table:
+        """The statement's rows over ``pairs`` (of :meth:`found`)."""
         return evaluate(pairs, self.columns, where=self.condition).cast(self.output)
+
+
+class SelfJoinOperator(KeyedOperator):
+    """The incremental self-join as one of the engine's keyed operators: its one state holds
+    the events by their keys (:attr:`BandPairs.key_columns`), so that an event and every
+    partner it can have are in one bucket, and its step pairs a bucket's new events with the
+    bucket's kept ones (see the module's docstring). Its rows are the statement's own where the
+    whole statement computes over Arrow data (:class:`ArrowPairs`), and otherwise the pairs the
+    keys and band allow, which the statement around it reads (:meth:`SelfJoinShape.over_pairs`)."""
+
+    function = FUNCTION
+    emit = "changes"
+
+    def __init__(self, shape: SelfJoinShape, folder, events: Input, buckets: int):
+        super().__init__(folder, None)
+        self.shape, self.pairing = shape, shape.pairing
+        keys = self.pairing.key_columns
+        self.events = KeyedState(folder / "events", [*keys, BATCH, ROW], share=0.0, bucket_by=keys)  # compacted each run
+        self.events.record_schema(StructType(list(events.spark_schema.fields)
+                                             + [StructField(BATCH, LongType(), False),
+                                                StructField(ROW, LongType(), False)]), buckets)
+        self.states = {"events": self.events}
+        self.inputs = {"events": events}
+        self.columns = events.schema.names
+        self.output_arrow = shape.arrow.output if shape.arrow is not None else self.pairing.pair_schema
+        self.output_key, self.order_by = [], shape.column
+        self.newest = self._floor = None
+
+    def outer(self, placeholder: str) -> exp.Select:
+        """The statement around the operator's rows (in the table ``placeholder``)."""
+        if self.shape.arrow is not None:
+            return exp.select("*").from_(exp.Table(this=exp.to_identifier(placeholder)))
+        return self.shape.over_pairs(placeholder)
+
+    def input_order(self, name: str) -> str | None:
+        return self.shape.column  # a batch's parts are cut at times: a later part's events are never late
+
+    def begin(self, batch_id: int) -> None:
+        self.newest = instant(self.recorded("newest", batch_id))  # the newest time an earlier run saw
+
+    def finish(self, batch_id: int, facts: dict) -> None:
+        self.record("newest", batch_id, _latest(self.newest, facts.get("newest")))
+
+    def keep(self, name: str):
+        """The events the band can still pair after this step (see :func:`_state_floor`)."""
+        if self._floor is None:
+            return None
+        return pc.field(self.shape.column) >= pa.scalar(self._floor, self.events.arrow_schema.field(
+            self.shape.column).type)
+
+    def prepare(self, frames: dict):
+        return frames["events"]
+
+    def rows_of(self, table: pa.Table):
+        return table
+
+    @property
+    def arrow_ready(self) -> bool:
+        return True
+
+    def rows_from(self, spark, tables: dict):
+        return tables["events"]
+
+    def route_columns(self) -> list[str]:
+        return list(self.pairing.key_columns)
+
+    def route(self, table: pa.Table) -> np.ndarray:
+        return self.events.bucket_of(table)
+
+    def routed_by(self, name: str):
+        return self.events, list(self.pairing.key_columns)
+
+    def step(self, rows, views, batch_id: int) -> Step:
+        """The bucket's new events paired with each other and with its kept ones; the new
+        events kept, those the band can no longer pair dropped."""
+        shape = self.shape
+        with step("check the increment"):
+            times = rows[shape.column]
+            lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
+                else (None, None)
+            _refuse_late(shape, self.newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
+        view = views["events"]
+        earlier = None
+        if self.newest is not None and not view.empty:
+            with step("look up the state"):
+                earlier = view.rows()
+                kept = self.newest - shape.distance(2)
+                earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
+                                                          pa.scalar(kept, earlier.schema.field(shape.column).type)))
+                earlier = earlier.select(self.columns)
+        with step("pair the events"):
+            pairs = self.pairing.found(rows, earlier)
+            if pairs is None:
+                raise _unsupported(f"a band over {shape.column} values this close to the limits of its type",
+                                   "the band's arithmetic overflows the column's type there (Spark refuses the "
+                                   "batch statement too)", f"Cast {shape.column} to a wider type in the statement.")
+            out = pairs if shape.arrow is None else shape.arrow.rows(pairs)
+        numbered = rows.append_column(BATCH, pa.array(np.full(rows.num_rows, batch_id, dtype=np.int64))) \
+            .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        # within a bucket (the events of one key are all in one) a batch's rows are numbered apart
+        self._floor = _state_floor(shape, self.newest, highest)
+        return Step(out, {"events": numbered}, {"newest": highest})
 
 
 class SelfJoinRun(StatefulRun):
@@ -313,43 +476,33 @@ class SelfJoinRun(StatefulRun):
                 times = rows[shape.column]
                 lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                     else (None, None)
-                self._refuse_late(newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
+                _refuse_late(shape, newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
             new = batch  # Spark pairs the events from the batch's own files (a long first run too)
-            old = earlier = None
+            old = None
             if kept is not None:
                 earlier = view.rows()
                 earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
                                                           pa.scalar(kept, earlier.schema.field(shape.column).type)))
-                earlier = earlier.select(self.columns)
-            pairs = None
-            if shape.arrow is not None:
-                with step("pair the events"):
-                    pairs = shape.arrow.pairs(rows, earlier)
-            if earlier is not None and pairs is None:
-                old = arrow_frame(spark, earlier, self.source_schema)
+                old = arrow_frame(spark, earlier.select(self.columns), self.source_schema)
             numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
                 .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-            floor = self._state_floor(newest, highest)
+            floor = _state_floor(shape, newest, highest)
             events = numbered, None if floor is None else pc.field(shape.column) >= pa.scalar(floor, times.type)
         else:
-            new, pairs = batch, None
+            new = batch
             with step("check the increment"):
                 highest, lowest = (instant(v) for v in new.agg(F.max(F.col(quote(shape.column))),
                                                                 F.min(F.col(quote(shape.column)))).first())
-                self._refuse_late(newest, lowest, lambda limit: _first_below_in_frame(new, shape.column, limit))
+                _refuse_late(shape, newest, lowest, lambda limit: _first_below_in_frame(new, shape.column, limit))
             old = None
             if kept is not None:
                 old = view.frame(spark).where(F.col(quote(shape.column)) >= F.lit(kept)) \
                     .select(*[F.col(quote(c)) for c in self.columns])
-            floor = self._state_floor(newest, highest)
+            floor = _state_floor(shape, newest, highest)
             events = (new.select(*[F.col(quote(c)) for c in self.columns], F.lit(batch_id).cast("bigint").alias(BATCH),
                                  F.monotonically_increasing_id().alias(ROW)),
                       None if floor is None else F.col(quote(shape.column)) >= F.lit(floor))
-        if pairs is not None:
-            with step("write the output"):
-                self._write_pairs(spark, pairs, batch_id)
-        else:
-            self._pair(spark, new, old, batch_id)
+        self._pair(spark, new, old, batch_id)
         with step("write the state"):
             rows, keep = events
             self.events.write(view, rows, batch_id, keep=keep)
@@ -409,46 +562,40 @@ class SelfJoinRun(StatefulRun):
         with step("write the groups"):
             self.groups.write(view, after, batch_id)
 
-    def _write_pairs(self, spark, pairs: pa.Table, batch_id: int) -> None:
-        """The statement's rows made on the driver (:class:`ArrowPairs`), written as Spark
-        would write them, under the columns Spark's analysis gave."""
-        check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
-                                                          for f in self.shape.output.fields])
-        self.sink.write_table(spark, pairs, batch_id, self.shape.output)
-
     def write_statement(self, spark, forwarded, batch_id: int, carry=(), whole: bool = False) -> None:
         """The pairs are the statement's rows already: they are written as they are."""
         check_columns(self.checkpoint, self.output, [(f.name, f.dataType.simpleString())
                                                           for f in forwarded.schema.fields])
         self.sink.write_frame(forwarded, batch_id)
 
-    def _refuse_late(self, newest, lowest, first_below) -> None:
-        """A new event older than the newest time of earlier runs by more than the band's
-        width could pair with events the state no longer holds: ``[LATE_CHANGE]``. ``lowest`` is
-        the run's earliest time; ``first_below(limit)`` finds the time of a late event where the
-        run's events are (Arrow data on the driver, or Spark's batch), None where there is none.
-        One check for both places, so they refuse the same runs."""
-        if newest is None or lowest is None:
-            return
-        limit = newest - self.shape.distance(1)
-        if lowest < limit:
-            late = first_below(limit)
-            if late is not None:
-                raise self._late(late, limit)
 
-    def _state_floor(self, newest, highest):
-        """The earliest time the state keeps after this run: the band's width and the allowed
-        lateness before the newest time seen, by earlier runs or this one (``highest``); None
-        where no time was seen yet."""
-        top = _latest(newest, highest)
-        return None if top is None else top - self.shape.distance(2)
 
-    def _late(self, value, limit) -> SqlextError:
-        column = self.shape.column
-        return SqlextError(
-            "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=column,
-            value=repr(value), last=repr(limit), earlier=f"the newest {column} an earlier run saw less the band's width",
-            fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+def _refuse_late(shape: SelfJoinShape, newest, lowest, first_below) -> None:
+    """A new event older than the newest time of earlier runs by more than the band's width
+    could pair with events the state no longer holds: ``[LATE_CHANGE]``. ``lowest`` is the
+    run's earliest time; ``first_below(limit)`` finds the time of a late event where the run's
+    events are (Arrow data, or Spark's batch), None where there is none. One check for every
+    place a run pairs, so they refuse the same runs."""
+    if newest is None or lowest is None:
+        return
+    limit = newest - shape.distance(1)
+    if lowest < limit:
+        late = first_below(limit)
+        if late is not None:
+            column = shape.column
+            raise SqlextError(
+                "LATE_CHANGE", function=FUNCTION, key="(an event of the self-join)", order_by=column,
+                value=repr(late), last=repr(limit),
+                earlier=f"the newest {column} an earlier run saw less the band's width",
+                fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+
+
+def _state_floor(shape: SelfJoinShape, newest, highest):
+    """The earliest time the state keeps after a run: the band's width and the allowed
+    lateness before the newest time seen, by earlier runs or this one (``highest``); None where
+    no time was seen yet."""
+    top = _latest(newest, highest)
+    return None if top is None else top - shape.distance(2)
 
 
 def _first_below_in_rows(rows: pa.Table, column: str, limit):

@@ -170,6 +170,37 @@ def test_awkward_names_pair_on_the_driver_as_in_batch(spark, tmp_path, storage):
     assert jobs_of(spark, query) == []  # paired on the driver
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_awkward_names_read_from_the_pairs_as_in_batch(spark, tmp_path, storage, path):
+    """A statement Spark computes over the pairs found (arithmetic and a function in its select
+    list, one item unaliased): each item named as Spark names it over the stream, every
+    condition applied as written."""
+    schema = "`id x` BIGINT, `k'q` INT, `t``s` BIGINT, `v{0}` STRING"
+    sql = ("SELECT `a a`.`id x` AS `a's id`, b.`t``s` - `a a`.`t``s`, concat(b.`v{0}`, '}') AS `w ``{1}` "
+           "FROM STREAM(ev) AS `a a` JOIN STREAM(ev) AS b ON `a a`.`k'q` = b.`k'q` "
+           "AND b.`t``s` BETWEEN `a a`.`t``s` - 2 AND `a a`.`t``s` + 1 AND b.`id x` <> `a a`.`id x` "
+           "WHERE b.`v{0}` <> 'x'")
+    events = Events(spark, tmp_path, storage, schema, path)
+    for first in (0, 6, 12):
+        events.land([(i, i % 2, i, "x" if i % 4 == 0 else f"v'{i}`") for i in range(first, first + 6)])
+        events.run(sql)
+    assert events.written() == events.batch(sql)
+    assert sum(events.written().values()) > 6
+    assert _events_state(events).buckets == 2  # the engine's operator, its events by key
+
+
+def test_a_self_join_the_operator_cannot_pair_runs_as_before(spark, tmp_path, storage):
+    """A floating-point key (-0.0 equals 0.0 in Spark's join, not in Arrow's grouping) is paired
+    by Spark with the statement's own SQL, in one bucket."""
+    events = Events(spark, tmp_path, storage, "id BIGINT, k DOUBLE, ts BIGINT, v INT")
+    sql = BAND
+    for first in (0, 8, 16):
+        events.land([(i, [0.0, -0.0, 1.5][i % 3], i, i % 3) for i in range(first, first + 8)])
+        events.run(sql)
+    assert events.written() == events.batch(sql)
+    assert _events_state(events).buckets == 1
+
+
 def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, storage):
     """After many runs the state holds the events of the last two band widths, once each (not
     once per side), each in the bucket of its key."""

@@ -1,10 +1,13 @@
 """Bind: a statement of an incremental run read once, before anything runs. It is parsed
-(:func:`one_statement`), its kind decided (:func:`stateless`: Spark's own streaming query, or a
-run that keeps state; :func:`is_recursion`), the calls over streams ordered by their ordering
-column (:func:`order_by_streams`), and what cannot run incrementally refused by name
-(:func:`refuse_shape`, :func:`refuse_table_input`, :func:`refuse_recursion`)."""
+(:func:`one_statement`), then bound (:func:`bind`): its kind decided (:data:`KINDS`: Spark's own
+streaming query, a recursion, a self-join, or keyed calls), the calls over streams ordered by
+their ordering column (:func:`order_by_streams`), and what cannot run incrementally refused by
+name (:func:`refuse_shape`, :func:`refuse_table_input`, :func:`refuse_recursion`). The plan
+(:mod:`sqlext.streaming.plan`) builds from what :func:`bind` returns alone, one builder a kind."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -53,6 +56,47 @@ def reads_streams(sql: str) -> bool:
     except Exception:  # noqa: BLE001 - sqlglot fails in several ways on text it cannot read
         return False
     return any(_is_stream(t) for t in tree.find_all(exp.Table))
+
+
+# what a statement of an incremental run can be: one that keeps no state (Spark's own streaming
+# query), a recursion over a stream of edges, a self-join of one stream, or calls of keyed
+# functions (one, or a chain of them) with SQL around them
+KINDS = ("stateless", "recursion", "self-join", "calls")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A statement of an incremental run as :func:`bind` read it, every refusal already made:
+    its kind (one of :data:`KINDS`), the statement (a copy: binding writes the calls'
+    ordering columns into it), its ``STREAM(...)`` reads in the order of the text, and for
+    keyed calls the outermost one (the call whose rows the statement reads)."""
+
+    kind: str
+    tree: exp.Expression
+    streams: tuple
+    root: exp.Table | None = None
+
+
+def bind(tree: exp.Expression) -> Bound:
+    """The statement bound (see :class:`Bound`); what cannot run incrementally is refused here,
+    before anything is read or written."""
+    tree = tree.copy()
+    calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
+    for call in calls:  # a call's own arguments first: what is wrong in one is named before the statement's shape
+        keyed_call(call).read(call)
+    streams = tuple(t for t in tree.find_all(exp.Table) if _is_stream(t))
+    if stateless(tree):
+        return Bound("stateless", tree, streams)
+    if is_recursion(tree) and streams and not calls:
+        return Bound("recursion", tree, streams)
+    refuse_recursion(tree)
+    from sqlext.streaming.operators.self_join import is_self_join
+
+    if not calls and is_self_join(tree):
+        return Bound("self-join", tree, streams)
+    root = refuse_shape(calls, list(streams))
+    order_by_streams(root)
+    return Bound("calls", tree, streams, root)
 
 
 def stateless(tree: exp.Expression) -> bool:

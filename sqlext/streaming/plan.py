@@ -26,8 +26,7 @@ from sqlext.session import ensure_installed
 from sqlext.storage import folder_bytes
 from sqlext.streaming.bad_records import QUARANTINE
 from sqlext.streaming.bind import (
-    FUNCTION, is_recursion, order_by_streams, read_shape, reads_no_stream, refuse_recursion, refuse_shape,
-    refuse_table_input, replace_table,
+    FUNCTION, Bound, is_recursion, order_by_streams, read_shape, reads_no_stream, refuse_table_input, replace_table,
 )
 from sqlext.streaming.checkpoint import STATE_FOLDER, STATEMENT_FILE, START_OVER, LAYOUT_FILE
 from sqlext.streaming.recent import Recent
@@ -42,43 +41,51 @@ from sqlext.streaming.sources import Sources
 _views = itertools.count(1)
 
 
-def stateful_function(spark, tree, sources: "Sources", checkpoint, output, output_format):
-    """The streaming source and the foreachBatch function of a statement holding one
-    CHANGELOG_FILTER over ``STREAM(name)`` or one FK_JOIN over two streams (and any SQL
-    around it)."""
+def stateful_function(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):
+    """The streaming source and the foreachBatch function of a bound statement that keeps
+    state (:func:`~sqlext.streaming.bind.bind`): built by its kind's builder (:data:`PLANS`)."""
     ensure_installed(spark)
-    tree = tree.copy()
-    calls = [t for t in tree.find_all(exp.Table) if keyed_call(t) is not None]
-    streams = [t for t in tree.find_all(exp.Table) if _is_stream(t)]
-    if is_recursion(tree) and streams and not calls:
-        from sqlext.streaming.operators.recursion import RecursionRun, RecursionShape
+    return PLANS[bound.kind](spark, bound, sources, checkpoint, output, output_format)
 
-        shape = RecursionShape(tree)
-        source = sources.read(shape.stream.this)
-        return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
-                                    folder=sources.rows_folder(shape.stream.this))
-    refuse_recursion(tree)
-    from sqlext.streaming.operators.self_join import SelfJoinRun, SelfJoinShape, is_self_join
 
-    if not calls and is_self_join(tree):
-        source = sources.read(streams[0].this)
-        shape = SelfJoinShape(spark, tree, source.schema)
-        placeholder = f"__sx_result_{next(_views)}"
-        if shape.pairing is not None:  # the engine's operator
-            from sqlext.streaming.engine import Input, Pipeline
-            from sqlext.streaming.inputs import inputs_stream
-            from sqlext.streaming.operators.self_join import SelfJoinOperator
+def _recursion(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):
+    """A recursion over a stream of edges: its run of its own
+    (:mod:`sqlext.streaming.operators.recursion`)."""
+    from sqlext.streaming.operators.recursion import RecursionRun, RecursionShape
 
-            events = Input("events", arrow_schema(source.schema), source.schema, source=0,
-                           folder=sources.rows_folder(streams[0].this))
-            operator = SelfJoinOperator(shape, checkpoint / STATE_FOLDER, events,
-                                        _buckets(spark, checkpoint, [sources.parquet_folder(streams[0].this)]))
-            return inputs_stream([source]), Pipeline([operator], operator.outer(placeholder), placeholder, checkpoint,
-                                                     output, output_format)
-        return source, SelfJoinRun(shape, placeholder, checkpoint, output, output_format,
-                                   source.schema, sources.rows_folder(streams[0].this))
-    root = refuse_shape(calls, streams)
-    order_by_streams(root)
+    shape = RecursionShape(bound.tree)
+    source = sources.read(shape.stream.this)
+    return source, RecursionRun(shape, checkpoint, output, output_format, spark, source.schema,
+                                folder=sources.rows_folder(shape.stream.this))
+
+
+def _self_join(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):
+    """A self-join of one stream: the engine's operator where it pairs the statement, else the
+    run of its own (an aggregate over it, or keys and a band it does not pair)."""
+    from sqlext.streaming.operators.self_join import SelfJoinRun, SelfJoinShape
+
+    stream = bound.streams[0].this
+    source = sources.read(stream)
+    shape = SelfJoinShape(spark, bound.tree, source.schema)
+    placeholder = f"__sx_result_{next(_views)}"
+    if shape.pairing is None:
+        return source, SelfJoinRun(shape, placeholder, checkpoint, output, output_format, source.schema,
+                                   sources.rows_folder(stream))
+    from sqlext.streaming.engine import Input, Pipeline
+    from sqlext.streaming.inputs import inputs_stream
+    from sqlext.streaming.operators.self_join import SelfJoinOperator
+
+    events = Input("events", arrow_schema(source.schema), source.schema, source=0, folder=sources.rows_folder(stream))
+    operator = SelfJoinOperator(shape, checkpoint / STATE_FOLDER, events,
+                                _buckets(spark, checkpoint, [sources.parquet_folder(stream)]))
+    return inputs_stream([source]), Pipeline([operator], operator.outer(placeholder), placeholder, checkpoint, output,
+                                             output_format)
+
+
+def _calls(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):
+    """Calls of keyed functions (and any SQL around them): the engine's operators, one per call
+    (and the aggregate over them), built once per statement and checkpoint in a process."""
+    tree, root = bound.tree, bound.root
     statement = to_sql(tree)
     placeholder = f"__sx_result_{next(_views)}"
     numbered = [t for t in root.find_all(exp.Table) if _is_stream(t)]  # the sources, numbered in the order of the text
@@ -102,6 +109,10 @@ def stateful_function(spark, tree, sources: "Sources", checkpoint, output, outpu
     _COMPILED.put(_compiled_key(spark, statement, checkpoint, output, output_format, frames, folders, converted, sources),
                   compiled)
     return compiled
+
+
+# each kind of statement that keeps state (see bind.KINDS), and what builds its run
+PLANS = {"recursion": _recursion, "self-join": _self_join, "calls": _calls}
 
 
 # The pipelines this process built, by statement, checkpoint and sources' columns: the next run

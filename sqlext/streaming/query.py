@@ -12,7 +12,7 @@ from sqlext.errors import SqlextError, current_surface, find_in, surface, surfac
 from sqlext.storage import resolve
 from sqlext.streaming.bad_records import Door, Quarantine
 from sqlext.streaming.batches import INPUT_ERRORS, forget_batch
-from sqlext.streaming.bind import FUNCTION, one_statement, stateless
+from sqlext.streaming.bind import FUNCTION, bind, one_statement, stateless
 from sqlext.streaming.checkpoint import (START_OVER, Before, check_columns, claim, clear_for_full_refresh,
                                          output_columns)
 from sqlext.streaming.plan import stateful_function, stateless_frame
@@ -91,17 +91,18 @@ def _start(spark, tree, checkpoint, output, trigger, output_format, sources: "So
     """The query started, and the ``foreachBatch`` function that runs its micro-batches (None
     where Spark's own sink writes them)."""
     sources.check_used(tree)
+    bound = bind(tree)  # what cannot run incrementally is refused before the checkpoint is claimed
     claim(checkpoint, output, purpose_of(tree), start_over)
     run = None
     try:
-        if not stateless(tree):
+        if bound.kind != "stateless":
             if output is None:
                 raise SqlextError("UNSUPPORTED_STREAM", function=FUNCTION,
                                   what="a statement that keeps state without an output folder",
                                   reason="its micro-batches write their rows into a folder",
                                   fix="Pass output=..., or use sqlext.streaming.streaming_frame for other sinks "
                                       "(it reads the output folder as a stream).")
-            source, run = stateful_function(spark, tree, sources, checkpoint, output, output_format)
+            source, run = stateful_function(spark, bound, sources, checkpoint, output, output_format)
             writer = source.writeStream.foreachBatch(Door(run, checkpoint, sources.records)) \
                 .option("checkpointLocation", checkpoint.uri)
         else:  # nothing to keep between runs: Spark's own streaming query

@@ -58,7 +58,8 @@ from sqlext.functions.changes import CHANGE_TYPE
 from sqlext.storage import Folder, read_parquet
 from sqlext.storage.backends import HadoopIO
 from sqlext.streaming.batches import batch_files
-from sqlext.streaming.batch_parts import Parts, Stream, Window, plan_parts, worker_cache_bytes
+from sqlext.streaming.batch_parts import (BYTES_PER_ROW, Parts, Stream, Window, plan_parts, task_budget,
+                                          worker_cache_bytes)
 from sqlext.streaming.inputs import source_frame
 from sqlext.streaming.run import (PATH_SETTING, BatchReport, StatefulRun, check_columns, on_driver, record_in,
                                   recorded_in, spark_columns, spark_schema, step, timed)
@@ -234,17 +235,20 @@ class KeyedOperator:
         return next(iter(self.states.values())).buckets
 
     @staticmethod
-    def state_buckets(spark, source_bytes: int = 0) -> int:
+    def state_buckets(spark, source_bytes: int = 0, source_rows: int = 0) -> int:
         """How many buckets a new state gets: ``spark.sqlext.streaming.stateBuckets``, by default
         Spark's default parallelism (the cores a run can use at once), or more where the
-        sources already hold more than :data:`BUCKET_SOURCE_BYTES` of Parquet a bucket, so that
-        the task of one bucket in a first run over a long history holds a share that fits a
-        Python worker's memory."""
+        sources already hold more than :data:`BUCKET_SOURCE_BYTES` of Parquet a bucket, or more
+        rows than a task's memory takes (the batch bound's rows for one bucket:
+        :mod:`~sqlext.streaming.batch_parts`), so that a first run over a long history runs in
+        one part, the task of each bucket holding a share that fits a Python worker's memory
+        (in parts, every part would be a pass of the tasks over the whole history)."""
         asked = asked_buckets(spark)
         if asked is not None:
             return asked
         cores = int(spark.sparkContext.defaultParallelism)
-        return max(1, cores, -(-int(source_bytes) // BUCKET_SOURCE_BYTES))
+        per_bucket = max(1, task_budget(spark) // BYTES_PER_ROW)
+        return max(1, cores, -(-int(source_bytes) // BUCKET_SOURCE_BYTES), -(-int(source_rows) // per_bucket))
 
     def recorded(self, name: str, batch_id: int):
         """The value the last batch before ``batch_id`` recorded under ``name``; None before any."""

@@ -193,15 +193,33 @@ def _aggregate(spark, tree: exp.Expression, placeholder: str, checkpoint, operat
 
 
 def _buckets(spark, checkpoint, folders: list) -> int:
-    """The buckets of a new state, from the bytes its statement's source folders hold now (a
-    first run over a long history gets more; see :meth:`KeyedOperator.state_buckets`). A state
-    that exists keeps the number it recorded, so the folders are only measured before the
-    first run has kept any."""
+    """The buckets of a new state, from the bytes its statement's source folders hold now and
+    the rows their Parquet files hold (a first run over a long history gets more; see
+    :meth:`KeyedOperator.state_buckets`). A state that exists keeps the number it recorded, so
+    the folders are only measured before the first run has kept any."""
     from sqlext.streaming.engine import KeyedOperator
 
     if (checkpoint / STATE_FOLDER).entries():
         return KeyedOperator.state_buckets(spark)
-    return KeyedOperator.state_buckets(spark, sum(folder_bytes(f) for f in folders if f is not None))
+    folders = [f for f in folders if f is not None]
+    return KeyedOperator.state_buckets(spark, sum(folder_bytes(f) for f in folders),
+                                       sum(_parquet_rows(f) for f in folders))
+
+
+def _parquet_rows(folder) -> int:
+    """The rows the Parquet files under ``folder`` hold, from their footers (files Spark passes
+    over, hidden ones, not counted). Only a measure of the history for the buckets: a file whose
+    footer does not read counts nothing here, and the run's reader names it."""
+    from sqlext.storage.folder import walk_files
+
+    total = 0
+    for file in walk_files(folder):
+        if file.name.endswith(".parquet") and not file.name.startswith(("_", ".")):
+            try:
+                total += file.parquet_rows()
+            except Exception:  # noqa: BLE001 - the run's own read refuses the file, naming it
+                continue
+    return total
 
 
 def _operator(spark, table: exp.Table, folder, numbered: list, frames: list, sources: "Sources", operators: list,

@@ -193,14 +193,20 @@ def test_a_task_reads_and_writes_its_own_bucket_only(tmp_path):
 
 def test_a_new_state_gets_a_bucket_for_each_share_of_a_long_history(spark):
     """A first run over a long history keeps each bucket's share small enough for one task: a
-    new state gets more buckets than cores where the sources hold more than a bucket's bytes;
-    the setting, where given, decides."""
+    new state gets more buckets than cores where the sources hold more than a bucket's bytes,
+    or more rows than a bucket's share of the batch bound; the setting, where given, decides."""
+    from sqlext.streaming.batch_parts import BYTES_PER_ROW, max_rows, task_budget
     from sqlext.streaming.engine import BUCKET_SOURCE_BYTES, KeyedOperator
 
     cores = int(spark.sparkContext.defaultParallelism)
     assert KeyedOperator.state_buckets(spark) == cores
     assert KeyedOperator.state_buckets(spark, BUCKET_SOURCE_BYTES) == cores
     assert KeyedOperator.state_buckets(spark, 10 * BUCKET_SOURCE_BYTES + 1) == 11
+    # or more rows than the batch bound gives one bucket: the first run then runs in one part
+    per_bucket = task_budget(spark) // BYTES_PER_ROW
+    assert KeyedOperator.state_buckets(spark, 0, per_bucket) == cores
+    assert KeyedOperator.state_buckets(spark, 0, 8 * per_bucket) == max(cores, 8)
+    assert max_rows(spark, KeyedOperator.state_buckets(spark, 0, 8 * per_bucket + 1)) >= 8 * per_bucket + 1
     spark.conf.set("spark.sqlext.streaming.stateBuckets", "3")
     try:
         assert KeyedOperator.state_buckets(spark, 10 * BUCKET_SOURCE_BYTES) == 3

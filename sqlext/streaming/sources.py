@@ -480,7 +480,7 @@ class Sources:
         micro = microseconds(schema)
         if micro != schema:
             self._nanos[name] = schema
-        return StructType.fromJson(micro)
+        return StructType.fromJson(_collations_named(micro))
 
     def _inferred(self, name: str, folder: str, missing_ok: bool) -> dict | None:
         """The columns of the folder's files as Spark reads them (a schema's JSON); None for a
@@ -594,3 +594,20 @@ def table_folder(spark, target: exp.Table, exists: bool) -> str:
     # string (what DESCRIBE gives for a table, and what resolve takes) holds the characters
 
     return decoded(spark, spark.catalog.getDatabase(database).locationUri).rstrip("/") + "/" + target.name
+
+
+def _collations_named(schema: dict) -> dict:
+    """A schema's JSON as the JVM gives it, with each column's collation named as PySpark reads
+    it: with its provider (``spark.UTF8_LCASE``, ``icu.UNICODE_CI``). The JVM writes a collation
+    by its name alone, which PySpark refuses to read (an assertion, not an error)."""
+    if isinstance(schema, list):
+        return [_collations_named(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    named = {key: _collations_named(value) for key, value in schema.items()}
+    collations = (named.get("metadata") or {}).get("__COLLATIONS") if isinstance(named.get("metadata"), dict) else None
+    if isinstance(collations, dict):
+        named["metadata"] = {**named["metadata"], "__COLLATIONS": {
+            column: value if "." in str(value) else ("spark." if str(value).upper().startswith("UTF8_") else "icu.")
+            + str(value) for column, value in collations.items()}}
+    return named

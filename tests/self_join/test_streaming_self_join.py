@@ -201,6 +201,46 @@ def test_a_self_join_the_operator_cannot_pair_runs_as_before(spark, tmp_path, st
     assert _events_state(events).buckets == 1
 
 
+@pytest.mark.storage("plain")
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_collated_key_pairs_as_its_collation_compares(spark, tmp_path, storage, path):
+    """'Ab' and 'aB' are one key under UTF8_LCASE: such a stream pairs as Spark compares it (in
+    Spark, with the statement's own SQL), not by the values' bytes."""
+    sql = ("SELECT a.id AS a_id, b.id AS b_id, b.v - a.v AS dv FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
+           "ON a.k = b.k AND b.ts BETWEEN a.ts - 3 AND a.ts + 1")
+    events = Events(spark, tmp_path, storage, path=path)
+    for first in (0, 10):
+        spark.sql(f"SELECT id, CAST(IF(id % 2 = 0, 'Ab', 'aB') AS STRING COLLATE UTF8_LCASE) AS k, id DIV 2 AS ts, "
+                  f"CAST(id % 3 AS INT) AS v FROM range({first}, {first + 10})").coalesce(1) \
+            .write.mode("append").parquet(events.uri("ev"))
+        events.run(sql)
+    batch = sqlext.sql(spark, sql.replace("STREAM(ev)", f"parquet.`{events.uri('ev')}`")).collect()
+    assert events.written() == multiset([r.asDict() for r in batch])
+    assert any(r.a_id % 2 != r.b_id % 2 for r in batch)  # 'Ab' met 'aB'
+
+
+def test_a_timestamp_without_time_zone_is_no_band_the_operator_pairs(spark):
+    """The newest time a run records and the state's floor are instants: a band over a
+    TIMESTAMP_NTZ (a wall-clock time) is left to the run that pairs in Spark."""
+    from sqlext.language.dialect import parse_one
+    from sqlext.streaming.operators.self_join import SelfJoinShape
+
+    sql = COLUMNS_ONLY.replace("- 3", "- INTERVAL 3 MINUTES").replace("+ 2", "+ INTERVAL 2 MINUTES")
+    for column, operator_pairs in (("TIMESTAMP", True), ("TIMESTAMP_NTZ", False)):
+        schema = spark.createDataFrame([], f"id BIGINT, k INT, ts {column}, v INT").schema
+        assert (SelfJoinShape(spark, parse_one(sql), schema).pairing is not None) == operator_pairs, column
+
+
+def test_an_aggregate_sqlglot_does_not_know_as_one_is_refused_not_read_as_pairs(spark, tmp_path, storage):
+    """``try_sum`` aggregates in Spark: a run's pairs cannot be its rows."""
+    events = Events(spark, tmp_path, storage)
+    events.land([(i, i % 3, i // 2, i % 4) for i in range(10)])
+    with pytest.raises(SqlextError) as error:
+        events.run("SELECT try_sum(b.v - a.v) AS s FROM STREAM(ev) AS a JOIN STREAM(ev) AS b "
+                   "ON a.k = b.k AND b.ts BETWEEN a.ts - 3 AND a.ts + 1")
+    assert error.value.error_class == "UNSUPPORTED_STREAM" and "COUNT, SUM, MIN, MAX" in str(error.value)
+
+
 def test_one_state_keeps_only_what_the_band_can_still_pair(spark, tmp_path, storage):
     """After many runs the state holds the events of the last two band widths, once each (not
     once per side), each in the bucket of its key."""

@@ -97,7 +97,13 @@ class SelfJoinShape:
             if is_grouped(tree) and not isinstance(join, str):
                 self._analyse_grouped(spark, named)
             elif not isinstance(join, str):
-                self.output = spark.sql(to_sql(named)).schema  # the pairs' columns, as Spark gives them
+                pairs = spark.sql(to_sql(named))
+                if _aggregates(pairs):  # an aggregate function sqlglot does not know as one (try_sum, every, ...)
+                    raise _unsupported("an aggregate over a self-join of a stream other than COUNT, SUM, MIN, MAX "
+                                       "and AVG", "a run adds pairs, or adds them to the groups of those aggregates",
+                                       "Aggregate with COUNT, SUM, MIN, MAX or AVG, or run the whole statement as a "
+                                       "batch query (sqlext.sql).")
+                self.output = pairs.schema  # the pairs' columns, as Spark gives them
         finally:
             spark.catalog.dropTempView(view)
         if isinstance(join, str):
@@ -111,12 +117,15 @@ class SelfJoinShape:
         self.column = band.column
         self.kind = band.lower.offset.kind or band.upper.offset.kind
         self.width = max(abs(band.lower.offset.value), abs(band.upper.offset.value))
-        self.arrow = None if self.grouped is not None else ArrowPairs.of(join, arrow_schema(schema), self)
+        # a collated string compares as its collation says (UTF8_LCASE: 'Ab' = 'aB'), which Arrow's
+        # comparisons and the pairs' plain columns do not: such a stream pairs in Spark, as written
+        collated = " collate " in schema.simpleString().lower()
+        self.arrow = None if self.grouped is not None or collated else ArrowPairs.of(join, arrow_schema(schema), self)
         # how the engine's operator pairs this statement's events (None: the run of its own
         # below does): its rows made over Arrow data, or the pairs its keys and band allow,
         # which the statement then reads (:meth:`over_pairs`)
         self.pairing = self.arrow
-        if self.grouped is None and self.arrow is None:
+        if self.grouped is None and self.arrow is None and not collated:
             self.pairing = BandPairs.of(join, arrow_schema(schema))
             if self.pairing is not None and self.over_pairs("__sx_pairs") is None:
                 self.pairing = None
@@ -214,8 +223,10 @@ class BandPairs:
             raise _NotArrow("a strict band edge on a continuous column")
         self.band = self._position(band.column)
         band_type = schema.field(self.band).type
-        if pa.types.is_timestamp(band_type) and band_type.unit == "us" and band.lower.offset.kind != "number" \
-                and band.upper.offset.kind != "number":
+        # a TIMESTAMP (an instant, in UTC), not a TIMESTAMP_NTZ: the newest time a run records and
+        # the state's floor are instants
+        if pa.types.is_timestamp(band_type) and band_type.unit == "us" and band_type.tz is not None \
+                and band.lower.offset.kind != "number" and band.upper.offset.kind != "number":
             self.bounds = (-(1 << 63), (1 << 63) - 1)
         elif pa.types.is_integer(band_type) and band.lower.offset.kind != "interval" \
                 and band.upper.offset.kind != "interval":
@@ -568,6 +579,18 @@ class SelfJoinRun(StatefulRun):
                                                           for f in forwarded.schema.fields])
         self.sink.write_frame(forwarded, batch_id)
 
+
+
+def _aggregates(frame) -> bool:
+    """Whether Spark's analysis of ``frame`` aggregates (a plan of Spark's own sessions; one
+    whose plan cannot be read is taken as sqlglot reads it)."""
+    import json
+
+    try:
+        nodes = json.loads(frame._jdf.queryExecution().analyzed().toJSON())
+    except Exception:  # noqa: BLE001 - a session without the JVM's plan (Spark Connect)
+        return False
+    return any(node.get("class", "").endswith(".Aggregate") for node in nodes)
 
 
 def _refuse_late(shape: SelfJoinShape, newest, lowest, first_below) -> None:

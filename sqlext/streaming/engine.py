@@ -102,6 +102,10 @@ class Input:
     folder: Folder | None = None
     upstream: "KeyedOperator | None" = None
     repeats: bool = False  # a stream of Debezium's events, which a restarted connector sends again
+    # an operator that takes in the same rows of this stream first, by the same bucket, and whose
+    # tasks hand each bucket's share on (:attr:`KeyedOperator.hands`): on the executors a task
+    # reads its bucket's file of them, not every file of the stream to keep its share
+    handed_by: "KeyedOperator | None" = None
 
 
 # a new state gets a bucket for each this many bytes of its sources' Parquet files
@@ -131,6 +135,10 @@ class KeyedOperator:
     # exchange: each reader's task reads its own files), the reader's bucket of each row:
     # ``split(out) -> np.ndarray``; None where a reader's tasks read every file
     split = None
+    # the inputs whose rows a bucket's task writes, as it took them in, for a later operator of
+    # the call that takes the same rows by the same bucket (an FK_JOIN's join step reads the left
+    # changes its subscribe step took: :attr:`Input.handed_by`)
+    hands: tuple = ()
 
     def __init__(self, folder: Folder, call: exp.Table):
         self.folder, self.call = folder, call
@@ -179,6 +187,11 @@ class KeyedOperator:
 
         name = next(iter(self.inputs)) if len(self.inputs) == 1 else "rows"
         return {name: row_count(rows)}
+
+    def handed(self, rows, name: str) -> pa.Table:
+        """The rows of input ``name`` that ``rows`` (of the operator's form) hold, in the input's
+        columns: what a task hands on for :attr:`hands`."""
+        raise NotImplementedError
 
     def input_order(self, name: str) -> str | None:
         """The column that orders the rows of input ``name`` (where it is a stream the statement
@@ -464,18 +477,24 @@ class Pipeline(StatefulRun):
         summary_schema = StructType([StructField("summary", BinaryType())])
         cache = worker_cache_bytes(spark)
         parts: dict[int, list[Folder]] = {}
+        handed: dict[int, list[Folder]] = {}  # the rows an operator's tasks handed on (KeyedOperator.hands)
         facts, pending = {}, []
         for chain in self._chains(root, batch_id):
             first = chain[0]
             if first.files is not None and self._idle(chain, parts):
                 for stage in chain:  # no rows in: no rows out and no state written, so no job
                     parts[id(stage.operator)], facts[id(stage.operator)] = [], {}
+                    handed[id(stage.operator)] = []
                 continue
             if first.files is not None:  # tasks read the files, and run the chain's operators in turn
                 for stage in chain:
                     stage.files.update({name: parts[id(source.upstream)]
                                         for name, source in stage.operator.inputs.items()
                                         if source.upstream is not None and name != stage.carried})
+                    stage.files.update({name: handed[id(source.handed_by)]
+                                        for name, source in stage.operator.inputs.items()
+                                        if source.handed_by is not None and id(source.handed_by) in handed
+                                        and name != stage.carried})
                 job = spark.range(0, first.operator.buckets, 1, first.operator.buckets).mapInArrow(
                     FileTasks(chain, batch_id, cache), summary_schema)
             else:  # Spark routes the rows to the buckets
@@ -493,6 +512,8 @@ class Pipeline(StatefulRun):
                 operator, mine = stage.operator, [s for s in done if s.get("stage", 0) == number]
                 parts[id(operator)] = [stage.pending / name for s in mine if s["out"]
                                        for name in ([s["out"]] if isinstance(s["out"], str) else s["out"])]
+                if first.files is not None and operator.hands:
+                    handed[id(operator)] = [stage.pending / name for s in mine for name in s.get("handed", [])]
                 self._count_taken(operator, [s["taken"] for s in mine], copies=True)
                 facts[id(operator)] = _combined([s["facts"] for s in mine])
                 pending += [(operator.states[name], layers) for s in mine for name, layers in s["pending"].items()]

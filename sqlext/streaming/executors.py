@@ -122,7 +122,7 @@ class Stage:
 
 
 def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: float,
-                steps: dict[str, float], kept: bool = True) -> tuple[dict, pa.Table | None]:
+                steps: dict[str, float], kept: bool = True, hand: bool = False) -> tuple[dict, pa.Table | None]:
     """One bucket's task: the operator's step over the bucket's rows and its bucket of the
     states; the state layers written, not committed, and the forwarded rows written (or, not
     ``kept``, only returned for the next operator). Returns what the driver needs to commit them
@@ -144,13 +144,21 @@ def _run_bucket(op, batch_id: int, pending: Folder, bucket: int, rows, started: 
                 name = f"part-{bucket:05d}{TO_BUCKET}{int(reader):05d}.parquet"
                 (pending / name).write_parquet(forwarded.filter(pa.array(target == reader)))
                 out.append(name)
+    handed = []
+    for name in op.hands if hand else ():  # the input's rows as taken in, for the later step of this bucket
+        schema = op.inputs[name].schema
+        table = op.handed(rows, name)
+        if table.num_rows:
+            handed.append(f"hand-{name}-{bucket:05d}{TO_BUCKET}{bucket:05d}.parquet")
+            (pending / handed[-1]).write_parquet(
+                pa.Table.from_arrays([table[f.name].cast(f.type) for f in schema], schema=schema))
     written = {}
     for name, delta in result.deltas.items():
         view = views[name] if name not in op.shared else views[name].owned(bucket)
         written[name] = op.states[name].write(view, delta, batch_id, keep=op.keep(name), commit=False)
     steps["the task"] = time.perf_counter() - started
     return {"bucket": bucket, "out": out, "pending": written, "facts": result.facts, "steps": dict(steps),
-            "taken": taken}, forwarded
+            "taken": taken, "handed": handed}, forwarded
 
 
 def _summary_row(summary: dict) -> pa.RecordBatch:
@@ -199,7 +207,8 @@ class FileTasks:
                             with step("read the increment"):
                                 mine = self._rows_of_bucket(stage, int(bucket), carried)
                             summary, carried = _run_bucket(stage.operator, self.batch_id, stage.pending,
-                                                           int(bucket), mine, started, steps, kept=stage.kept)
+                                                           int(bucket), mine, started, steps, kept=stage.kept,
+                                                           hand=True)
                         yield _summary_row({**summary, "stage": number})
 
     @staticmethod

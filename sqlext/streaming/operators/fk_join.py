@@ -202,6 +202,11 @@ class FkSubscribe(_Stage):
     def taken(self, rows) -> dict:
         return {"left": rows.num_rows}
 
+    hands = ("left",)  # the join step of each bucket reads the left changes this step took in
+
+    def handed(self, rows, name: str) -> pa.Table:
+        return rows
+
     def step(self, rows, views, batch_id: int) -> Step:
         """Each changed left key's (foreign key, left key) pairs: the one it had (``WAS``), the
         one it has after the batch (``NOW``, computed as the join computes its last row), and
@@ -395,8 +400,9 @@ class FkJoinOperator(_Stage):
                           Input("requests", subscribe.output_arrow, spark_schema(subscribe.output_arrow),
                                 upstream=subscribe))
         self.stages = [subscribe, answer]
-        self.inputs = {"left": left, "answers": Input("answers", answer.output_arrow,
-                                                      spark_schema(answer.output_arrow), upstream=answer)}
+        self.inputs = {"left": replace(left, handed_by=subscribe),
+                       "answers": Input("answers", answer.output_arrow, spark_schema(answer.output_arrow),
+                                        upstream=answer)}
         self.states = {"left": left_state}
         names = spec.right_names
         output = [left_fields[c] for c in spec.left.data_columns]

@@ -19,6 +19,16 @@ time is within the band's width ``W`` of its own, so the state keeps the events 
 ``W`` plus the allowed lateness (``W`` too) before the newest time seen; an older one is
 dropped. A new event older than the newest time of earlier runs by more than the lateness could
 miss partners already dropped, so it stops the run with ``[LATE_CHANGE]``, nothing written.
+
+The events are kept by their join keys, so an event and every partner it can have are in one
+bucket: the self-join is one of the engine's keyed operators (:class:`SelfJoinOperator`),
+placed on the driver or the executors as any other, rescaled, and cut into parts at the band's
+times. Its step finds the pairs over Arrow data (:class:`BandPairs`); the statement's rows are
+made there too where all of it computes over Arrow data as Spark computes it
+(:class:`ArrowPairs`), else Spark runs the statement over the pairs found
+(:meth:`SelfJoinShape.over_pairs`). An aggregate over the pairs, and a statement whose keys or
+band the step does not pair, keep the run of their own (:class:`SelfJoinRun`): one bucket, the
+pairs made in Spark.
 """
 
 from __future__ import annotations
@@ -286,11 +296,11 @@ class BandPairs:
         except _NotArrow:
             return None
 
-    def found(self, new: pa.Table, old: pa.Table | None, limit: int | None = None) -> pa.Table | None:
+    def found(self, new: pa.Table, old: pa.Table | None) -> pa.Table | None:
         """The pairs of the ``new`` events (as the first side) with every event, and of the
         ``old`` ones with the new (as the second side), in :attr:`pair_schema`: each pair
-        once. None where they would be more than ``limit``, or the band's arithmetic would
-        overflow the column's type (Spark raises there)."""
+        once. None where the band's arithmetic would overflow the column's type (Spark raises
+        there)."""
         events = new if old is None else pa.concat_tables([new, old.cast(new.schema)])
         arrays = [events.column(i) for i in range(events.num_columns)]
         valid = pc.is_valid(arrays[self.band])
@@ -310,10 +320,7 @@ class BandPairs:
         left, right = [], []
         for first, second in ((fresh, everyone), (earlier, fresh)):
             found = pairs_within(code[first], values[first] + self.lower - 1, values[first] + self.upper,
-                                 code[second], values[second],
-                                 None if limit is None else limit - sum(len(x) for x in left))
-            if found is None:
-                return None
+                                 code[second], values[second])
             left.append(first[found[0]])
             right.append(second[found[1]])
         left, right = np.concatenate(left), np.concatenate(right)
@@ -378,7 +385,8 @@ class SelfJoinOperator(KeyedOperator):
         self.inputs = {"events": events}
         self.columns = events.schema.names
         self.output_arrow = shape.arrow.output if shape.arrow is not None else self.pairing.pair_schema
-        self.output_key, self.order_by = [], shape.column
+        self.output_key = []  # its rows are pairs, not change rows: nothing nets them
+        self.order_by = shape.column
         self.newest = self._floor = None
 
     def outer(self, placeholder: str) -> exp.Select:
@@ -434,15 +442,10 @@ class SelfJoinOperator(KeyedOperator):
             lowest, highest = (instant(v.as_py()) for v in pc.min_max(times).values()) if rows.num_rows \
                 else (None, None)
             _refuse_late(shape, self.newest, lowest, lambda limit: _first_below_in_rows(rows, shape.column, limit))
-        view = views["events"]
         earlier = None
-        if self.newest is not None and not view.empty:
+        if self.newest is not None and not views["events"].empty:
             with step("look up the state"):
-                earlier = view.rows()
-                kept = self.newest - shape.distance(2)
-                earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
-                                                          pa.scalar(kept, earlier.schema.field(shape.column).type)))
-                earlier = earlier.select(self.columns)
+                earlier = _kept_events(shape, views["events"], self.newest).select(self.columns)
         with step("pair the events"):
             pairs = self.pairing.found(rows, earlier)
             if pairs is None:
@@ -452,7 +455,8 @@ class SelfJoinOperator(KeyedOperator):
             out = pairs if shape.arrow is None else shape.arrow.rows(pairs)
         numbered = rows.append_column(BATCH, pa.array(np.full(rows.num_rows, batch_id, dtype=np.int64))) \
             .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        # within a bucket (the events of one key are all in one) a batch's rows are numbered apart
+        # a batch's rows numbered apart within the step's rows: a bucket's on the executors (the
+        # events of one key are all in one), all of them on the driver
         self._floor = _state_floor(shape, self.newest, highest)
         return Step(out, {"events": numbered}, {"newest": highest})
 
@@ -491,10 +495,7 @@ class SelfJoinRun(StatefulRun):
             new = batch  # Spark pairs the events from the batch's own files (a long first run too)
             old = None
             if kept is not None:
-                earlier = view.rows()
-                earlier = earlier.filter(pc.greater_equal(earlier[shape.column],
-                                                          pa.scalar(kept, earlier.schema.field(shape.column).type)))
-                old = arrow_frame(spark, earlier.select(self.columns), self.source_schema)
+                old = arrow_frame(spark, _kept_events(shape, view, newest).select(self.columns), self.source_schema)
             numbered = rows.append_column(BATCH, pa.array([batch_id] * rows.num_rows, pa.int64())) \
                 .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
             floor = _state_floor(shape, newest, highest)
@@ -580,7 +581,6 @@ class SelfJoinRun(StatefulRun):
         self.sink.write_frame(forwarded, batch_id)
 
 
-
 def _aggregates(frame) -> bool:
     """Whether Spark's analysis of ``frame`` aggregates (a plan of Spark's own sessions; one
     whose plan cannot be read is taken as sqlglot reads it)."""
@@ -611,6 +611,15 @@ def _refuse_late(shape: SelfJoinShape, newest, lowest, first_below) -> None:
                 value=repr(late), last=repr(limit),
                 earlier=f"the newest {column} an earlier run saw less the band's width",
                 fix="Land events in time order (within the band's width), or run the statement as a batch query.")
+
+
+def _kept_events(shape: SelfJoinShape, view, newest) -> pa.Table:
+    """The earlier events of a state's ``view`` the band can still pair with a run's events,
+    ``newest`` the newest time an earlier run saw (a run's events are no older than it less the
+    band's width, or the run is refused)."""
+    events = view.rows()
+    kept = newest - shape.distance(2)
+    return events.filter(pc.greater_equal(events[shape.column], pa.scalar(kept, events.schema.field(shape.column).type)))
 
 
 def _state_floor(shape: SelfJoinShape, newest, highest):

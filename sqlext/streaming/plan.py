@@ -207,18 +207,17 @@ def _buckets(spark, checkpoint, folders: list) -> int:
 
 
 def _parquet_rows(folder) -> int:
-    """The rows the Parquet files under ``folder`` hold, from their footers (files Spark passes
-    over, hidden ones, not counted). Only a measure of the history for the buckets: a file whose
-    footer does not read counts nothing here, and the run's reader names it."""
-    from sqlext.storage.folder import walk_files
+    """The rows the data files under ``folder`` hold, from their Parquet footers. Only a measure
+    of the history for the buckets: a file whose footer does not read counts nothing here, and
+    the run's reader names it."""
+    from sqlext.streaming.source_files import data_files
 
     total = 0
-    for file in walk_files(folder):
-        if file.name.endswith(".parquet") and not file.name.startswith(("_", ".")):
-            try:
-                total += file.parquet_rows()
-            except Exception:  # noqa: BLE001 - the run's own read refuses the file, naming it
-                continue
+    for file in data_files(folder):
+        try:
+            total += file.parquet_rows()
+        except Exception:  # noqa: BLE001 - the run's own read refuses the file, naming it
+            continue
     return total
 
 

@@ -605,9 +605,10 @@ def _collations_named(schema: dict) -> dict:
     if not isinstance(schema, dict):
         return schema
     named = {key: _collations_named(value) for key, value in schema.items()}
-    collations = (named.get("metadata") or {}).get("__COLLATIONS") if isinstance(named.get("metadata"), dict) else None
+    metadata = named.get("metadata")
+    collations = metadata.get("__COLLATIONS") if isinstance(metadata, dict) else None
     if isinstance(collations, dict):
-        named["metadata"] = {**named["metadata"], "__COLLATIONS": {
+        named["metadata"] = {**metadata, "__COLLATIONS": {
             column: value if "." in str(value) else ("spark." if str(value).upper().startswith("UTF8_") else "icu.")
             + str(value) for column, value in collations.items()}}
     return named

@@ -183,7 +183,7 @@ class SelfJoinShape:
         join = tree.args["joins"][0]
         if join.args.get("using") or join.side or join.kind not in ("", "INNER"):
             return None
-        conditions = [tree.args["joins"][0].args.get("on"), (tree.args.get("where") or exp.Where()).this]
+        conditions = [join.args.get("on"), (tree.args.get("where") or exp.Where()).this]
         try:
             items = [exp.alias_(pairing.pair_column(item.unalias(), pair), field.name, quoted=True)
                      for item, field in zip(tree.expressions, self.output.fields)]

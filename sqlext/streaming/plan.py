@@ -60,8 +60,9 @@ def _recursion(spark, bound: Bound, sources: "Sources", checkpoint, output, outp
 
 
 def _self_join(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):
-    """A self-join of one stream: the engine's operator where it pairs the statement, else the
-    run of its own (an aggregate over it, or keys and a band it does not pair)."""
+    """A self-join of one stream: the engine's operator where it pairs the statement (and the
+    operator of an aggregate over its pairs after it), else the run of its own (keys and a band
+    it does not pair)."""
     from sqlext.streaming.operators.self_join import SelfJoinRun, SelfJoinShape
 
     stream = bound.streams[0].this
@@ -76,10 +77,18 @@ def _self_join(spark, bound: Bound, sources: "Sources", checkpoint, output, outp
     from sqlext.streaming.operators.self_join import SelfJoinOperator
 
     events = Input("events", arrow_schema(source.schema), source.schema, source=0, folder=sources.rows_folder(stream))
-    operator = SelfJoinOperator(shape, checkpoint / STATE_FOLDER, events,
-                                _buckets(spark, checkpoint, [sources.parquet_folder(stream)]))
-    return inputs_stream([source]), Pipeline([operator], operator.outer(placeholder), placeholder, checkpoint, output,
-                                             output_format)
+    buckets = _buckets(spark, checkpoint, [sources.parquet_folder(stream)])
+    operator = SelfJoinOperator(shape, checkpoint / STATE_FOLDER, events, buckets)
+    if shape.grouped is None:
+        return inputs_stream([source]), Pipeline([operator], operator.outer(placeholder), placeholder, checkpoint,
+                                                 output, output_format)
+    from sqlext.streaming.operators.self_join_aggregate import SelfJoinAggregateOperator
+
+    aggregate = SelfJoinAggregateOperator(shape, checkpoint / STATE_FOLDER, operator, buckets)
+    if shape.projection is not None:  # each task writes a file of projected pairs per bucket of the groups
+        operator.split = aggregate.route
+    return inputs_stream([source]), Pipeline([operator, aggregate], shape.grouped.change_feed(shape.tree, placeholder),
+                                             placeholder, checkpoint, output, output_format)
 
 
 def _calls(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):

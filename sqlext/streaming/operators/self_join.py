@@ -26,9 +26,12 @@ placed on the driver or the executors as any other, rescaled, and cut into parts
 times. Its step finds the pairs over Arrow data (:class:`BandPairs`); the statement's rows are
 made there too where all of it computes over Arrow data as Spark computes it
 (:class:`ArrowPairs`), else Spark runs the statement over the pairs found
-(:meth:`SelfJoinShape.over_pairs`). An aggregate over the pairs, and a statement whose keys or
-band the step does not pair, keep the run of their own (:class:`SelfJoinRun`): one bucket, the
-pairs made in Spark.
+(:meth:`SelfJoinShape.over_pairs`). An aggregate over the pairs is a second keyed operator
+(:class:`~sqlext.streaming.operators.self_join_aggregate.SelfJoinAggregateOperator`), to which
+the step forwards each pair's grouping values and arguments. A statement whose keys or band
+the step does not pair, or an aggregate whose partials Arrow does not compute as Spark does (a
+MIN or MAX over floating-point values), keeps the run of its own (:class:`SelfJoinRun`): one
+bucket, the pairs made in Spark.
 """
 
 from __future__ import annotations
@@ -135,17 +138,26 @@ class SelfJoinShape:
         # below does): its rows made over Arrow data, or the pairs its keys and band allow,
         # which the statement then reads (:meth:`over_pairs`)
         self.pairing = self.arrow
-        if self.grouped is None and self.arrow is None and not collated:
+        self.projection = None  # an aggregate's grouping values and arguments over the pairs, in Arrow
+        if self.arrow is None and not collated:
             self.pairing = BandPairs.of(join, arrow_schema(schema))
-            if self.pairing is not None and self.over_pairs("__sx_pairs") is None:
+            if self.pairing is not None and self.grouped is None and self.over_pairs("__sx_pairs") is None:
                 self.pairing = None
+            if self.pairing is not None and self.grouped is not None:
+                if self.projection_over_pairs("__sx_pairs") is None \
+                        or not self.grouped.arrow_partials(arrow_schema(self.projected)):
+                    self.pairing = None
+                else:
+                    self.projection = _projection(self.pairing, join, self.grouped.pairs(self.tree),
+                                                  arrow_schema(self.projected))
 
     def _analyse_grouped(self, spark, named: exp.Select) -> None:
         """The aggregate's parts and their columns, from Spark's analysis of the statement over
         an empty view (nothing runs)."""
         grouped = GroupedPairs(self.tree, spark.sql(to_sql(named)).columns)
         pairs = grouped.pairs(named)
-        grouped.check_types(spark.sql(to_sql(pairs)).schema)
+        self.projected = spark.sql(to_sql(pairs)).schema  # each pair's grouping values and arguments
+        grouped.check_types(self.projected)
         self.accumulators = spark.sql(to_sql(grouped.partials(pairs))).schema
         view = f"__sx_groups_{id(self)}"
         spark.createDataFrame([], StructType(list(self.accumulators.fields) + [StructField(TAG, BooleanType())])) \
@@ -177,7 +189,16 @@ class SelfJoinShape:
         column of the pair, each item named as Spark names it over the stream. None where a
         part of it does not read so (a column without its side, ``*``, a clause besides the
         select list, the join and WHERE)."""
-        tree, pairing, pair = self.tree, self.pairing, "__sx_pair"
+        return self._over_pairs(self.tree, [f.name for f in self.output.fields], name)
+
+    def projection_over_pairs(self, name: str) -> exp.Select | None:
+        """For an aggregate: each pair's grouping values and aggregates' arguments (the columns
+        of :attr:`projected`) over the table ``name`` of the pairs, as :meth:`over_pairs` reads
+        a statement; None where a part of it does not read so."""
+        return self._over_pairs(self.grouped.pairs(self.tree), self.projected.names, name)
+
+    def _over_pairs(self, tree: exp.Select, names: list[str], name: str) -> exp.Select | None:
+        pairing, pair = self.pairing, "__sx_pair"
         if any(value for key, value in tree.args.items() if key not in ("expressions", "from_", "joins", "where")):
             return None
         join = tree.args["joins"][0]
@@ -185,8 +206,8 @@ class SelfJoinShape:
             return None
         conditions = [join.args.get("on"), (tree.args.get("where") or exp.Where()).this]
         try:
-            items = [exp.alias_(pairing.pair_column(item.unalias(), pair), field.name, quoted=True)
-                     for item, field in zip(tree.expressions, self.output.fields)]
+            items = [exp.alias_(pairing.pair_column(item.unalias(), pair), field, quoted=True)
+                     for item, field in zip(tree.expressions, names)]
             where = [pairing.pair_column(c, pair) for c in conditions if c is not None]
         except _NotArrow:
             return None
@@ -336,30 +357,49 @@ class ArrowPairs(BandPairs):
 
     def __init__(self, join, schema: pa.Schema, shape: "SelfJoinShape"):
         super().__init__(join, schema)
-        self.condition = None  # the statement's other conditions, all of them
-        for condition in join.left_only + join.right_only + join.rest:
-            translated = arrow_expression(self.pair_column(condition), self.pair_schema, boolean=True)
-            if translated is None:
-                raise _NotArrow(to_sql(condition))
-            self.condition = translated if self.condition is None else self.condition & translated
         self.output = arrow_schema(shape.output)
-        self.columns = {}
-        for item, field in zip(shape.tree.expressions, self.output):
-            inner = item.this if isinstance(item, exp.Alias) else item
-            translated = None if isinstance(inner, exp.Star) else arrow_expression(self.pair_column(inner),
-                                                                                   self.pair_schema)
-            if translated is None or field.name in self.columns:
-                raise _NotArrow(to_sql(item))
-            self.columns[field.name] = translated
-        if len(self.columns) != len(self.output):
-            raise _NotArrow("the select list")
-        given = evaluate(self.pair_schema.empty_table(), self.columns).schema
-        if [f.type for f in given] != [f.type for f in self.output]:
-            raise _NotArrow("a select list whose types Spark gives otherwise")
+        self.columns, self.condition = _over_pair_columns(self, join, shape.tree, self.output)
 
     def rows(self, pairs: pa.Table) -> pa.Table:
         """The statement's rows over ``pairs`` (of :meth:`found`)."""
         return evaluate(pairs, self.columns, where=self.condition).cast(self.output)
+
+
+def _over_pair_columns(pairing: BandPairs, join, tree: exp.Select, output: pa.Schema):
+    """A statement's select list (named as ``output``, of its types) and its conditions
+    besides the keys and the band, all of them, as Arrow expressions over the pairs
+    ``pairing`` finds: ``(columns by name, condition or None)``; raises :class:`_NotArrow`
+    where a part of it does not compute so as Spark computes it."""
+    condition = None
+    for part in join.left_only + join.right_only + join.rest:
+        translated = arrow_expression(pairing.pair_column(part), pairing.pair_schema, boolean=True)
+        if translated is None:
+            raise _NotArrow(to_sql(part))
+        condition = translated if condition is None else condition & translated
+    columns = {}
+    for item, field in zip(tree.expressions, output):
+        inner = item.this if isinstance(item, exp.Alias) else item
+        translated = None if isinstance(inner, exp.Star) else arrow_expression(pairing.pair_column(inner),
+                                                                               pairing.pair_schema)
+        if translated is None or field.name in columns:
+            raise _NotArrow(to_sql(item))
+        columns[field.name] = translated
+    if len(columns) != len(output):
+        raise _NotArrow("the select list")
+    given = evaluate(pairing.pair_schema.empty_table(), columns).schema
+    if [f.type for f in given] != [f.type for f in output]:
+        raise _NotArrow("a select list whose types Spark gives otherwise")
+    return columns, condition
+
+
+def _projection(pairing: BandPairs, join, pairs: exp.Select, projected: pa.Schema):
+    """An aggregate's projection of each pair (``pairs``: the statement selecting its grouping
+    values and arguments, of columns ``projected``) over Arrow data: ``(columns, condition)``,
+    or None where a part of it does not compute so as Spark computes it."""
+    try:
+        return _over_pair_columns(pairing, join, pairs, projected)
+    except _NotArrow:
+        return None
 
 
 class SelfJoinOperator(KeyedOperator):
@@ -384,7 +424,11 @@ class SelfJoinOperator(KeyedOperator):
         self.states = {"events": self.events}
         self.inputs = {"events": events}
         self.columns = events.schema.names
-        self.output_arrow = shape.arrow.output if shape.arrow is not None else self.pairing.pair_schema
+        if shape.grouped is not None:  # an aggregate's operator reads the pairs (projected, where they compute so)
+            self.output_arrow = arrow_schema(shape.projected) if shape.projection is not None \
+                else self.pairing.pair_schema
+        else:
+            self.output_arrow = shape.arrow.output if shape.arrow is not None else self.pairing.pair_schema
         self.output_key = []  # its rows are pairs, not change rows: nothing nets them
         self.order_by = shape.column
         self.newest = self._floor = None
@@ -453,6 +497,9 @@ class SelfJoinOperator(KeyedOperator):
                                    "the band's arithmetic overflows the column's type there (Spark refuses the "
                                    "batch statement too)", f"Cast {shape.column} to a wider type in the statement.")
             out = pairs if shape.arrow is None else shape.arrow.rows(pairs)
+            if shape.projection is not None:  # an aggregate's grouping values and arguments of each pair
+                columns, condition = shape.projection
+                out = evaluate(pairs, columns, where=condition).cast(self.output_arrow)
         numbered = rows.append_column(BATCH, pa.array(np.full(rows.num_rows, batch_id, dtype=np.int64))) \
             .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
         # a batch's rows numbered apart within the step's rows: a bucket's on the executors (the

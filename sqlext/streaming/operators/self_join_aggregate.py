@@ -14,6 +14,12 @@ a new group, or its old row and its new one as ``update_preimage`` and ``update_
 group whose row stays as it was writes nothing), with ``_commit_version`` the run's batch id.
 The newest row of each group in the output is the batch query's row for it.
 
+The groups' state is bucketed by the grouping values, and the aggregate is one of the engine's
+keyed operators (:class:`SelfJoinAggregateOperator`), after the self-join's: placed, rescaled
+and cut into parts as any other. The run of its own over one bucket
+(:class:`~sqlext.streaming.operators.self_join.SelfJoinRun`) keeps the statements the operators
+do not take.
+
 ``SUM`` and ``AVG`` take integral values (sums of partial sums of floating-point or decimal
 values differ from one sum in their last digits or their type), ``DISTINCT`` aggregates, ``HAVING``
 and anything over the aggregate's rows are refused: ``[UNSUPPORTED_STREAM]`` says what to do.
@@ -28,12 +34,17 @@ from sqlglot import exp
 
 from sqlext.errors import SqlextError
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
+from sqlext.language.dialect import to_sql
 from sqlext.language.sqltree import helper
+from sqlext.streaming.engine import Input, KeyedOperator, Step
+from sqlext.streaming.run import arrow_frame, arrow_schema, spark_schema, step
+from sqlext.streaming.state import KeyedState
 from sqlext.udfs.column_wise import codes, differ, take, together
 
 FUNCTION = "sqlext stream"
 AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 TAG = helper("new")  # in the rows whose finals are computed: the accumulators after this run
+VERSION = helper("version")  # beside them: the run's batch id, the change feed's _commit_version
 
 
 def _unsupported(what: str, reason: str, fix: str) -> SqlextError:
@@ -54,8 +65,9 @@ class Accumulator:
     """One column a group keeps: its name, how a partial joins it (``sum``: NULL meets a value
     as nothing does; ``count``: added; ``min``, ``max``) and the partial aggregate over the pairs."""
 
-    def __init__(self, name: str, kind: str, partial: exp.Expression):
+    def __init__(self, name: str, kind: str, partial: exp.Expression, argument: str | None):
         self.name, self.kind, self.partial = name, kind, partial
+        self.argument = argument  # the pairs' column it aggregates (None: COUNT(*))
 
 
 class GroupedPairs:
@@ -106,7 +118,8 @@ class GroupedPairs:
         def accumulator(letter: str, accumulated: str, function) -> exp.Column:
             name = helper(f"{letter}{j}")
             partial = function(this=argument.copy() if argument is not None else exp.Star())
-            self.accumulators.append(Accumulator(name, accumulated, exp.alias_(partial, name)))
+            self.accumulators.append(Accumulator(name, accumulated, exp.alias_(partial, name),
+                                                 None if argument is None else argument.name))
             return _column(name)
 
         if kind in ("sum", "avg"):
@@ -156,16 +169,82 @@ class GroupedPairs:
             .from_(exp.Subquery(this=pairs, alias=exp.TableAlias(this=exp.to_identifier(helper("pairs"))))) \
             .group_by(*[k.copy() for k in keys])
 
-    def final_rows(self, tree: exp.Select, view: str) -> exp.Select:
+    def final_rows(self, tree: exp.Select, view: str, extra=()) -> exp.Select:
         """The statement's select list over a view of accumulators (a row per group and state),
-        each output column named as the batch statement names it, with the grouping values and
-        the tag beside."""
+        each output column named as the batch statement names it, with the grouping values, the
+        tag and the columns ``extra`` names beside."""
         items = []
         for item, name in zip(tree.expressions, self.output_names):
             body = item.this if isinstance(item, exp.Alias) else item
             items.append(exp.alias_(self._over_accumulators(body), name, quoted=True))
-        return exp.select(*items, *[_column(n) for n in self.group_names], _column(TAG)) \
+        return exp.select(*items, *[_column(n) for n in (*self.group_names, TAG, *extra)]) \
             .from_(exp.Table(this=exp.to_identifier(view)))
+
+    def change_feed(self, tree: exp.Select, view: str) -> exp.Expression:
+        """The aggregate's change feed as one statement over a view of the groups a run touched
+        (each group's accumulators before the run, tag false, and after it, tag true, with the
+        run's :data:`VERSION`): an insert for a new group, its old row and its new one for a
+        changed group, nothing for a group whose row stays (values equal as ``<=>`` compares)."""
+        finals, new, old = helper("finals"), "__sx_n", "__sx_o"
+
+        def at(alias: str, name: str) -> exp.Column:
+            return exp.column(exp.to_identifier(name, quoted=True), table=exp.to_identifier(alias))
+
+        def source(alias: str) -> exp.Table:
+            return exp.Table(this=exp.to_identifier(finals), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+        on = exp.and_(exp.Not(this=at(old, TAG)),
+                      *[exp.NullSafeEQ(this=at(new, g), expression=at(old, g)) for g in self.group_names])
+        same = exp.and_(*[exp.NullSafeEQ(this=at(new, c), expression=at(old, c)) for c in self.output_names])
+        kind = exp.Case(ifs=[exp.If(this=exp.Is(this=at(old, TAG), expression=exp.Null()),
+                                    true=exp.Literal.string(INSERT))], default=exp.Literal.string(POSTIMAGE))
+
+        def feed(side: str, change: exp.Expression, join: str, where: exp.Expression) -> exp.Select:
+            return exp.select(*[at(side, c) for c in self.output_names], exp.alias_(change, CHANGE_TYPE),
+                              exp.alias_(at(new, VERSION), DEFAULT_ORDER_BY)) \
+                .from_(source(new)).join(source(old), on=on.copy(), join_type=join) \
+                .where(exp.and_(at(new, TAG), where))
+
+        posts = feed(new, kind, "left", exp.paren(exp.or_(exp.Is(this=at(old, TAG), expression=exp.Null()),
+                                                         exp.Not(this=exp.paren(same.copy())))))
+        pres = feed(old, exp.Literal.string(PREIMAGE), "inner", exp.Not(this=exp.paren(same.copy())))
+        statement = exp.union(posts, pres, distinct=False)
+        return statement.with_(finals, as_=self.final_rows(tree, view, extra=(VERSION,)))
+
+    def arrow_partials(self, pairs_schema) -> bool:
+        """Whether :meth:`partials_of` gives Spark's partials over pairs of these columns: a
+        MIN or MAX compares Arrow's way as Spark's only for integers, text, booleans, dates and
+        timestamps (not floating point, whose NaN Spark orders above every number)."""
+        types = {f.name: f.type for f in pairs_schema}
+        for accumulator in self.accumulators:
+            if accumulator.kind in ("min", "max"):
+                kind = types[accumulator.argument]
+                if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_boolean(kind)
+                        or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+                    return False
+        return True
+
+    def partials_of(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
+        """Per group of ``rows`` (pairs' grouping values and the aggregates' arguments), the
+        partial aggregates :meth:`partials` gives, over Arrow data, in ``schema``. Sums are
+        exact (added as 38-digit decimals: one beyond BIGINT fails, as Spark's sum does)."""
+        columns, aggregations = {n: rows[n] for n in self.group_names}, []
+        for accumulator in self.accumulators:
+            argument = None if accumulator.argument is None else rows[accumulator.argument]
+            if accumulator.kind == "sum":
+                columns[accumulator.name], function = argument.cast(pa.decimal128(38, 0)), "sum"
+            elif accumulator.kind == "count":
+                columns[accumulator.name] = argument if argument is not None else \
+                    pa.array(np.ones(rows.num_rows, dtype=np.int8))
+                function = "count"
+            else:
+                columns[accumulator.name], function = argument, accumulator.kind
+            aggregations.append((accumulator.name, function))
+        table = pa.table(columns) if columns else pa.table({})
+        grouped = table.group_by(self.group_names, use_threads=False).aggregate(aggregations)
+        found = {**{n: grouped[n] for n in self.group_names},
+                 **{a.name: grouped[f"{a.name}_{f}"] for a, (_, f) in zip(self.accumulators, aggregations)}}
+        return pa.Table.from_arrays([found[f.name].cast(f.type) for f in schema], schema=schema)
 
     def _over_accumulators(self, body: exp.Expression) -> exp.Expression:
         def replace(node):
@@ -259,3 +338,79 @@ def _combined(kind: str, old, new):
         values = [pick([v for v in pair if v is not None], default=None)
                   for pair in zip(old.to_pylist(), new.to_pylist())]
         return pa.array(values, new.type)
+
+
+class SelfJoinAggregateOperator(KeyedOperator):
+    """The aggregate over a self-join's pairs as one of the engine's keyed operators, after the
+    self-join's (:class:`~sqlext.streaming.operators.self_join.SelfJoinOperator`): its state
+    holds each group's accumulators by the group's values, and its step adds the partial
+    aggregates of the pairs sent to its bucket to the accumulators of their groups. It forwards
+    the touched groups' accumulators before and after (:data:`TAG`), with the run's
+    :data:`VERSION`; the statement around it makes them the aggregate's change feed
+    (:meth:`GroupedPairs.change_feed`).
+
+    Its rows are the pairs' grouping values and arguments: the self-join's step computes them
+    where they compute over Arrow data as Spark computes them (``shape.projection``), and
+    otherwise forwards the pairs, which Spark projects (:meth:`prepare`) and sends on."""
+
+    function = FUNCTION
+    emit = "changes"
+
+    def __init__(self, shape, folder, upstream: KeyedOperator, buckets: int):
+        super().__init__(folder, None)
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+        self.shape, self.grouped = shape, shape.grouped
+        self.groups = KeyedState(folder / "groups", self.grouped.group_names)
+        self.groups.record_schema(shape.accumulators, buckets)
+        self.states = {"groups": self.groups}
+        self.inputs = {"pairs": Input("pairs", upstream.output_arrow, spark_schema(upstream.output_arrow),
+                                      upstream=upstream)}
+        self.projected = arrow_schema(shape.projected)
+        self.output_arrow = arrow_schema(StructType(list(shape.accumulators.fields) + [
+            StructField(TAG, BooleanType(), False), StructField(VERSION, LongType(), False)]))
+        self.output_key, self.order_by = [], VERSION
+
+    @property
+    def arrow_ready(self) -> bool:
+        return self.shape.projection is not None  # the self-join's step projects the pairs
+
+    def prepare(self, frames: dict):
+        """The pairs' grouping values and arguments, projected by Spark."""
+        from sqlext.streaming.engine import temporary_view
+
+        pairs = frames["pairs"]
+        with temporary_view(pairs) as view:
+            return pairs.sparkSession.sql(to_sql(self.shape.projection_over_pairs(view)))
+
+    def rows_from(self, spark, tables: dict):
+        rows = tables["pairs"]
+        if self.arrow_ready:
+            return rows
+        return self.prepare({"pairs": arrow_frame(spark, rows)}).toArrow().cast(self.projected)
+
+    def route_columns(self) -> list[str]:
+        return list(self.grouped.group_names)
+
+    def route(self, table: pa.Table) -> np.ndarray:
+        return self.groups.bucket_of(table)
+
+    def routed_by(self, name: str):
+        return self.groups, list(self.grouped.group_names)
+
+    def step(self, rows, views, batch_id: int) -> Step:
+        """The bucket's pairs aggregated per group and added to the groups' accumulators."""
+        grouped, schema = self.grouped, self.groups.arrow_schema
+        with step("aggregate the pairs"):
+            partials = grouped.partials_of(rows, schema)
+        with step("look up the groups"):
+            before = views["groups"].rows(keys=partials.select(grouped.group_names))
+            after = grouped.merge(before, partials, schema)
+
+        def tagged(table: pa.Table, new: bool) -> pa.Table:
+            n = table.num_rows
+            return table.append_column(TAG, pa.array(np.full(n, new))) \
+                .append_column(VERSION, pa.array(np.full(n, batch_id, dtype=np.int64)))
+
+        out = pa.concat_tables([tagged(before.cast(schema), False), tagged(after, True)]).cast(self.output_arrow)
+        return Step(out, {"groups": after})

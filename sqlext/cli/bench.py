@@ -114,14 +114,16 @@ def add_parser(commands) -> None:
         "--master 'local[8]'\n"
         "  sqlext bench incremental --function fk --left 500000 --right 50000 --runs 1 --percent 100 --catch-up 10 "
         "--max-batch-rows 2000000")
-    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin", "pipeline"],
+    incremental.add_argument("--function", choices=["filter", "fk", "recursion", "moves", "selfjoin",
+                                                    "selfjoin-aggregate", "pipeline"],
                              default="filter",
                              help="CHANGELOG_FILTER (--rows, --keys), FK_JOIN (--left, --right), WITH RECURSIVE "
                                   "over a forest growing new leaves (--nodes), or over a forest whose nodes move "
                                   "to new parents (moves), or a self-join of a stream in a time band (--rows "
-                                  "events), against Spark's own stream-stream join too")
+                                  "events), against Spark's own stream-stream join too, or a GROUP BY over its "
+                                  "pairs (selfjoin-aggregate)")
     incremental.add_argument("--rows", type=int, metavar="N", default=1_000_000,
-                             help="filter: changes in the history; selfjoin: events")
+                             help="filter: changes in the history; selfjoin, selfjoin-aggregate: events")
     incremental.add_argument("--keys", type=int, metavar="N", default=None,
                              help="filter: accounts in the history (default rows/8); fk: orders, and a tenth as many "
                                   "customers (default left/5 and right/5); fix it to grow the history alone")

@@ -100,43 +100,6 @@ def _events_state(events: Events) -> KeyedState:
     return KeyedState(local(str(events.root / "cp" / "sqlext-state" / "events")), [])
 
 
-@pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY], ids=["paired-in-spark", "paired-on-the-driver"])
-@settings(max_examples=examples(4, 40), deadline=None, suppress_health_check=list(HealthCheck))
-@given(runs=event_runs().filter(lambda runs: len([r for r in runs if r]) >= 3), path=st.sampled_from(["driver", "spark"]))
-def test_runs_between_rescales_give_the_batch_self_join(spark, tmp_path_factory, storage, sql, runs, path):
-    """Runs at 2 buckets, then 8, then 3: after every run the output is the batch self-join over
-    what has landed, and the events' state is laid out in the last run's count."""
-    events = Events(spark, tmp_path_factory.mktemp("rescaled"), storage, path=path)
-    runs = [r for r in runs if r]
-    try:
-        for buckets, run in zip([2, 8, 3], [runs[0], runs[1], [e for r in runs[2:] for e in r]]):
-            spark.conf.set(BUCKETS_SETTING, str(buckets))
-            events.land(run)
-            events.run(sql)
-            assert events.written() == events.batch(sql), buckets
-    finally:
-        spark.conf.unset(BUCKETS_SETTING)
-    assert _events_state(events).buckets == 3
-
-
-@pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY], ids=["paired-in-spark", "paired-on-the-driver"])
-@pytest.mark.parametrize("path", ["driver", "spark"])
-def test_a_catch_up_over_the_bound_pairs_in_parts(spark, tmp_path, storage, sql, path):
-    """A run over many events with a bound of a few rows is applied in parts cut at times (a
-    later part's events are never late for an earlier one's), and gives the batch self-join."""
-    events = Events(spark, tmp_path, storage, path=path)
-    events.land([(i, i % 3, i, i % 4) for i in range(0, 12)])
-    events.run(sql)
-    events.land([(i, i % 3, i - i % 2, i % 4) for i in range(12, 60)])
-    spark.conf.set(MAX_ROWS_SETTING, "10")
-    try:
-        query = events.run(sql)
-    finally:
-        spark.conf.unset(MAX_ROWS_SETTING)
-    assert query.last_batch.parts > 1
-    assert events.written() == events.batch(sql)
-
-
 def test_the_statements_above_take_the_pairings_they_are_meant_to_test(spark):
     from sqlext.language.dialect import parse_one
     from sqlext.streaming.operators.self_join import SelfJoinShape
@@ -380,30 +343,44 @@ def _groups_state(events: Events) -> KeyedState:
     return KeyedState(local(str(events.root / "cp" / "sqlext-state" / "groups")), [])
 
 
-@pytest.mark.parametrize("sql", [AGGREGATE, COLUMNS_AGGREGATE], ids=["projected-by-spark", "projected-in-arrow"])
+# each pairing and each projection of an aggregate: how a run's rows are made and sent on
+EVERY_OPERATOR = pytest.mark.parametrize("sql", [BAND, COLUMNS_ONLY, AGGREGATE, COLUMNS_AGGREGATE], ids=[
+    "paired-in-spark", "paired-on-the-driver", "aggregate-projected-by-spark", "aggregate-projected-in-arrow"])
+
+
+def _result(events: Events, sql: str):
+    """The table the runs' output leaves (an aggregate's change feed folded), as a multiset."""
+    return folded(_feed(events)) if "GROUP BY" in sql else events.written()
+
+
+@EVERY_OPERATOR
 @settings(max_examples=examples(3, 40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs=event_runs().filter(lambda runs: len([r for r in runs if r]) >= 3), path=st.sampled_from(["driver", "spark"]))
-def test_an_aggregate_between_rescales_is_the_batch_aggregate(spark, tmp_path_factory, storage, sql, runs, path):
-    """An aggregate over the self-join runs at 2 buckets, then 8, then 3: after every run its
-    change feed leaves the batch aggregate, and both states are laid out in the last count."""
-    events = Events(spark, tmp_path_factory.mktemp("rescaled-aggregate"), storage, path=path)
+def test_runs_between_rescales_give_the_batch_statement(spark, tmp_path_factory, storage, sql, runs, path):
+    """Runs at 2 buckets, then 8, then 3: after every run the output is the batch statement over
+    what has landed, and the states (the events', an aggregate's groups) are laid out in the
+    last run's count."""
+    events = Events(spark, tmp_path_factory.mktemp("rescaled"), storage, path=path)
     runs = [r for r in runs if r]
     try:
         for buckets, run in zip([2, 8, 3], [runs[0], runs[1], [e for r in runs[2:] for e in r]]):
             spark.conf.set(BUCKETS_SETTING, str(buckets))
             events.land(run)
             events.run(sql)
-            assert folded(_feed(events)) == events.batch(sql), buckets
+            assert _result(events, sql) == events.batch(sql), buckets
     finally:
         spark.conf.unset(BUCKETS_SETTING)
-    assert _events_state(events).buckets == 3 and _groups_state(events).buckets == 3
+    assert _events_state(events).buckets == 3
+    if "GROUP BY" in sql:
+        assert _groups_state(events).buckets == 3
 
 
-@pytest.mark.parametrize("sql", [AGGREGATE, COLUMNS_AGGREGATE], ids=["projected-by-spark", "projected-in-arrow"])
+@EVERY_OPERATOR
 @pytest.mark.parametrize("path", ["driver", "spark"])
-def test_an_aggregate_catch_up_over_the_bound_runs_in_parts(spark, tmp_path, storage, sql, path):
-    """A catch-up over a bound of a few rows aggregates in parts, each part's groups committed
-    before the next, and the change feed leaves the batch aggregate."""
+def test_a_catch_up_over_the_bound_runs_in_parts(spark, tmp_path, storage, sql, path):
+    """A run over many events with a bound of a few rows is applied in parts cut at times (a
+    later part's events are never late for an earlier one's), each part's states committed
+    before the next, and gives the batch statement."""
     events = Events(spark, tmp_path, storage, path=path)
     events.land([(i, i % 3, i, i % 4) for i in range(0, 12)])
     events.run(sql)
@@ -414,7 +391,7 @@ def test_an_aggregate_catch_up_over_the_bound_runs_in_parts(spark, tmp_path, sto
     finally:
         spark.conf.unset(MAX_ROWS_SETTING)
     assert query.last_batch.parts > 1
-    assert folded(_feed(events)) == events.batch(sql)
+    assert _result(events, sql) == events.batch(sql)
 
 
 def test_an_aggregate_the_operator_cannot_compute_runs_as_before(spark, tmp_path, storage):
@@ -456,3 +433,14 @@ def test_what_a_self_join_of_a_stream_cannot_run_is_a_classed_error(spark, tmp_p
     with pytest.raises(SqlextError) as raised:
         events.run(sql)
     assert raised.value.error_class == "UNSUPPORTED_STREAM"
+
+
+def test_bench_incremental_selfjoin_aggregate_checks_rows_against_the_batch(spark, capsys):
+    """The bench of an aggregate over the self-join: its change feed leaves one row per key, the
+    batch aggregate's count (the bench stops otherwise)."""
+    from sqlext.bench.incremental import bench_incremental
+
+    results = bench_incremental(spark, rows=3000, runs=1, percent=5, function="selfjoin-aggregate")
+    out = capsys.readouterr().out
+    assert "an aggregate over a self-join of a stream: history" in out
+    assert 0 < results["rows"] <= 1000 and len(results["incremental"]) == 1

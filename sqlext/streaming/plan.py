@@ -87,8 +87,8 @@ def _self_join(spark, bound: Bound, sources: "Sources", checkpoint, output, outp
     aggregate = SelfJoinAggregateOperator(shape, checkpoint / STATE_FOLDER, operator, buckets)
     if shape.projection is not None:  # each task writes a file of projected pairs per bucket of the groups
         operator.split = aggregate.route
-    return inputs_stream([source]), Pipeline([operator, aggregate], shape.grouped.change_feed(shape.tree, placeholder),
-                                             placeholder, checkpoint, output, output_format)
+    return inputs_stream([source]), Pipeline([operator, aggregate], aggregate.outer(placeholder), placeholder,
+                                             checkpoint, output, output_format)
 
 
 def _calls(spark, bound: Bound, sources: "Sources", checkpoint, output, output_format):

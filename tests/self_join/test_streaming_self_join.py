@@ -339,6 +339,17 @@ def test_the_aggregates_above_take_the_operators_they_are_meant_to_test(spark):
     assert floating.pairing is None
 
 
+def test_an_aggregate_of_columns_on_the_driver_starts_no_spark_job(spark, tmp_path, storage):
+    """Projected, aggregated and made a change feed over Arrow data: a run on the driver over
+    a folder of Parquet files starts no Spark job, and the feed leaves the batch aggregate."""
+    events = Events(spark, tmp_path, storage, path="driver")
+    for first in range(0, 90, 30):
+        events.land([(i, i % 3, i, i % 5) for i in range(first, first + 30)])
+        query = events.run(COLUMNS_AGGREGATE)
+    assert folded(_feed(events)) == events.batch(COLUMNS_AGGREGATE)
+    assert jobs_of(spark, query) == []
+
+
 def _groups_state(events: Events) -> KeyedState:
     return KeyedState(local(str(events.root / "cp" / "sqlext-state" / "groups")), [])
 

@@ -36,6 +36,7 @@ from sqlext.errors import SqlextError
 from sqlext.functions.changes import CHANGE_TYPE, DEFAULT_ORDER_BY, INSERT, POSTIMAGE, PREIMAGE
 from sqlext.language.dialect import to_sql
 from sqlext.language.sqltree import helper
+from sqlext.streaming.arrow_sql import arrow_expression, evaluate
 from sqlext.streaming.engine import Input, KeyedOperator, Step
 from sqlext.streaming.run import arrow_frame, arrow_schema, spark_schema, step
 from sqlext.streaming.state import KeyedState
@@ -132,10 +133,9 @@ class GroupedPairs:
             final = accumulator("m", kind, exp.Min if kind == "min" else exp.Max)
         else:  # the average as its sum and count
             total, count = accumulator("s", "sum", exp.Sum), accumulator("c", "count", exp.Count)
-            final = exp.Case(ifs=[exp.If(this=exp.EQ(this=count.copy(), expression=exp.Literal.number(0)),
-                                         true=exp.Null())],
-                             default=exp.Div(this=exp.Cast(this=total, to=exp.DataType.build("double")),
-                                             expression=count))
+            final = exp.If(this=exp.EQ(this=count.copy(), expression=exp.Literal.number(0)), true=exp.Null(),
+                           false=exp.Div(this=exp.Cast(this=total, to=exp.DataType.build("double")),
+                                         expression=count))
         self.finals.append(final)
 
     def check_types(self, pairs_schema) -> None:
@@ -351,7 +351,13 @@ class SelfJoinAggregateOperator(KeyedOperator):
 
     Its rows are the pairs' grouping values and arguments: the self-join's step computes them
     where they compute over Arrow data as Spark computes them (``shape.projection``), and
-    otherwise forwards the pairs, which Spark projects (:meth:`prepare`) and sends on."""
+    otherwise forwards the pairs, which Spark projects (:meth:`prepare`) and sends on.
+
+    Where the statement's select list computes over the accumulators in Arrow as Spark computes
+    it (columns; an average as its sum over its count), the step gives the change feed itself
+    (:meth:`GroupedPairs.changes`) and a run on the driver starts no Spark job for it; otherwise
+    it forwards the touched groups' accumulators before and after, which the statement around
+    it makes the change feed (:meth:`outer`)."""
 
     function = FUNCTION
     emit = "changes"
@@ -370,6 +376,33 @@ class SelfJoinAggregateOperator(KeyedOperator):
         self.output_arrow = arrow_schema(StructType(list(shape.accumulators.fields) + [
             StructField(TAG, BooleanType(), False), StructField(VERSION, LongType(), False)]))
         self.output_key, self.order_by = [], VERSION
+        self.finals = self._finals_arrow()
+        if self.finals is not None:
+            self.output_arrow = shape.output_arrow  # the change feed, made in the step
+
+    def _finals_arrow(self) -> dict | None:
+        """The statement's select list over the accumulators (with the grouping values and the
+        tag beside) as Arrow expressions, where each is Spark's by construction; None where one
+        is not."""
+        schema = pa.schema(list(arrow_schema(self.shape.accumulators)) + [pa.field(TAG, pa.bool_())])
+        select = self.grouped.final_rows(self.shape.tree, helper("groups"))
+        finals = {}
+        for item in select.expressions:
+            translated = arrow_expression(item.this if isinstance(item, exp.Alias) else item, schema)
+            if translated is None:
+                return None
+            finals[item.alias_or_name] = translated
+        given = evaluate(schema.empty_table(), finals).schema
+        wanted = {f.name: f.type for f in self.shape.output_arrow}
+        if any(f.name in wanted and f.type != wanted[f.name] for f in given):
+            return None
+        return finals
+
+    def outer(self, placeholder: str) -> exp.Expression:
+        """The statement around the operator's rows (in the table ``placeholder``)."""
+        if self.finals is not None:
+            return exp.select("*").from_(exp.Table(this=exp.to_identifier(placeholder)))
+        return self.grouped.change_feed(self.shape.tree, placeholder)
 
     @property
     def arrow_ready(self) -> bool:
@@ -412,5 +445,9 @@ class SelfJoinAggregateOperator(KeyedOperator):
             return table.append_column(TAG, pa.array(np.full(n, new))) \
                 .append_column(VERSION, pa.array(np.full(n, batch_id, dtype=np.int64)))
 
-        out = pa.concat_tables([tagged(before.cast(schema), False), tagged(after, True)]).cast(self.output_arrow)
+        touched = pa.concat_tables([tagged(before.cast(schema), False), tagged(after, True)])
+        if self.finals is None:
+            return Step(touched.cast(self.output_arrow), {"groups": after})
+        with step("the groups' changes"):
+            out = grouped.changes(evaluate(touched, self.finals), batch_id, self.output_arrow)
         return Step(out, {"groups": after})
